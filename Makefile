@@ -1,0 +1,55 @@
+# Ferry's developer entry points. `make help` lists them.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := $(CURDIR)/.bin
+SQLC_VERSION := v1.31.1
+SQLC  := $(BIN)/sqlc-$(SQLC_VERSION)
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build every package and the binaries into ./bin
+	$(GO) build ./...
+	$(GO) build -o bin/ ./cmd/relay ./cmd/worker
+
+$(SQLC):
+	@mkdir -p $(BIN)
+	@echo "installing sqlc $(SQLC_VERSION) (first time only)"
+	GOBIN=$(BIN)/tmp-sqlc $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+	mv $(BIN)/tmp-sqlc/sqlc $(SQLC) && rmdir $(BIN)/tmp-sqlc
+
+.PHONY: generate
+generate: $(SQLC) ## regenerate sqlc code from db/queries and db/migrations
+	$(SQLC) generate
+
+.PHONY: verify
+verify: $(SQLC) ## fail on stale sqlc code, gofmt, go vet or an untidy go.mod
+	@echo "== sqlc diff"; $(SQLC) diff || { echo "generated sqlc code is stale: run 'make generate'"; exit 1; }
+	@echo "== gofmt"; out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@echo "== go vet"; $(GO) vet ./...
+	@echo "== go mod tidy"; $(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
+
+.PHONY: test
+test: ## start PostgreSQL + Kafka, verify, run every test, tear down
+	scripts/test
+
+.PHONY: test-short
+test-short: ## unit tests only, no services
+	$(GO) test -short ./...
+
+.PHONY: demo
+demo: ## start the stack, migrate, write a few events
+	scripts/demo
+
+.PHONY: stack-up
+stack-up: ## start PostgreSQL + Kafka on loopback (prints the test environment)
+	scripts/stack up
+
+.PHONY: stack-down
+stack-down: ## stop PostgreSQL + Kafka and delete their data
+	scripts/stack down

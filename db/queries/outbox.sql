@@ -1,0 +1,24 @@
+-- name: OutboxInsertMany :exec
+-- One statement for any number of events: the arrays are zipped row by row.
+INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+SELECT
+    unnest(@ids::uuid[]),
+    unnest(@aggregate_types::text[]),
+    unnest(@aggregate_ids::text[]),
+    unnest(@event_types::text[]),
+    unnest(@payloads::bytea[]),
+    unnest(@headers::jsonb[]);
+
+-- name: OutboxGetByID :one
+SELECT * FROM outbox WHERE id = @id;
+
+-- name: OutboxDeleteBefore :execrows
+-- Deletes at most max_rows of the oldest rows created before the cutoff, so
+-- that retention holds short locks and leaves small transactions.
+DELETE FROM outbox
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE created_at < @before::timestamptz
+    ORDER BY created_at
+    LIMIT @max_rows::int
+);

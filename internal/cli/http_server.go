@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Probe answers a health or readiness check: nil means yes.
+type Probe func() error
+
+// HTTPServer serves /metrics, /healthz and /readyz on one port.
+type HTTPServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// NewHTTPServer listens on addr ("" or "off" disables it; ":0" picks a port).
+func NewHTTPServer(addr string, gatherer prometheus.Gatherer, healthy, ready Probe) (*HTTPServer, error) {
+	if addr == "" || addr == "off" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", probeHandler(healthy))
+	mux.HandleFunc("GET /readyz", probeHandler(ready))
+	return &HTTPServer{
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		ln:  ln,
+	}, nil
+}
+
+func probeHandler(p Probe) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if p != nil {
+			if err := p(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	}
+}
+
+// Addr is the address the server listens on.
+func (s *HTTPServer) Addr() string {
+	if s == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Run serves until ctx ends, then shuts down.
+func (s *HTTPServer) Run(ctx context.Context, logger *slog.Logger) {
+	if s == nil {
+		return
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.srv.Shutdown(sctx)
+	}()
+	logger.Info("http server listening", slog.String("addr", s.Addr()))
+	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Error("http server stopped", slog.String("error", err.Error()))
+	}
+}

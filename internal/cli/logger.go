@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lmittmann/tint"
+)
+
+// Log formats accepted by NewLogger.
+const (
+	LogFormatAuto = "auto" // text with colour on a terminal, JSON otherwise
+	LogFormatText = "text"
+	LogFormatJSON = "json"
+)
+
+// NewLogger returns the binaries' logger: tint's coloured text for people,
+// JSON lines for machines.
+func NewLogger(w *os.File, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	terminal := isTerminal(w)
+	switch strings.ToLower(format) {
+	case LogFormatAuto, "":
+		if !terminal {
+			return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		}
+		fallthrough
+	case LogFormatText:
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !terminal})), nil
+	case LogFormatJSON:
+		return slog.New(slog.NewJSONHandler(io.Writer(w), &slog.HandlerOptions{Level: lvl})), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want auto, text or json", format)
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,211 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+)
+
+// MaxPayloadBytesDefault is the default payload limit: 1 MiB, Kafka's default
+// largest record.
+const MaxPayloadBytesDefault = 1 << 20
+
+// DBTX is what Write needs of pgx: pgx.Tx, *pgx.Conn, *pgxpool.Pool and
+// *pgxpool.Conn all have it. Pass the transaction that writes the business
+// rows; a pool or a bare connection writes in a transaction of its own.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// SQLExecer is what WriteSQL needs of database/sql: *sql.Tx, *sql.DB and
+// *sql.Conn all have it.
+type SQLExecer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Config tunes a Writer. The zero value is ready to use.
+type Config struct {
+	// MaxPayloadBytes refuses larger payloads before anything is written.
+	// Defaults to MaxPayloadBytesDefault (1 MiB).
+	MaxPayloadBytes int
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, MaxPayloadBytesDefault)
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxPayloadBytes < 0 {
+		return fmt.Errorf("outbox: Config.MaxPayloadBytes is %d: must be positive", c.MaxPayloadBytes)
+	}
+	return nil
+}
+
+// Writer inserts events into the outbox table. It holds no connection and is
+// safe for concurrent use.
+type Writer struct {
+	cfg     Config
+	queries *dbsqlc.Queries
+}
+
+// NewWriter returns a Writer configured by cfg, which may be nil.
+func NewWriter(cfg *Config) (*Writer, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Writer{cfg: c.WithDefaults(), queries: dbsqlc.New()}, nil
+}
+
+var defaultWriter, _ = NewWriter(nil)
+
+// Write inserts events with the default configuration. See Writer.Write.
+func Write(ctx context.Context, tx DBTX, events ...Event) ([]uuid.UUID, error) {
+	return defaultWriter.Write(ctx, tx, events...)
+}
+
+// WriteSQL inserts events with the default configuration. See Writer.WriteSQL.
+func WriteSQL(ctx context.Context, tx SQLExecer, events ...Event) ([]uuid.UUID, error) {
+	return defaultWriter.WriteSQL(ctx, tx, events...)
+}
+
+// Write inserts events through pgx in one statement and returns their ids in
+// the order given. When any event is invalid it returns an *EventError and
+// writes nothing.
+func (w *Writer) Write(ctx context.Context, tx DBTX, events ...Event) ([]uuid.UUID, error) {
+	rows, err := w.prepare(events)
+	if err != nil || len(events) == 0 {
+		return nil, err
+	}
+	if err := w.queries.OutboxInsertMany(ctx, tx, rows); err != nil {
+		return nil, fmt.Errorf("outbox: insert %d events: %w", len(events), err)
+	}
+	return rows.Ids, nil
+}
+
+// WriteSQL inserts events through database/sql in one statement and returns
+// their ids in the order given. It works with any PostgreSQL driver: the
+// columns travel as PostgreSQL array literals in text parameters. When any
+// event is invalid it returns an *EventError and writes nothing.
+func (w *Writer) WriteSQL(ctx context.Context, tx SQLExecer, events ...Event) ([]uuid.UUID, error) {
+	rows, err := w.prepare(events)
+	if err != nil || len(events) == 0 {
+		return nil, err
+	}
+	ids := make([]string, len(rows.Ids))
+	for i, id := range rows.Ids {
+		ids[i] = id.String()
+	}
+	payloads := make([]string, len(rows.Payloads))
+	for i, p := range rows.Payloads {
+		payloads[i] = `\x` + hex.EncodeToString(p)
+	}
+	headers := make([]string, len(rows.Headers))
+	for i, h := range rows.Headers {
+		headers[i] = string(h)
+	}
+	_, err = tx.ExecContext(ctx, insertManySQL,
+		arrayLiteral(ids), arrayLiteral(rows.AggregateTypes), arrayLiteral(rows.AggregateIds),
+		arrayLiteral(rows.EventTypes), arrayLiteral(payloads), arrayLiteral(headers))
+	if err != nil {
+		return nil, fmt.Errorf("outbox: insert %d events: %w", len(events), err)
+	}
+	return rows.Ids, nil
+}
+
+// insertManySQL is OutboxInsertMany with every array passed as text, so that
+// database/sql drivers need no array support.
+const insertManySQL = `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+SELECT unnest($1::text::uuid[]), unnest($2::text::text[]), unnest($3::text::text[]),
+       unnest($4::text::text[]), unnest($5::text::bytea[]), unnest($6::text::jsonb[])`
+
+// prepare validates every event, then makes ids and encodes headers. It
+// allocates the columns once for the whole call.
+func (w *Writer) prepare(events []Event) (dbsqlc.OutboxInsertManyParams, error) {
+	for i := range events {
+		if err := validate(i, &events[i], w.cfg.MaxPayloadBytes); err != nil {
+			return dbsqlc.OutboxInsertManyParams{}, err
+		}
+	}
+	n := len(events)
+	p := dbsqlc.OutboxInsertManyParams{
+		Ids:            make([]uuid.UUID, n),
+		AggregateTypes: make([]string, n),
+		AggregateIds:   make([]string, n),
+		EventTypes:     make([]string, n),
+		Payloads:       make([][]byte, n),
+		Headers:        make([]json.RawMessage, n),
+	}
+	for i := range events {
+		ev := &events[i]
+		id := ev.ID
+		if id == uuid.Nil {
+			var err error
+			if id, err = uuid.NewV7(); err != nil {
+				return dbsqlc.OutboxInsertManyParams{}, fmt.Errorf("outbox: make event id: %w", err)
+			}
+		}
+		headers := []byte("{}")
+		if len(ev.Headers) > 0 {
+			var err error
+			if headers, err = json.Marshal(ev.Headers); err != nil {
+				return dbsqlc.OutboxInsertManyParams{}, &EventError{Index: i, Field: "headers", Err: errors.Join(ErrInvalidHeader, err)}
+			}
+		}
+		p.Ids[i] = id
+		p.AggregateTypes[i] = ev.AggregateType
+		p.AggregateIds[i] = ev.AggregateID
+		p.EventTypes[i] = ev.EventType
+		p.Payloads[i] = ev.Payload
+		if p.Payloads[i] == nil {
+			p.Payloads[i] = []byte{} // the column is NOT NULL
+		}
+		p.Headers[i] = headers
+	}
+	return p, nil
+}
+
+// arrayLiteral renders a one-dimensional PostgreSQL array literal whose every
+// element is quoted, so no element is read as NULL or split.
+func arrayLiteral(elems []string) string {
+	var b strings.Builder
+	size := 2
+	for _, e := range elems {
+		size += len(e) + 3
+	}
+	b.Grow(size)
+	b.WriteByte('{')
+	for i, e := range elems {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(e); j++ {
+			if e[j] == '"' || e[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(e[j])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
