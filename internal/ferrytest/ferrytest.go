@@ -221,10 +221,17 @@ func Topic(t testing.TB, partitions int32) string {
 // CreateTopic creates a named topic and deletes it when the test ends.
 func CreateTopic(t testing.TB, name string, partitions int32) {
 	t.Helper()
+	CreateTopicConfig(t, name, partitions, nil)
+}
+
+// CreateTopicConfig is CreateTopic with topic configuration such as
+// max.message.bytes.
+func CreateTopicConfig(t testing.TB, name string, partitions int32, configs map[string]*string) {
+	t.Helper()
 	adm := Admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
+	res, err := adm.CreateTopic(ctx, partitions, 1, configs, name)
 	if err == nil {
 		err = res.Err
 	}

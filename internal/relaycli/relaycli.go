@@ -16,6 +16,8 @@ import (
 const usage = `relay publishes Ferry's outbox to Kafka.
 
 Usage:
+  relay run                        publish outbox events to Kafka until SIGTERM
+  relay status                     show the slot, confirmed LSN, retained WAL, quarantine
   relay migrate [up|down|status]   apply Ferry's schema migrations
   relay help                       show this text
 
@@ -30,6 +32,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
+	case "run":
+		err = runRelay(ctx, args[1:], stderr)
+	case "status":
+		err = runStatus(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		err = runMigrate(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

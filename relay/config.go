@@ -1,0 +1,199 @@
+package relay
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Defaults of Config.
+const (
+	SlotDefault                = "ferry"
+	PublicationDefault         = "ferry"
+	TopicTemplateDefault       = "outbox.event.{aggregate_type}"
+	MaxInFlightRecordsDefault  = 10_000
+	MaxInFlightBytesDefault    = 64 << 20
+	StatusIntervalDefault      = time.Second
+	StandbyPollDefault         = time.Second
+	ReconnectBackoffMaxDefault = 15 * time.Second
+	ShutdownTimeoutDefault     = 30 * time.Second
+	WALMonitorIntervalDefault  = 10 * time.Second
+)
+
+// Config configures a Relay. DatabaseURL and either KafkaOpts or Sink are
+// required.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string. The relay opens one
+	// ordinary connection (slot status, quarantine) and one replication
+	// connection from it. The role needs REPLICATION and SELECT on outbox,
+	// plus INSERT on outbox_quarantine; creating the publication needs
+	// ownership of outbox (see NoCreate). Required.
+	DatabaseURL string
+
+	// Slot is the logical replication slot. Defaults to SlotDefault ("ferry").
+	Slot string
+
+	// Publication is the publication on the outbox table. Defaults to
+	// PublicationDefault ("ferry").
+	Publication string
+
+	// NoCreate makes a missing slot or publication a start-up error instead
+	// of creating it, for a least-privilege role whose administrator created
+	// both. Defaults to false.
+	NoCreate bool
+
+	// TopicTemplate names each record's topic. "{aggregate_type}" and
+	// "{event_type}" are replaced with the event's values. Defaults to
+	// TopicTemplateDefault ("outbox.event.{aggregate_type}").
+	TopicTemplate string
+
+	// MaxInFlightRecords bounds the records sent and not yet acknowledged.
+	// After a crash at most this many records are published again. Defaults
+	// to MaxInFlightRecordsDefault (10,000).
+	MaxInFlightRecords int
+
+	// MaxInFlightBytes bounds the payload bytes in flight, so that a large
+	// transaction streams through bounded memory. Defaults to
+	// MaxInFlightBytesDefault (64 MiB).
+	MaxInFlightBytes int64
+
+	// StatusInterval is how often the relay confirms its position to
+	// PostgreSQL. Defaults to StatusIntervalDefault (1s); at most 10s.
+	StatusInterval time.Duration
+
+	// StandbyPoll is how often a relay whose slot is held by another one
+	// tries to take it over. Defaults to StandbyPollDefault (1s).
+	StandbyPoll time.Duration
+
+	// ReconnectBackoffMax caps the wait between reconnection attempts.
+	// Defaults to ReconnectBackoffMaxDefault (15s).
+	ReconnectBackoffMax time.Duration
+
+	// ShutdownTimeout bounds how long Run waits, once its context ends, for
+	// the current transaction to finish decoding and Kafka to acknowledge
+	// what is in flight. Defaults to ShutdownTimeoutDefault (30s).
+	ShutdownTimeout time.Duration
+
+	// WALMonitorInterval is how often the slot's retained WAL and wal_status
+	// are read. Defaults to WALMonitorIntervalDefault (10s).
+	WALMonitorInterval time.Duration
+
+	// KafkaOpts configure the franz-go producer: seed brokers, TLS, SASL.
+	// The relay adds its own producer settings after them. Required unless
+	// Sink is set.
+	KafkaOpts []kgo.Opt
+
+	// Sink replaces the Kafka client built from KafkaOpts. Defaults to nil.
+	Sink Sink
+
+	// Logger receives the relay's logs. Defaults to a logger that discards.
+	Logger *slog.Logger
+
+	// Registerer receives the relay's metrics. Defaults to nil: no metrics
+	// are registered.
+	Registerer prometheus.Registerer
+
+	// unsafeConfirmOnSend breaks rule 2 on purpose: it confirms a
+	// transaction once its records are handed to the producer, not when
+	// Kafka acknowledged them. Only the negative control of the fault suite
+	// sets it, to prove the checker sees the loss.
+	unsafeConfirmOnSend bool
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.Slot = cmp.Or(c.Slot, SlotDefault)
+	c.Publication = cmp.Or(c.Publication, PublicationDefault)
+	c.TopicTemplate = cmp.Or(c.TopicTemplate, TopicTemplateDefault)
+	c.MaxInFlightRecords = cmp.Or(c.MaxInFlightRecords, MaxInFlightRecordsDefault)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
+	c.StatusInterval = cmp.Or(c.StatusInterval, StatusIntervalDefault)
+	c.StandbyPoll = cmp.Or(c.StandbyPoll, StandbyPollDefault)
+	c.ReconnectBackoffMax = cmp.Or(c.ReconnectBackoffMax, ReconnectBackoffMaxDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.WALMonitorInterval = cmp.Or(c.WALMonitorInterval, WALMonitorIntervalDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// PostgreSQL's rule for slot names; publications follow identifier rules and
+// are quoted, but Ferry keeps both to the safe set.
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+func (c Config) validate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("relay: Config.DatabaseURL is required")
+	}
+	if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
+		// pgconn's message can include the URL; name the field only.
+		return errors.New("relay: Config.DatabaseURL is not a valid PostgreSQL connection string")
+	}
+	if !slotName.MatchString(c.Slot) {
+		return fmt.Errorf("relay: Config.Slot %q: use 1-63 lower-case letters, digits and underscores", c.Slot)
+	}
+	if !slotName.MatchString(c.Publication) {
+		return fmt.Errorf("relay: Config.Publication %q: use 1-63 lower-case letters, digits and underscores", c.Publication)
+	}
+	if err := checkTopicTemplate(c.TopicTemplate); err != nil {
+		return err
+	}
+	if c.Sink == nil && len(c.KafkaOpts) == 0 {
+		return errors.New("relay: Config.KafkaOpts is required (at least kgo.SeedBrokers) unless Config.Sink is set")
+	}
+	switch {
+	case c.MaxInFlightRecords < 1:
+		return fmt.Errorf("relay: Config.MaxInFlightRecords is %d: must be at least 1", c.MaxInFlightRecords)
+	case c.MaxInFlightBytes < 1:
+		return fmt.Errorf("relay: Config.MaxInFlightBytes is %d: must be at least 1", c.MaxInFlightBytes)
+	case c.StatusInterval <= 0 || c.StatusInterval > 10*time.Second:
+		return fmt.Errorf("relay: Config.StatusInterval is %s: must be within (0, 10s] so PostgreSQL's wal_sender_timeout never fires", c.StatusInterval)
+	case c.StandbyPoll <= 0:
+		return fmt.Errorf("relay: Config.StandbyPoll is %s: must be positive", c.StandbyPoll)
+	case c.ReconnectBackoffMax <= 0:
+		return fmt.Errorf("relay: Config.ReconnectBackoffMax is %s: must be positive", c.ReconnectBackoffMax)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("relay: Config.ShutdownTimeout is %s: must be positive", c.ShutdownTimeout)
+	case c.WALMonitorInterval <= 0:
+		return fmt.Errorf("relay: Config.WALMonitorInterval is %s: must be positive", c.WALMonitorInterval)
+	}
+	return nil
+}
+
+var placeholder = regexp.MustCompile(`\{[^}]*\}`)
+
+func checkTopicTemplate(tmpl string) error {
+	for _, p := range placeholder.FindAllString(tmpl, -1) {
+		if p != "{aggregate_type}" && p != "{event_type}" {
+			return fmt.Errorf("relay: Config.TopicTemplate %q: unknown placeholder %s (use {aggregate_type} or {event_type})", tmpl, p)
+		}
+	}
+	fixed := strings.NewReplacer("{aggregate_type}", "a", "{event_type}", "e").Replace(tmpl)
+	if !validTopic(fixed) {
+		return fmt.Errorf("relay: Config.TopicTemplate %q: the fixed part must be a valid Kafka topic name (letters, digits, '.', '_', '-')", tmpl)
+	}
+	return nil
+}
+
+// validTopic applies Kafka's topic name rules.
+func validTopic(s string) bool {
+	if s == "" || len(s) > 249 || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,193 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/outbox"
+	"github.com/ferryhq/ferry/relay"
+)
+
+// bundle is what a relay test needs: its own database, slot and topics.
+type bundle struct {
+	ctx    context.Context
+	db     *ferrytest.DB
+	prefix string // topic prefix: topics are <prefix>.<aggregate_type>
+	slot   string
+	cfg    relay.Config
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	suffix := ferrytest.Suffix()
+	b := &bundle{
+		ctx:    ferrytest.Context(t, 5*time.Minute),
+		db:     ferrytest.NewMigratedDB(t),
+		prefix: "relay." + suffix,
+		slot:   "ferry_" + suffix,
+	}
+	b.cfg = relay.Config{
+		DatabaseURL:   b.db.URL,
+		Slot:          b.slot,
+		Publication:   "ferry",
+		TopicTemplate: b.prefix + ".{aggregate_type}",
+		KafkaOpts:     []kgo.Opt{kgo.SeedBrokers(ferrytest.Brokers(t)...)},
+		Logger:        testLogger(t),
+	}
+	return b
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("FERRY_TEST_VERBOSE") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// topic creates the topic of an aggregate type.
+func (b *bundle) topic(t *testing.T, aggregateType string, partitions int32) string {
+	name := b.prefix + "." + aggregateType
+	ferrytest.CreateTopic(t, name, partitions)
+	return name
+}
+
+// start runs a relay until the test ends and returns it once it streams:
+// the slot only sees transactions that commit after it exists.
+func (b *bundle) start(t *testing.T, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay.Run: %v", err)
+		}
+	})
+	waitStreaming(t, r)
+	return r
+}
+
+// waitStreaming waits until r holds its slot.
+func waitStreaming(t *testing.T, r *relay.Relay) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for r.State() != relay.StateStreaming {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay did not start streaming; state %s", r.State())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// write commits events in one transaction.
+func (b *bundle) write(t testing.TB, events ...outbox.Event) []string {
+	t.Helper()
+	ids, err := outbox.Write(b.ctx, b.db.Pool, events...)
+	if err != nil {
+		t.Fatalf("write events: %v", err)
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
+// consumed is everything read from a set of topics, by outbox id.
+type consumed struct {
+	mu      sync.Mutex
+	records []*kgo.Record
+	byID    map[string]int // how often each id arrived
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// consume reads topics from the start until every id in want arrived, or
+// fails the test after timeout. It keeps reading for settle afterwards to
+// catch duplicates.
+func consume(t *testing.T, topics []string, want []string, timeout, settle time.Duration) *consumed {
+	t.Helper()
+	cl := ferrytest.Client(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	c := &consumed{byID: map[string]int{}}
+	missing := make(map[string]bool, len(want))
+	for _, id := range want {
+		missing[id] = true
+	}
+	deadline := time.Now().Add(timeout)
+	var settleAt time.Time
+	for {
+		now := time.Now()
+		if len(missing) == 0 && settleAt.IsZero() {
+			settleAt = now.Add(settle)
+		}
+		if !settleAt.IsZero() && now.After(settleAt) {
+			return c
+		}
+		if now.After(deadline) {
+			t.Fatalf("after %s, %d of %d events never reached Kafka (e.g. %v)", timeout, len(missing), len(want), firstKeys(missing, 3))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		fetches := cl.PollFetches(ctx)
+		cancel()
+		fetches.EachRecord(func(r *kgo.Record) {
+			id := header(r, relay.HeaderID)
+			c.records = append(c.records, r)
+			c.byID[id]++
+			delete(missing, id)
+		})
+	}
+}
+
+func firstKeys(m map[string]bool, n int) []string {
+	var out []string
+	for k := range m {
+		if len(out) == n {
+			break
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func (c *consumed) duplicates() int {
+	n := 0
+	for _, k := range c.byID {
+		n += k - 1
+	}
+	return n
+}
+
+func evt(aggType, aggID string, seq int) outbox.Event {
+	return outbox.Event{
+		AggregateType: aggType,
+		AggregateID:   aggID,
+		EventType:     "Changed",
+		Payload:       fmt.Appendf(nil, `{"seq":%d}`, seq),
+		Headers:       map[string]string{"seq": fmt.Sprint(seq)},
+	}
+}
+
+func isFatal(err, target error) bool {
+	return errors.Is(err, target) && errors.Is(err, relay.ErrFatal)
+}

@@ -1,0 +1,154 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// defaultMaxMessageBytes is franz-go's batch limit, a little under Kafka's
+// default message.max.bytes; it applies until a topic's own limit is known.
+const defaultMaxMessageBytes = 1_000_012
+
+// errBatchTooLarge is a transient error: the broker refused a batch as too
+// large and this record, small enough on its own, was in it.
+var errBatchTooLarge = errors.New("the broker refused a batch as too large")
+
+// kafkaSink is the relay's own Sink: a franz-go client that learns each
+// topic's max.message.bytes before producing to it and never builds a batch
+// above it. An oversized record then fails alone, before it is batched with
+// others, and only it is quarantined. Should the broker still refuse a batch
+// (the limit changed), the records in it fail with errBatchTooLarge, the
+// session restarts, and the client is rebuilt with fresh limits.
+type kafkaSink struct {
+	opts   []kgo.Opt
+	log    *slog.Logger
+	limits sync.Map // topic -> int32
+
+	mu      sync.Mutex
+	cl      *kgo.Client
+	rebuild atomic.Bool
+
+	strikesMu sync.Mutex
+	strikes   map[string]int // record id -> broker "too large" refusals
+}
+
+func newKafkaSink(opts []kgo.Opt, log *slog.Logger) (*kafkaSink, error) {
+	s := &kafkaSink{opts: opts, log: log, strikes: map[string]int{}}
+	cl, err := s.newClient()
+	if err != nil {
+		return nil, err
+	}
+	s.cl = cl
+	return s, nil
+}
+
+func (s *kafkaSink) newClient() (*kgo.Client, error) {
+	return kgo.NewClient(append(append([]kgo.Opt{}, s.opts...), kgo.ProducerBatchMaxBytesFn(s.limit))...)
+}
+
+func (s *kafkaSink) limit(topic string) int32 {
+	if v, ok := s.limits.Load(topic); ok {
+		return v.(int32)
+	}
+	return defaultMaxMessageBytes
+}
+
+func (s *kafkaSink) client() *kgo.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cl
+}
+
+// learn reads a topic's max.message.bytes once. A topic that does not exist
+// yet (the broker may create it) or a broker that does not answer leaves
+// the default.
+func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	limit := int32(defaultMaxMessageBytes)
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	if err == nil && len(rcs) == 1 && rcs[0].Err == nil {
+		for _, c := range rcs[0].Configs {
+			if c.Key == "max.message.bytes" && c.Value != nil {
+				if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil {
+					limit = min(int32(n), defaultMaxMessageBytes)
+				}
+			}
+		}
+	}
+	s.limits.Store(topic, limit)
+}
+
+// Produce implements Sink.
+func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
+	cl := s.client()
+	if _, ok := s.limits.Load(rec.Topic); !ok {
+		s.learn(ctx, cl, rec.Topic)
+	}
+	cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
+		if err != nil && errors.Is(err, kerr.MessageTooLarge) && !s.tooLargeAlone(r) {
+			err = fmt.Errorf("%w: %w", errBatchTooLarge, err)
+			s.rebuild.Store(true)
+		}
+		promise(r, err)
+	})
+}
+
+// tooLargeAlone decides whether a record refused as too large is the
+// culprit: its own bytes exceed the topic's limit, or the broker refused it
+// a second time, after a rebuild put it in a batch of its own.
+func (s *kafkaSink) tooLargeAlone(r *kgo.Record) bool {
+	if userSize(r) > int(s.limit(r.Topic)) {
+		return true
+	}
+	id := ""
+	for _, h := range r.Headers {
+		if h.Key == HeaderID {
+			id = string(h.Value)
+		}
+	}
+	s.strikesMu.Lock()
+	defer s.strikesMu.Unlock()
+	s.strikes[id]++
+	return s.strikes[id] > 1
+}
+
+func userSize(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// AbortBufferedRecords implements Sink. After a batch was refused as too
+// large it also replaces the client, forgetting the topic limits it learnt.
+func (s *kafkaSink) AbortBufferedRecords(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.cl.AbortBufferedRecords(ctx)
+	if s.rebuild.Swap(false) {
+		cl, nerr := s.newClient()
+		if nerr != nil {
+			return errors.Join(err, nerr)
+		}
+		s.cl.Close()
+		s.cl = cl
+		s.limits.Clear()
+		s.log.Info("rebuilt the Kafka client after a batch was refused as too large")
+	}
+	return err
+}
+
+// Close closes the client.
+func (s *kafkaSink) Close() { s.client().Close() }

@@ -1,0 +1,110 @@
+package relay
+
+import (
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// txn is one decoded transaction whose records are in flight.
+type txn struct {
+	end       pglogrepl.LSN // end of the commit record; set when Commit arrives
+	committed bool          // Commit has been decoded
+	pending   int           // records produced and not yet acknowledged
+}
+
+// lsnTracker decides which WAL position is safe to confirm: the end of the
+// newest transaction such that it and every transaction before it were fully
+// decoded and every one of their records was acknowledged by Kafka (or
+// quarantined). Kafka acknowledges out of order across partitions, so a
+// transaction that finished early waits for the older ones before it.
+//
+// Decoding calls begin, produce and commit from one goroutine; acks arrive
+// from franz-go's goroutines.
+type lsnTracker struct {
+	mu        sync.Mutex
+	queue     []*txn // oldest first; queue[0] is the oldest unconfirmed
+	confirmed pglogrepl.LSN
+	inFlight  int   // records produced, not yet acknowledged
+	bytes     int64 // their size
+	space     chan struct{}
+}
+
+func newLSNTracker(confirmed pglogrepl.LSN) *lsnTracker {
+	return &lsnTracker{confirmed: confirmed, space: make(chan struct{}, 1)}
+}
+
+// begin opens a transaction at the end of the queue.
+func (t *lsnTracker) begin() *txn {
+	x := &txn{}
+	t.mu.Lock()
+	t.queue = append(t.queue, x)
+	t.mu.Unlock()
+	return x
+}
+
+// produce counts one record of x as in flight.
+func (t *lsnTracker) produce(x *txn, size int) {
+	t.mu.Lock()
+	x.pending++
+	t.inFlight++
+	t.bytes += int64(size)
+	t.mu.Unlock()
+}
+
+// commit marks x fully decoded, ending at end.
+func (t *lsnTracker) commit(x *txn, end pglogrepl.LSN) {
+	t.mu.Lock()
+	x.end = end
+	x.committed = true
+	t.advanceLocked()
+	t.mu.Unlock()
+}
+
+// ack marks one record of x acknowledged.
+func (t *lsnTracker) ack(x *txn, size int) {
+	t.mu.Lock()
+	x.pending--
+	t.inFlight--
+	t.bytes -= int64(size)
+	t.advanceLocked()
+	t.mu.Unlock()
+	select {
+	case t.space <- struct{}{}:
+	default:
+	}
+}
+
+func (t *lsnTracker) advanceLocked() {
+	n := 0
+	for n < len(t.queue) && t.queue[n].committed && t.queue[n].pending == 0 {
+		if t.queue[n].end > t.confirmed {
+			t.confirmed = t.queue[n].end
+		}
+		t.queue[n] = nil
+		n++
+	}
+	if n > 0 {
+		t.queue = t.queue[n:]
+	}
+}
+
+// idle moves the confirmed position to walEnd, the server's position in a
+// keepalive, when no transaction is open or unacknowledged: every change
+// before walEnd was then sent to us and is safe in Kafka, and a transaction
+// that commits later is still sent after a restart.
+func (t *lsnTracker) idle(walEnd pglogrepl.LSN) {
+	t.mu.Lock()
+	if len(t.queue) == 0 && walEnd > t.confirmed {
+		t.confirmed = walEnd
+	}
+	t.mu.Unlock()
+}
+
+// position returns the confirmable LSN, records and bytes in flight, and
+// whether any transaction is open or unacknowledged.
+func (t *lsnTracker) position() (confirmed pglogrepl.LSN, inFlight int, bytes int64, busy bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.confirmed, t.inFlight, t.bytes, len(t.queue) > 0
+}

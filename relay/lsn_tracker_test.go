@@ -1,0 +1,90 @@
+package relay
+
+import (
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+)
+
+func confirmed(t *lsnTracker) pglogrepl.LSN {
+	c, _, _, _ := t.position()
+	return c
+}
+
+func TestTrackerConfirmsOnlyFullyAckedPrefix(t *testing.T) {
+	t.Parallel()
+	tr := newLSNTracker(100)
+	a, b := tr.begin(), tr.begin()
+	tr.produce(a, 10)
+	tr.produce(a, 10)
+	tr.commit(a, 200)
+	tr.produce(b, 10)
+	tr.commit(b, 300)
+
+	// b's only record is acked first (another partition answered sooner).
+	tr.ack(b, 10)
+	if got := confirmed(tr); got != 100 {
+		t.Fatalf("after acking only the newer transaction: confirmed %d, want 100", got)
+	}
+	tr.ack(a, 10)
+	if got := confirmed(tr); got != 100 {
+		t.Fatalf("with one record of the older transaction unacked: confirmed %d, want 100", got)
+	}
+	tr.ack(a, 10)
+	if got := confirmed(tr); got != 300 {
+		t.Fatalf("after every record acked: confirmed %d, want 300", got)
+	}
+	_, inFlight, bytes, busy := tr.position()
+	if inFlight != 0 || bytes != 0 || busy {
+		t.Fatalf("in flight %d records, %d bytes, busy %v; want 0, 0, false", inFlight, bytes, busy)
+	}
+}
+
+func TestTrackerWaitsForCommitOfAckedTransaction(t *testing.T) {
+	t.Parallel()
+	tr := newLSNTracker(100)
+	a := tr.begin()
+	tr.produce(a, 1)
+	tr.ack(a, 1) // acked while the transaction is still being decoded
+	if got := confirmed(tr); got != 100 {
+		t.Fatalf("acked but uncommitted transaction confirmed %d, want 100", got)
+	}
+	tr.idle(500)
+	if got := confirmed(tr); got != 100 {
+		t.Fatalf("keepalive during an open transaction moved confirmed to %d, want 100", got)
+	}
+	tr.commit(a, 150)
+	if got := confirmed(tr); got != 150 {
+		t.Fatalf("confirmed %d, want 150", got)
+	}
+}
+
+func TestTrackerIdleAdvancesOnlyWhenNothingPending(t *testing.T) {
+	t.Parallel()
+	tr := newLSNTracker(100)
+	tr.idle(400)
+	if got := confirmed(tr); got != 400 {
+		t.Fatalf("idle keepalive: confirmed %d, want 400", got)
+	}
+	tr.idle(300) // never backwards
+	if got := confirmed(tr); got != 400 {
+		t.Fatalf("older keepalive moved confirmed back to %d", got)
+	}
+	a := tr.begin()
+	tr.produce(a, 1)
+	tr.commit(a, 450)
+	tr.idle(900)
+	if got := confirmed(tr); got != 400 {
+		t.Fatalf("keepalive with a record in flight: confirmed %d, want 400", got)
+	}
+}
+
+func TestTrackerEmptyTransactionConfirmsAtCommit(t *testing.T) {
+	t.Parallel()
+	tr := newLSNTracker(10)
+	a := tr.begin()
+	tr.commit(a, 20)
+	if got := confirmed(tr); got != 20 {
+		t.Fatalf("confirmed %d, want 20", got)
+	}
+}

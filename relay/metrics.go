@@ -1,0 +1,72 @@
+package relay
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the relay's Prometheus series plus atomic copies that Stats
+// reads without a registry.
+type metrics struct {
+	published     prometheus.Counter
+	bytes         prometheus.Counter
+	quarantined   *prometheus.CounterVec
+	inFlight      prometheus.Gauge
+	retainedWAL   prometheus.Gauge
+	confirmedLSN  prometheus.Gauge
+	commitToAck   prometheus.Histogram
+	sessions      prometheus.Counter
+	standby       prometheus.Gauge
+	nPublished    atomic.Int64
+	nQuarantined  atomic.Int64
+	nSessions     atomic.Int64
+	lastConfirmed atomic.Uint64
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_events_published_total", Help: "Outbox events acknowledged by Kafka.",
+		}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_bytes_published_total", Help: "Payload bytes of the events acknowledged by Kafka.",
+		}),
+		quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_relay_events_quarantined_total", Help: "Events Kafka refused for good, written to outbox_quarantine.",
+		}, []string{"reason"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_relay_in_flight_records", Help: "Records sent to Kafka and not yet acknowledged.",
+		}),
+		retainedWAL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_relay_retained_wal_bytes", Help: "WAL the replication slot keeps from being recycled.",
+		}),
+		confirmedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_relay_confirmed_lsn", Help: "WAL position last confirmed to PostgreSQL, as a number.",
+		}),
+		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_relay_commit_to_ack_seconds",
+			Help:    "Time from the PostgreSQL commit of an event to Kafka's acknowledgement.",
+			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		sessions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_sessions_total", Help: "Replication sessions started (the first one and every reconnection).",
+		}),
+		standby: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_relay_standby", Help: "1 while another relay holds the slot and this one waits.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.retainedWAL,
+			m.confirmedLSN, m.commitToAck, m.sessions, m.standby)
+	}
+	return m
+}
+
+// Stats are the relay's counters since it started.
+type Stats struct {
+	Published    int64  // events acknowledged by Kafka (a republished event counts again)
+	Quarantined  int64  // events written to outbox_quarantine
+	Sessions     int64  // replication sessions started
+	ConfirmedLSN uint64 // last position confirmed to PostgreSQL
+}

@@ -1,0 +1,133 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+)
+
+// Quarantine reasons, stored in outbox_quarantine.reason.
+const (
+	ReasonMessageTooLarge = "message_too_large"
+	ReasonInvalidTopic    = "invalid_topic"
+	ReasonInvalidRecord   = "invalid_record"
+)
+
+// permanentReason says whether Kafka will refuse a record however often it
+// is sent, and why. Everything else (brokers down, leader changes,
+// authorisation an operator can fix) is retried.
+func permanentReason(err error) (string, bool) {
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return ReasonMessageTooLarge, true
+	case errors.Is(err, kerr.InvalidTopicException):
+		return ReasonInvalidTopic, true
+	case errors.Is(err, kerr.InvalidRecord), errors.Is(err, kerr.CorruptMessage), errors.Is(err, kerr.InvalidTimestamp):
+		return ReasonInvalidRecord, true
+	}
+	return "", false
+}
+
+// quarantined is a record on its way to outbox_quarantine.
+type quarantined struct {
+	tx     *txn
+	row    *row
+	topic  string
+	size   int
+	reason string
+	err    error
+	lsn    pglogrepl.LSN
+}
+
+// quarantiner writes refused records to outbox_quarantine, retrying until
+// the row is committed: only then does the record count as done, so a
+// quarantined event is never confirmed before it is safely stored.
+type quarantiner struct {
+	db      *pgxpool.Pool
+	queries *dbsqlc.Queries
+	tracker *lsnTracker
+	metrics *metrics
+	logger  *slog.Logger
+	in      chan quarantined
+}
+
+func (q *quarantiner) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case item := <-q.in:
+			if !q.store(ctx, item) {
+				return
+			}
+			q.tracker.ack(item.tx, item.size)
+		}
+	}
+}
+
+func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
+	lsn := item.lsn.String()
+	params := dbsqlc.OutboxQuarantineInsertParams{
+		ID:            item.row.ID,
+		AggregateType: item.row.AggregateType,
+		AggregateID:   item.row.AggregateID,
+		EventType:     item.row.EventType,
+		Payload:       item.row.Payload,
+		Headers:       headersJSON(item.row.Headers),
+		CreatedAt:     item.row.CreatedAt,
+		Topic:         item.topic,
+		Reason:        item.reason,
+		Error:         item.err.Error(),
+		CommitLsn:     &lsn,
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		_, err := q.queries.OutboxQuarantineInsert(ctx, q.db, params)
+		if err == nil {
+			break
+		}
+		q.logger.Warn("cannot write to outbox_quarantine; retrying", slog.String("id", item.row.ID.String()), slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	q.metrics.quarantined.WithLabelValues(item.reason).Inc()
+	q.metrics.nQuarantined.Add(1)
+	q.logger.Warn("event quarantined: Kafka refuses it for good",
+		slog.String("id", item.row.ID.String()), slog.String("topic", item.topic),
+		slog.String("reason", item.reason), slog.String("error", item.err.Error()))
+	return true
+}
+
+// rowOf rebuilds the outbox row from a refused record.
+func rowOf(rec *kgo.Record, r *row) *row {
+	if r != nil {
+		return r
+	}
+	out := &row{Payload: rec.Value, AggregateID: string(rec.Key), CreatedAt: rec.Timestamp}
+	for _, h := range rec.Headers {
+		switch h.Key {
+		case HeaderID:
+			_ = out.ID.UnmarshalText(h.Value)
+		case HeaderEventType:
+			out.EventType = string(h.Value)
+		case HeaderAggregateType:
+			out.AggregateType = string(h.Value)
+		case HeaderAggregateID:
+		default:
+			out.Headers = append(out.Headers, header{h.Key, string(h.Value)})
+		}
+	}
+	return out
+}

@@ -1,0 +1,111 @@
+package relay_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/relay"
+)
+
+func quarantine(t *testing.T, b *bundle) []*dbsqlc.OutboxQuarantine {
+	t.Helper()
+	rows, err := dbsqlc.New().OutboxQuarantineList(b.ctx, b.db.Pool, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func waitQuarantined(t *testing.T, b *bundle, n int) []*dbsqlc.OutboxQuarantine {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rows := quarantine(t, b)
+		if len(rows) >= n {
+			return rows
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events quarantined after a minute, want %d", len(rows), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A payload larger than the topic accepts is quarantined with its reason,
+// and the events after it are still published.
+func TestOversizedPayloadIsQuarantined(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limit := "2048"
+	topic := b.prefix + ".blob"
+	ferrytest.CreateTopicConfig(t, topic, 1, map[string]*string{"max.message.bytes": &limit})
+	r := b.start(t, b.cfg)
+
+	before := b.write(t, evt("blob", "a", 1))
+	big := evt("blob", "a", 2)
+	big.Payload = make([]byte, 10_000)
+	_, _ = rand.Read(big.Payload) // incompressible: the broker sees all of it
+	bigID := b.write(t, big)[0]
+	after := b.write(t, evt("blob", "a", 3), evt("blob", "b", 1))
+
+	c := consume(t, []string{topic}, append(before, after...), time.Minute, 500*time.Millisecond)
+	if c.byID[bigID] != 0 {
+		t.Fatal("oversized event reached Kafka")
+	}
+	rows := waitQuarantined(t, b, 1)
+	q := rows[0]
+	if q.ID.String() != bigID || q.Reason != relay.ReasonMessageTooLarge || q.Topic != topic ||
+		!bytes.Equal(q.Payload, big.Payload) || q.AggregateID != "a" || q.EventType != big.EventType ||
+		!strings.Contains(q.Error, "MESSAGE_TOO_LARGE") || q.CommitLsn == nil {
+		t.Fatalf("quarantine row %+v, want id %s reason %s topic %s with payload, error text and commit LSN",
+			q, bigID, relay.ReasonMessageTooLarge, topic)
+	}
+	if st := r.Stats(); st.Quarantined != 1 || st.Published < 3 {
+		t.Fatalf("stats %+v, want 1 quarantined and at least 3 published", st)
+	}
+}
+
+// An aggregate type that makes an invalid topic name is quarantined without
+// stalling the others.
+func TestInvalidTopicIsQuarantined(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 1)
+	b.start(t, b.cfg)
+
+	bad := evt("no spaces allowed", "x", 1)
+	badID := b.write(t, bad)[0]
+	good := b.write(t, evt("order", "o", 1))
+	consume(t, []string{topic}, good, time.Minute, 0)
+	rows := waitQuarantined(t, b, 1)
+	if rows[0].ID.String() != badID || rows[0].Reason != relay.ReasonInvalidTopic {
+		t.Fatalf("quarantine row %+v, want %s with reason %s", rows[0], badID, relay.ReasonInvalidTopic)
+	}
+	// The slot's confirmed position moves past the quarantined event: it
+	// does not stall the relay.
+	waitConfirmedPast(t, b, *rows[0].CommitLsn)
+}
+
+func waitConfirmedPast(t *testing.T, b *bundle, lsn string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var past bool
+		err := b.db.Pool.QueryRow(b.ctx, `SELECT confirmed_flush_lsn > $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, b.slot, lsn).Scan(&past)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %s not confirmed past %s after 30s", b.slot, lsn)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,254 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+)
+
+// State is what a relay is doing.
+type State int32
+
+// States of a Relay.
+const (
+	StateStarting  State = iota // connecting, checking the slot
+	StateStreaming              // holding the slot and publishing
+	StateStandby                // another relay holds the slot; waiting to take over
+	StateRetrying               // lost PostgreSQL or Kafka; reconnecting
+	StateStopped
+)
+
+func (s State) String() string {
+	return [...]string{"starting", "streaming", "standby", "retrying", "stopped"}[s]
+}
+
+// Relay publishes committed outbox rows to Kafka. Create it with New and
+// call Run.
+type Relay struct {
+	cfg     Config
+	namer   topicNamer
+	metrics *metrics
+	queries *dbsqlc.Queries
+	state   atomic.Int32
+}
+
+// New validates cfg and returns a Relay. It connects to nothing yet.
+func New(cfg *Config) (*Relay, error) {
+	if cfg == nil {
+		return nil, errors.New("relay: Config is nil")
+	}
+	c := cfg.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{
+		cfg:     c,
+		namer:   newTopicNamer(c.TopicTemplate),
+		metrics: newMetrics(c.Registerer),
+		queries: dbsqlc.New(),
+	}, nil
+}
+
+// State reports what the relay is doing.
+func (r *Relay) State() State { return State(r.state.Load()) }
+
+// Ready returns nil while the relay streams, for a readiness probe.
+func (r *Relay) Ready() error {
+	if s := r.State(); s != StateStreaming {
+		return fmt.Errorf("relay is %s", s)
+	}
+	return nil
+}
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() Stats {
+	return Stats{
+		Published:    r.metrics.nPublished.Load(),
+		Quarantined:  r.metrics.nQuarantined.Load(),
+		Sessions:     r.metrics.nSessions.Load(),
+		ConfirmedLSN: r.metrics.lastConfirmed.Load(),
+	}
+}
+
+// Run publishes until ctx ends, then finishes the transaction it is
+// decoding, waits (up to Config.ShutdownTimeout) for Kafka to acknowledge
+// what is in flight, confirms it and returns nil. Lost connections to
+// PostgreSQL or Kafka are retried forever; Run returns an error only for
+// conditions a restart cannot cure (see ErrFatal).
+func (r *Relay) Run(ctx context.Context) error {
+	defer r.state.Store(int32(StateStopped))
+	log := r.cfg.Logger.With(slog.String("slot", r.cfg.Slot))
+
+	pool, err := r.connect(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := prepare(ctx, pool, &r.cfg); err != nil {
+		return err
+	}
+
+	sink := r.cfg.Sink
+	if sink == nil {
+		ks, err := newKafkaSink(r.producerOpts(), log)
+		if err != nil {
+			return fmt.Errorf("relay: kafka client: %w", err)
+		}
+		defer ks.Close()
+		sink = ks
+	}
+
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	go r.monitorWAL(runCtx, pool, cancelRun, log)
+
+	backoff := newBackoff(r.cfg.ReconnectBackoffMax)
+	standbyLogged := false
+	for {
+		started := time.Now()
+		err := r.session(runCtx, pool, sink, log)
+		if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+			return cause // a fatal condition found by the WAL monitor
+		}
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrFatal) {
+			return err
+		}
+		if errors.Is(err, errSlotBusy) {
+			r.state.Store(int32(StateStandby))
+			r.metrics.standby.Set(1)
+			if !standbyLogged {
+				log.Info("standby: another relay holds the slot; taking over when it stops", slog.String("holder", err.Error()))
+				standbyLogged = true
+			}
+			if !sleep(ctx, r.cfg.StandbyPoll) {
+				return nil
+			}
+			continue
+		}
+		standbyLogged = false
+		r.metrics.standby.Set(0)
+		r.state.Store(int32(StateRetrying))
+		if time.Since(started) > time.Minute {
+			backoff.reset()
+		}
+		wait := backoff.next()
+		log.Warn("replication session ended; reconnecting", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
+		if !sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// connect opens the ordinary pool, retrying while PostgreSQL is unreachable
+// but giving up at once on errors a retry cannot fix.
+func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(r.cfg.DatabaseURL)
+	if err != nil {
+		return nil, errors.New("relay: Config.DatabaseURL is not a valid PostgreSQL connection string")
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "ferry-relay"
+	backoff := newBackoff(r.cfg.ReconnectBackoffMax)
+	for {
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err == nil {
+			if err = pool.Ping(ctx); err == nil {
+				return pool, nil
+			}
+			pool.Close()
+		}
+		if permanentConnError(err) {
+			return nil, fmt.Errorf("%w: connect to PostgreSQL: %w", ErrFatal, err)
+		}
+		wait := backoff.next()
+		log.Warn("cannot reach PostgreSQL; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
+		if !sleep(ctx, wait) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// permanentConnError is true for refusals that retrying cannot change:
+// authentication and a database that does not exist.
+func permanentConnError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code[:2] == "28" || pgErr.Code == "3D000"
+	}
+	return false
+}
+
+// producerOpts are the caller's Kafka options plus the relay's own:
+// idempotent acks=all production (franz-go's default) that retries forever,
+// with room for the in-flight budget.
+func (r *Relay) producerOpts() []kgo.Opt {
+	opts := append([]kgo.Opt{}, r.cfg.KafkaOpts...)
+	return append(opts,
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.MaxBufferedRecords(r.cfg.MaxInFlightRecords+1),
+		kgo.ProducerLinger(time.Millisecond),
+	)
+}
+
+// monitorWAL reads the slot's retained WAL and stops the relay, loudly, if
+// PostgreSQL invalidates the slot.
+func (r *Relay) monitorWAL(ctx context.Context, pool *pgxpool.Pool, stop context.CancelCauseFunc, log *slog.Logger) {
+	t := time.NewTicker(r.cfg.WALMonitorInterval)
+	defer t.Stop()
+	for {
+		st, err := Status(ctx, pool, r.cfg.Slot)
+		if err == nil {
+			r.metrics.retainedWAL.Set(float64(st.RetainedWALBytes))
+			if st.WALStatus == "lost" {
+				err := slotLostError(r.cfg.Slot)
+				log.Error("replication slot lost", slog.String("error", err.Error()))
+				stop(err)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is capped exponential backoff with jitter.
+type backoff struct {
+	cur, max time.Duration
+}
+
+func newBackoff(max time.Duration) *backoff { return &backoff{max: max} }
+
+func (b *backoff) next() time.Duration {
+	b.cur = min(max(2*b.cur, 250*time.Millisecond), b.max)
+	return b.cur/2 + rand.N(b.cur/2+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

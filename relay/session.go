@@ -1,0 +1,421 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// errSlotBusy means another process streams from the slot: this relay is a
+// standby.
+var errSlotBusy = errors.New("replication slot is active")
+
+// session is one replication connection's life: from START_REPLICATION to an
+// error or a clean stop. A failed session is thrown away whole: the next one
+// resumes from the slot's confirmed position and publishes again whatever
+// was in flight, so order per partition is kept and nothing is lost.
+type session struct {
+	r       *Relay
+	cfg     *Config
+	log     *slog.Logger
+	conn    *pgconn.PgConn
+	sink    Sink
+	tracker *lsnTracker
+	quar    *quarantiner
+	rels    *relations
+	// sctx is the context of produced records. It outlives a shutdown
+	// request so that in-flight records can still be acknowledged.
+	sctx context.Context
+
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+
+	received     pglogrepl.LSN // end of the newest WAL data received
+	lastReported pglogrepl.LSN
+	open         *txn          // transaction being decoded, nil between transactions
+	openLSN      pglogrepl.LSN // its commit LSN, from Begin
+	openCommit   time.Time     // its commit time, from Begin
+}
+
+func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log *slog.Logger) error {
+	if err := prepare(ctx, pool, &r.cfg); err != nil {
+		return err
+	}
+	text, err := confirmedFlush(ctx, pool, r.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	start, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		return fmt.Errorf("parse confirmed_flush_lsn %q: %w", text, err)
+	}
+
+	conn, err := r.replicationConn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+
+	// LSN 0: the server starts at the slot's confirmed_flush_lsn and sends
+	// every transaction that commits after it. No client-side filtering.
+	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{
+			"proto_version '1'",
+			fmt.Sprintf("publication_names '%s'", r.cfg.Publication),
+			"binary 'true'",
+		},
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use
+			return fmt.Errorf("%w: %s", errSlotBusy, pgErr.Message)
+		case errors.As(err, &pgErr) && pgErr.Code == "55000" && strings.Contains(pgErr.Message, "no longer"):
+			return slotLostError(r.cfg.Slot)
+		}
+		return fmt.Errorf("start replication on slot %q: %w", r.cfg.Slot, err)
+	}
+
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &session{
+		r:            r,
+		cfg:          &r.cfg,
+		log:          log,
+		conn:         conn,
+		sink:         sink,
+		tracker:      newLSNTracker(start),
+		rels:         newRelations(),
+		sctx:         sctx,
+		failed:       make(chan struct{}),
+		received:     start,
+		lastReported: 0,
+	}
+	s.quar = &quarantiner{
+		db: pool, queries: r.queries, tracker: s.tracker, metrics: r.metrics, logger: log,
+		in: make(chan quarantined, r.cfg.MaxInFlightRecords+1),
+	}
+	quarDone := make(chan struct{})
+	go func() { defer close(quarDone); s.quar.run(sctx) }()
+	defer func() { cancel(); <-quarDone }()
+
+	r.metrics.sessions.Inc()
+	r.metrics.nSessions.Add(1)
+	r.metrics.standby.Set(0)
+	r.state.Store(int32(StateStreaming))
+	log.Info("streaming from slot", slog.String("from_lsn", start.String()))
+
+	err = s.stream(ctx)
+	if err != nil {
+		// Fail what is still buffered before the next session resends it,
+		// so that no stale record lands after a resent one.
+		actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = sink.AbortBufferedRecords(actx)
+		acancel()
+	}
+	return err
+}
+
+func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(r.cfg.DatabaseURL)
+	if err != nil {
+		return nil, errors.New("relay: Config.DatabaseURL is not a valid PostgreSQL connection string")
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "ferry-relay"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		if permanentConnError(err) {
+			return nil, fmt.Errorf("%w: replication connection: %w", ErrFatal, err)
+		}
+		return nil, fmt.Errorf("replication connection: %w", err)
+	}
+	return conn, nil
+}
+
+// fail ends the session with err; the first error wins.
+func (s *session) fail(err error) {
+	s.failOnce.Do(func() {
+		s.failErr = err
+		close(s.failed)
+	})
+}
+
+// stream reads the replication stream until ctx ends (then it stops
+// cleanly) or something fails.
+func (s *session) stream(ctx context.Context) error {
+	interval := s.cfg.StatusInterval
+	nextStatus := time.Now() // report at once: it also tells the server who we are
+	var stopBy time.Time     // set when ctx ends
+
+	for {
+		select {
+		case <-s.failed:
+			return s.failErr
+		default:
+		}
+		now := time.Now()
+		if ctx.Err() != nil && stopBy.IsZero() {
+			stopBy = now.Add(s.cfg.ShutdownTimeout)
+			s.log.Info("stopping: finishing the current transaction and waiting for Kafka's acknowledgements")
+		}
+		if !stopBy.IsZero() && (s.open == nil || now.After(stopBy)) {
+			return s.stop(stopBy)
+		}
+		if !now.Before(nextStatus) {
+			if err := s.report(); err != nil {
+				return err
+			}
+			nextStatus = now.Add(interval)
+		}
+
+		// Back-pressure: read no further while the budget is spent.
+		if _, n, b, _ := s.tracker.position(); n >= s.cfg.MaxInFlightRecords || b >= s.cfg.MaxInFlightBytes {
+			wait := time.Until(nextStatus)
+			if !stopBy.IsZero() {
+				wait = min(wait, time.Until(stopBy))
+			}
+			timer := time.NewTimer(max(wait, 0))
+			select {
+			case <-s.tracker.space:
+			case <-s.failed:
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+			timer.Stop()
+			continue
+		}
+
+		deadline := nextStatus
+		if !stopBy.IsZero() && stopBy.Before(deadline) {
+			deadline = stopBy
+		} else if ctx.Err() == nil {
+			// Wake up for shutdown even when the stream is quiet.
+			if d := ctxDeadline(ctx); !d.IsZero() && d.Before(deadline) {
+				deadline = d
+			}
+		}
+		_ = s.conn.Conn().SetReadDeadline(deadline)
+		msg, err := s.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive replication message: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			replyNow, err := s.handleCopyData(msg.Data)
+			if err != nil {
+				return err
+			}
+			if replyNow {
+				nextStatus = time.Now()
+			}
+		case *pgproto3.ErrorResponse:
+			return s.serverError(pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return errors.New("server ended the replication stream")
+		}
+	}
+}
+
+func ctxDeadline(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+func (s *session) serverError(err *pgconn.PgError) error {
+	switch {
+	case err.Code == "42704" && strings.Contains(err.Message, "publication"):
+		return fmt.Errorf("%w: %s; recreate it: CREATE PUBLICATION %s FOR TABLE outbox WITH (publish = 'insert')", ErrPublicationMissing, err.Message, s.cfg.Publication)
+	case err.Code == "55000" && strings.Contains(err.Message, "no longer"):
+		return slotLostError(s.cfg.Slot)
+	}
+	return fmt.Errorf("replication stream: %w", err)
+}
+
+// handleCopyData processes one message of the stream. It reports whether the
+// server asked for an immediate status update.
+func (s *session) handleCopyData(data []byte) (replyNow bool, err error) {
+	if len(data) == 0 {
+		return false, nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("parse keepalive: %w", err)
+		}
+		if s.open == nil {
+			s.tracker.idle(ka.ServerWALEnd)
+		}
+		return ka.ReplyRequested, nil
+	case pglogrepl.XLogDataByteID:
+		// pgproto3 reuses the buffer on the next receive; decoded values
+		// must outlive it while their records are in flight.
+		buf := append([]byte(nil), data[1:]...)
+		xld, err := pglogrepl.ParseXLogData(buf)
+		if err != nil {
+			return false, fmt.Errorf("parse XLogData: %w", err)
+		}
+		if end := xld.WALStart + pglogrepl.LSN(len(xld.WALData)); end > s.received {
+			s.received = end
+		}
+		return false, s.handleWAL(xld.WALData)
+	}
+	return false, nil
+}
+
+func (s *session) handleWAL(data []byte) error {
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("parse pgoutput message: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		return s.rels.add(m)
+	case *pglogrepl.BeginMessage:
+		s.open = s.tracker.begin()
+		s.openLSN = m.FinalLSN
+		s.openCommit = m.CommitTime
+	case *pglogrepl.InsertMessage:
+		if s.open == nil {
+			return errors.New("insert outside a transaction")
+		}
+		r, ok, err := s.rels.decode(m)
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.publish(&r)
+		}
+	case *pglogrepl.CommitMessage:
+		if s.open == nil {
+			return errors.New("commit without begin")
+		}
+		s.tracker.commit(s.open, m.TransactionEndLSN)
+		s.open = nil
+	}
+	return nil
+}
+
+// publish hands one event to Kafka, or straight to quarantine when its topic
+// name can never be valid.
+func (s *session) publish(r *row) {
+	tx, commitTime, lsn := s.open, s.openCommit, s.openLSN
+	rec := s.r.namer.record(r)
+	size := recordSize(rec)
+	s.tracker.produce(tx, size)
+	if !validTopic(rec.Topic) {
+		s.quar.in <- quarantined{tx: tx, row: r, topic: rec.Topic, size: size, reason: ReasonInvalidTopic,
+			err: fmt.Errorf("topic name %q is not valid in Kafka", rec.Topic), lsn: lsn}
+		return
+	}
+	if s.cfg.unsafeConfirmOnSend {
+		s.sink.Produce(s.sctx, rec, func(*kgo.Record, error) {})
+		s.tracker.ack(tx, size)
+		return
+	}
+	s.sink.Produce(s.sctx, rec, func(rec *kgo.Record, err error) {
+		if err == nil {
+			s.r.metrics.published.Inc()
+			s.r.metrics.nPublished.Add(1)
+			s.r.metrics.bytes.Add(float64(len(rec.Value)))
+			s.r.metrics.commitToAck.Observe(time.Since(commitTime).Seconds())
+			s.tracker.ack(tx, size)
+			return
+		}
+		if reason, ok := permanentReason(err); ok {
+			s.quar.in <- quarantined{tx: tx, row: r, topic: rec.Topic, size: size, reason: reason, err: err, lsn: lsn}
+			return
+		}
+		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+			err = fmt.Errorf("%w (create the topic, or let the broker create it: auto.create.topics.enable plus --kafka-auto-create-topics)", err)
+		}
+		s.fail(fmt.Errorf("kafka refused record for topic %s: %w", rec.Topic, err))
+	})
+}
+
+// report sends a standby status update. Flush and apply are the confirmed
+// position, set explicitly (pglogrepl would put the write position in a
+// zero flush). When nothing is pending it asks for a reply, whose keepalive
+// lets an idle outbox confirm the server's WAL end.
+func (s *session) report() error {
+	confirmed, n, _, busy := s.tracker.position()
+	if confirmed == 0 {
+		return errors.New("no confirmed position to report")
+	}
+	write := max(s.received, confirmed)
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: write,
+		WALFlushPosition: confirmed,
+		WALApplyPosition: confirmed,
+		ClientTime:       time.Now(),
+		ReplyRequested:   !busy && s.open == nil,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	s.r.metrics.inFlight.Set(float64(n))
+	if confirmed != s.lastReported {
+		s.lastReported = confirmed
+		s.r.metrics.confirmedLSN.Set(float64(confirmed))
+		s.r.metrics.lastConfirmed.Store(uint64(confirmed))
+		s.log.Debug("confirmed", slog.String("lsn", confirmed.String()), slog.Int("in_flight", n))
+	}
+	return nil
+}
+
+// stop ends a session on request: it waits until Kafka acknowledged every
+// record in flight (or until the deadline), confirms, and ends the stream.
+func (s *session) stop(deadline time.Time) error {
+	tick := time.NewTicker(s.cfg.StatusInterval)
+	defer tick.Stop()
+	for {
+		_, n, _, _ := s.tracker.position()
+		if n == 0 || !time.Now().Before(deadline) {
+			break
+		}
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case <-s.tracker.space:
+		case <-tick.C:
+			if err := s.report(); err != nil {
+				timer.Stop()
+				return err
+			}
+		case <-s.failed:
+			timer.Stop()
+			return s.failErr
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	if err := s.report(); err != nil {
+		return err
+	}
+	confirmed, n, _, _ := s.tracker.position()
+	if n > 0 {
+		s.log.Warn("shutdown timeout: records still in flight will be published again by the next relay",
+			slog.Int("in_flight", n), slog.String("confirmed_lsn", confirmed.String()))
+	}
+	_ = s.conn.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := pglogrepl.SendStandbyCopyDone(context.Background(), s.conn); err != nil {
+		s.log.Debug("end of replication stream", slog.String("error", err.Error()))
+	}
+	s.log.Info("stopped", slog.String("confirmed_lsn", confirmed.String()))
+	return nil
+}

@@ -1,0 +1,159 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SlotStatus describes the relay's replication slot, as `relay status` shows.
+type SlotStatus struct {
+	Slot              string
+	Exists            bool
+	Plugin            string
+	Active            bool
+	ActivePID         int32  // 0 when no process holds the slot
+	ConfirmedFlushLSN string // what PostgreSQL will resend after
+	RestartLSN        string
+	// WALStatus is reserved, extended, unreserved or lost. A lost slot can
+	// no longer deliver the changes it missed.
+	WALStatus string
+	// RetainedWALBytes is the WAL the slot keeps from being recycled.
+	RetainedWALBytes int64
+	// Quarantined counts the events Kafka refused for good.
+	Quarantined int64
+}
+
+// Status reads the slot's state and the quarantine count. It needs only an
+// ordinary connection, so it works while a relay streams.
+func Status(ctx context.Context, db *pgxpool.Pool, slot string) (*SlotStatus, error) {
+	st := &SlotStatus{Slot: slot}
+	err := db.QueryRow(ctx, `
+		SELECT plugin, active, coalesce(active_pid, 0), coalesce(confirmed_flush_lsn::text, ''),
+		       coalesce(restart_lsn::text, ''), coalesce(wal_status, ''),
+		       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&st.Plugin, &st.Active, &st.ActivePID, &st.ConfirmedFlushLSN, &st.RestartLSN, &st.WALStatus, &st.RetainedWALBytes)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, fmt.Errorf("read slot %s: %w", slot, err)
+	default:
+		st.Exists = true
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox_quarantine`).Scan(&st.Quarantined); err != nil {
+		return nil, fmt.Errorf("count quarantined events: %w", err)
+	}
+	return st, nil
+}
+
+// slotLostError explains what a lost slot means and what to do.
+func slotLostError(slot string) error {
+	return fmt.Errorf("%w: slot %q has wal_status = lost: PostgreSQL removed WAL the relay had not confirmed, "+
+		"so outbox events written meanwhile may be missing from Kafka. Ferry does not recreate the slot by itself. "+
+		"Raise max_slot_wal_keep_size, then drop the slot (SELECT pg_drop_replication_slot('%s')), start the relay "+
+		"to create a new one, and republish outbox rows created since the relay last ran", ErrSlotLost, slot, slot)
+}
+
+// prepare checks the server and makes sure the publication and slot exist,
+// creating them unless cfg.NoCreate.
+func prepare(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
+	var walLevel string
+	if err := db.QueryRow(ctx, `SHOW wal_level`).Scan(&walLevel); err != nil {
+		return fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return fmt.Errorf("%w: it is %q; set wal_level = logical in postgresql.conf and restart PostgreSQL", ErrWALLevel, walLevel)
+	}
+	var outboxExists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('outbox') IS NOT NULL`).Scan(&outboxExists); err != nil {
+		return fmt.Errorf("look up outbox table: %w", err)
+	}
+	if !outboxExists {
+		return fmt.Errorf("%w: run `relay migrate` first", ErrOutboxMissing)
+	}
+	if err := ensurePublication(ctx, db, cfg); err != nil {
+		return err
+	}
+	return ensureSlot(ctx, db, cfg)
+}
+
+func ensurePublication(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
+	pub := cfg.Publication
+	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE outbox WITH (publish = 'insert')`, pgx.Identifier{pub}.Sanitize())
+	var inserts, coversOutbox bool
+	err := db.QueryRow(ctx, `
+		SELECT p.pubinsert,
+		       EXISTS (SELECT 1 FROM pg_publication_tables t
+		               WHERE t.pubname = p.pubname AND format('%I.%I', t.schemaname, t.tablename)::regclass = 'outbox'::regclass)
+		FROM pg_publication p WHERE p.pubname = $1`, pub).Scan(&inserts, &coversOutbox)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if cfg.NoCreate {
+			return fmt.Errorf("%w: publication %q does not exist and NoCreate is set; an administrator can create it with: %s", ErrPublicationMissing, pub, create)
+		}
+		if _, err := db.Exec(ctx, create); err != nil && !isCode(err, "42710") { // duplicate_object: another relay won
+			return fmt.Errorf("create publication %q: %w", pub, err)
+		}
+		cfg.Logger.Info("created publication", "publication", pub)
+		return nil
+	case err != nil:
+		return fmt.Errorf("read publication %q: %w", pub, err)
+	case !coversOutbox:
+		return fmt.Errorf("%w: publication %q exists but does not include the outbox table: ALTER PUBLICATION %s ADD TABLE outbox", ErrPublicationMissing, pub, pgx.Identifier{pub}.Sanitize())
+	case !inserts:
+		return fmt.Errorf("%w: publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", ErrPublicationMissing, pub, pgx.Identifier{pub}.Sanitize())
+	}
+	return nil
+}
+
+func ensureSlot(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
+	slot := cfg.Slot
+	var plugin, walStatus string
+	var sameDB bool
+	err := db.QueryRow(ctx, `
+		SELECT coalesce(plugin, ''), coalesce(wal_status, ''), database = current_database()
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &walStatus, &sameDB)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if cfg.NoCreate {
+			return fmt.Errorf("%w: slot %q does not exist and NoCreate is set; an administrator can create it with: SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrSlotMissing, slot, slot)
+		}
+		if _, err := db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil && !isCode(err, "42710") {
+			return fmt.Errorf("create replication slot %q: %w", slot, err)
+		}
+		cfg.Logger.Info("created replication slot", "slot", slot)
+		return nil
+	case err != nil:
+		return fmt.Errorf("read replication slot %q: %w", slot, err)
+	case plugin != "pgoutput":
+		return fmt.Errorf("%w: slot %q uses plugin %q, not pgoutput; choose another Config.Slot", ErrFatal, slot, plugin)
+	case !sameDB:
+		return fmt.Errorf("%w: slot %q belongs to another database; choose another Config.Slot", ErrFatal, slot)
+	case walStatus == "lost":
+		return slotLostError(slot)
+	}
+	return nil
+}
+
+// confirmedFlush returns where PostgreSQL will resume the slot.
+func confirmedFlush(ctx context.Context, db *pgxpool.Pool, slot string) (string, error) {
+	var lsn *string
+	err := db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lsn)
+	if err != nil {
+		return "", fmt.Errorf("read confirmed_flush_lsn of slot %q: %w", slot, err)
+	}
+	if lsn == nil {
+		return "", fmt.Errorf("slot %q has no confirmed_flush_lsn", slot)
+	}
+	return *lsn, nil
+}
+
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
