@@ -17,6 +17,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// promptReport is how soon a moved confirmed position is reported: it
+// bounds what a crash publishes twice to the records in flight plus this
+// much throughput.
+const promptReport = 10 * time.Millisecond
+
 // errSlotBusy means another process streams from the slot: this relay is a
 // standby.
 var errSlotBusy = errors.New("replication slot is active")
@@ -44,6 +49,7 @@ type session struct {
 
 	received     pglogrepl.LSN // end of the newest WAL data received
 	lastReported pglogrepl.LSN
+	lastReport   time.Time
 	open         *txn          // transaction being decoded, nil between transactions
 	openLSN      pglogrepl.LSN // its commit LSN, from Begin
 	openCommit   time.Time     // its commit time, from Begin
@@ -174,20 +180,29 @@ func (s *session) stream(ctx context.Context) error {
 		if !stopBy.IsZero() && (s.open == nil || now.After(stopBy)) {
 			return s.stop(stopBy)
 		}
-		if !now.Before(nextStatus) {
+		// Report at every interval, and promptly whenever the confirmed
+		// position moved: what is acknowledged but unreported would be
+		// published again after a crash.
+		confirmed, n, b, _ := s.tracker.position()
+		moved := confirmed != s.lastReported
+		if !now.Before(nextStatus) || (moved && now.Sub(s.lastReport) >= promptReport) {
 			if err := s.report(); err != nil {
 				return err
 			}
 			nextStatus = now.Add(interval)
+			moved = false
+		}
+		deadline := nextStatus
+		if n > 0 || moved {
+			deadline = now.Add(promptReport)
+		}
+		if !stopBy.IsZero() && stopBy.Before(deadline) {
+			deadline = stopBy
 		}
 
 		// Back-pressure: read no further while the budget is spent.
-		if _, n, b, _ := s.tracker.position(); n >= s.cfg.MaxInFlightRecords || b >= s.cfg.MaxInFlightBytes {
-			wait := time.Until(nextStatus)
-			if !stopBy.IsZero() {
-				wait = min(wait, time.Until(stopBy))
-			}
-			timer := time.NewTimer(max(wait, 0))
+		if n >= s.cfg.MaxInFlightRecords || b >= s.cfg.MaxInFlightBytes {
+			timer := time.NewTimer(max(time.Until(deadline), 0))
 			select {
 			case <-s.tracker.space:
 			case <-s.failed:
@@ -198,15 +213,6 @@ func (s *session) stream(ctx context.Context) error {
 			continue
 		}
 
-		deadline := nextStatus
-		if !stopBy.IsZero() && stopBy.Before(deadline) {
-			deadline = stopBy
-		} else if ctx.Err() == nil {
-			// Wake up for shutdown even when the stream is quiet.
-			if d := ctxDeadline(ctx); !d.IsZero() && d.Before(deadline) {
-				deadline = d
-			}
-		}
 		_ = s.conn.Conn().SetReadDeadline(deadline)
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
@@ -230,11 +236,6 @@ func (s *session) stream(ctx context.Context) error {
 			return errors.New("server ended the replication stream")
 		}
 	}
-}
-
-func ctxDeadline(ctx context.Context) time.Time {
-	d, _ := ctx.Deadline()
-	return d
 }
 
 func (s *session) serverError(err *pgconn.PgError) error {
@@ -370,6 +371,7 @@ func (s *session) report() error {
 		return fmt.Errorf("send standby status: %w", err)
 	}
 	s.r.metrics.inFlight.Set(float64(n))
+	s.lastReport = time.Now()
 	if confirmed != s.lastReported {
 		s.lastReported = confirmed
 		s.r.metrics.confirmedLSN.Set(float64(confirmed))
