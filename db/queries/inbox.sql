@@ -18,3 +18,18 @@ WHERE (consumer, message_id) IN (
     ORDER BY processed_at
     LIMIT @max_rows::int
 );
+
+-- name: InboxInsertMany :many
+-- Claims a batch of messages in one statement and returns the ids that were
+-- new. An id already present, or repeated in the batch, is returned at most
+-- once.
+INSERT INTO inbox (consumer, message_id, processed_at)
+SELECT @consumer::text, unnest(@message_ids::text[]), coalesce(sqlc.narg('now')::timestamptz, now())
+ON CONFLICT (consumer, message_id) DO NOTHING
+RETURNING message_id;
+
+-- name: InboxDeleteMany :execrows
+-- Releases claims made by InboxInsertMany in the same transaction for
+-- messages whose handler failed, so that they can be applied later.
+DELETE FROM inbox
+WHERE consumer = @consumer AND message_id = ANY(@message_ids::text[]);

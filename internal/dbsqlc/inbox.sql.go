@@ -34,6 +34,26 @@ func (q *Queries) InboxDeleteBefore(ctx context.Context, db DBTX, arg InboxDelet
 	return result.RowsAffected(), nil
 }
 
+const inboxDeleteMany = `-- name: InboxDeleteMany :execrows
+DELETE FROM inbox
+WHERE consumer = $1 AND message_id = ANY($2::text[])
+`
+
+type InboxDeleteManyParams struct {
+	Consumer   string
+	MessageIds []string
+}
+
+// Releases claims made by InboxInsertMany in the same transaction for
+// messages whose handler failed, so that they can be applied later.
+func (q *Queries) InboxDeleteMany(ctx context.Context, db DBTX, arg InboxDeleteManyParams) (int64, error) {
+	result, err := db.Exec(ctx, inboxDeleteMany, arg.Consumer, arg.MessageIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const inboxExists = `-- name: InboxExists :one
 SELECT EXISTS (
     SELECT 1 FROM inbox WHERE consumer = $1 AND message_id = $2
@@ -71,4 +91,40 @@ func (q *Queries) InboxInsert(ctx context.Context, db DBTX, arg InboxInsertParam
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const inboxInsertMany = `-- name: InboxInsertMany :many
+INSERT INTO inbox (consumer, message_id, processed_at)
+SELECT $1::text, unnest($2::text[]), coalesce($3::timestamptz, now())
+ON CONFLICT (consumer, message_id) DO NOTHING
+RETURNING message_id
+`
+
+type InboxInsertManyParams struct {
+	Consumer   string
+	MessageIds []string
+	Now        *time.Time
+}
+
+// Claims a batch of messages in one statement and returns the ids that were
+// new. An id already present, or repeated in the batch, is returned at most
+// once.
+func (q *Queries) InboxInsertMany(ctx context.Context, db DBTX, arg InboxInsertManyParams) ([]string, error) {
+	rows, err := db.Query(ctx, inboxInsertMany, arg.Consumer, arg.MessageIds, arg.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var message_id string
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
