@@ -1,12 +1,13 @@
 package relay
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,29 +15,44 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// row is one outbox insert as decoded from the WAL.
+// row is one outbox insert as decoded from the WAL. Its byte fields point
+// into the message they were decoded from, which must not be reused while
+// the row is in flight.
 type row struct {
 	ID            uuid.UUID
-	AggregateType string
-	AggregateID   string
-	EventType     string
+	AggregateType []byte
+	AggregateID   []byte
+	EventType     []byte
 	Payload       []byte
 	Headers       []header // the row's own headers, sorted by key
 	CreatedAt     time.Time
 }
 
-type header struct{ Key, Value string }
+type header struct{ Key, Value []byte }
+
+// Positions of the columns the relay reads in relation.index.
+const (
+	colID = iota
+	colAggregateType
+	colAggregateID
+	colEventType
+	colPayload
+	colHeaders
+	colCreatedAt
+	numColumns
+)
 
 // outboxColumns are the columns the relay reads, by name: a column added to
 // outbox later is ignored, and one that moved keeps working.
-var outboxColumns = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "created_at"}
+var outboxColumns = [numColumns]string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "created_at"}
 
 // relation is a Relation message turned into column positions.
 type relation struct {
 	name   string // schema.table
 	outbox bool
-	index  [7]int // position of each outboxColumns entry
-	oids   [7]uint32
+	ncols  int
+	index  [numColumns]int // position of each outboxColumns entry
+	oids   [numColumns]uint32
 }
 
 // relations caches Relation messages. PostgreSQL sends one before the first
@@ -44,6 +60,9 @@ type relation struct {
 type relations struct {
 	byID map[uint32]*relation
 	typs *pgtype.Map
+	// Scratch space for one tuple, reused by every insert.
+	kinds []byte
+	datas [][]byte
 }
 
 func newRelations() *relations {
@@ -51,7 +70,7 @@ func newRelations() *relations {
 }
 
 func (rs *relations) add(m *pglogrepl.RelationMessage) error {
-	r := &relation{name: m.Namespace + "." + m.RelationName, outbox: m.RelationName == "outbox"}
+	r := &relation{name: m.Namespace + "." + m.RelationName, outbox: m.RelationName == "outbox", ncols: len(m.Columns)}
 	if r.outbox {
 		for i, name := range outboxColumns {
 			j := slices.IndexFunc(m.Columns, func(c *pglogrepl.RelationMessageColumn) bool { return c.Name == name })
@@ -66,83 +85,108 @@ func (rs *relations) add(m *pglogrepl.RelationMessage) error {
 	return nil
 }
 
-// decode turns an Insert into a row. ok is false for tables other than
+var errShortInsert = errors.New("truncated pgoutput Insert message")
+
+// decodeInsert decodes a pgoutput Insert message ('I', relation id, 'N',
+// tuple) without allocating per column. ok is false for tables other than
 // outbox, which a publication may also carry.
-func (rs *relations) decode(m *pglogrepl.InsertMessage) (ev row, ok bool, err error) {
-	r := rs.byID[m.RelationID]
+func (rs *relations) decodeInsert(msg []byte) (ev row, ok bool, err error) {
+	if len(msg) < 8 || msg[5] != 'N' {
+		return row{}, false, errShortInsert
+	}
+	relID := binary.BigEndian.Uint32(msg[1:5])
+	r := rs.byID[relID]
 	if r == nil {
-		return row{}, false, fmt.Errorf("insert into relation %d before its Relation message", m.RelationID)
+		return row{}, false, fmt.Errorf("insert into relation %d before its Relation message", relID)
 	}
 	if !r.outbox {
 		return row{}, false, nil
 	}
-	cols := m.Tuple.Columns
-	col := func(i int) (*pglogrepl.TupleDataColumn, error) {
-		if r.index[i] >= len(cols) {
-			return nil, fmt.Errorf("outbox insert has %d columns, column %q is number %d", len(cols), outboxColumns[i], r.index[i]+1)
+	n := int(binary.BigEndian.Uint16(msg[6:8]))
+	rs.kinds, rs.datas = rs.kinds[:0], rs.datas[:0]
+	p := 8
+	for range n {
+		if p >= len(msg) {
+			return row{}, true, errShortInsert
 		}
-		c := cols[r.index[i]]
-		if c.DataType == pglogrepl.TupleDataTypeNull && outboxColumns[i] != "headers" {
-			return nil, fmt.Errorf("outbox column %q is NULL", outboxColumns[i])
+		kind := msg[p]
+		p++
+		var data []byte
+		if kind == pglogrepl.TupleDataTypeText || kind == pglogrepl.TupleDataTypeBinary {
+			if p+4 > len(msg) {
+				return row{}, true, errShortInsert
+			}
+			l := int(binary.BigEndian.Uint32(msg[p : p+4]))
+			p += 4
+			if p+l > len(msg) {
+				return row{}, true, errShortInsert
+			}
+			data = msg[p : p+l : p+l]
+			p += l
 		}
-		return c, nil
+		rs.kinds = append(rs.kinds, kind)
+		rs.datas = append(rs.datas, data)
 	}
 	for i, name := range outboxColumns {
-		c, err := col(i)
-		if err != nil {
-			return row{}, true, err
+		j := r.index[i]
+		if j >= n {
+			return row{}, true, fmt.Errorf("outbox insert has %d columns, column %q is number %d", n, name, j+1)
 		}
-		if err := rs.decodeColumn(&ev, name, r.oids[i], c); err != nil {
+		kind := rs.kinds[j]
+		if kind == pglogrepl.TupleDataTypeNull || kind == pglogrepl.TupleDataTypeToast {
+			if i == colHeaders {
+				continue
+			}
+			return row{}, true, fmt.Errorf("outbox column %q is NULL", name)
+		}
+		if err := rs.decodeColumn(&ev, i, r.oids[i], kind == pglogrepl.TupleDataTypeBinary, rs.datas[j]); err != nil {
 			return row{}, true, fmt.Errorf("outbox column %q: %w", name, err)
 		}
 	}
 	return ev, true, nil
 }
 
-func (rs *relations) decodeColumn(ev *row, name string, oid uint32, c *pglogrepl.TupleDataColumn) error {
-	if c.DataType == pglogrepl.TupleDataTypeNull {
-		return nil
-	}
-	binaryData := c.DataType == pglogrepl.TupleDataTypeBinary
-	switch name {
-	case "id":
-		if binaryData && oid == pgtype.UUIDOID && len(c.Data) == 16 {
-			copy(ev.ID[:], c.Data)
+func (rs *relations) decodeColumn(ev *row, col int, oid uint32, binaryData bool, data []byte) error {
+	switch col {
+	case colID:
+		if binaryData && oid == pgtype.UUIDOID && len(data) == 16 {
+			copy(ev.ID[:], data)
 			return nil
 		}
-		id, err := uuid.ParseBytes(c.Data)
+		id, err := uuid.ParseBytes(data)
 		ev.ID = id
 		return err
-	case "aggregate_type":
-		ev.AggregateType = string(c.Data)
-	case "aggregate_id":
-		ev.AggregateID = string(c.Data)
-	case "event_type":
-		ev.EventType = string(c.Data)
-	case "payload":
+	case colAggregateType:
+		ev.AggregateType = data
+	case colAggregateID:
+		ev.AggregateID = data
+	case colEventType:
+		ev.EventType = data
+	case colPayload:
 		if binaryData {
-			ev.Payload = c.Data
+			ev.Payload = data
 			return nil
 		}
-		s, ok := strings.CutPrefix(string(c.Data), `\x`)
+		s, ok := bytes.CutPrefix(data, []byte(`\x`))
 		if !ok {
-			return fmt.Errorf("text bytea without \\x prefix")
+			return errors.New(`text bytea without \x prefix`)
 		}
-		b, err := hex.DecodeString(s)
-		ev.Payload = b
+		ev.Payload = make([]byte, hex.DecodedLen(len(s)))
+		_, err := hex.Decode(ev.Payload, s)
 		return err
-	case "headers":
-		data := c.Data
+	case colHeaders:
 		if binaryData && oid == pgtype.JSONBOID {
 			if len(data) == 0 || data[0] != 1 {
-				return fmt.Errorf("unknown jsonb binary version")
+				return errors.New("unknown jsonb binary version")
 			}
 			data = data[1:]
 		}
-		return decodeHeaders(ev, data)
-	case "created_at":
-		if binaryData && oid == pgtype.TimestamptzOID && len(c.Data) == 8 {
-			us := int64(binary.BigEndian.Uint64(c.Data))
+		hs, err := parseHeaders(data)
+		ev.Headers = hs
+		return err
+	case colCreatedAt:
+		if binaryData && oid == pgtype.TimestamptzOID && len(data) == 8 {
+			us := int64(binary.BigEndian.Uint64(data))
 			ev.CreatedAt = pgEpoch.Add(time.Duration(us) * time.Microsecond)
 			return nil
 		}
@@ -151,7 +195,7 @@ func (rs *relations) decodeColumn(ev *row, name string, oid uint32, c *pglogrepl
 		if binaryData {
 			format = pgtype.BinaryFormatCode
 		}
-		if err := rs.typs.Scan(oid, format, c.Data, &ts); err != nil {
+		if err := rs.typs.Scan(oid, format, data, &ts); err != nil {
 			return err
 		}
 		ev.CreatedAt = ts.Time
@@ -161,26 +205,95 @@ func (rs *relations) decodeColumn(ev *row, name string, oid uint32, c *pglogrepl
 
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// decodeHeaders reads the headers object. Ferry's writer stores strings; a
-// value of another JSON type, written by hand, travels as its JSON text.
-func decodeHeaders(ev *row, data []byte) error {
-	if len(data) <= 2 { // "{}"
-		return nil
+// parseHeaders reads the headers object. The common case, an object of
+// strings without escapes as jsonb prints it, is sliced in place; anything
+// else (escapes, a non-string value written by hand, which travels as its
+// JSON text) goes through encoding/json.
+func parseHeaders(data []byte) ([]header, error) {
+	if hs, ok := parseSimpleObject(data); ok {
+		return hs, nil
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
-		return err
+		return nil, err
 	}
-	ev.Headers = make([]header, 0, len(m))
+	hs := make([]header, 0, len(m))
 	for k, raw := range m {
-		v := string(raw)
+		v := []byte(raw)
 		if len(raw) > 0 && raw[0] == '"' {
-			if err := json.Unmarshal(raw, &v); err != nil {
-				return err
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, err
 			}
+			v = []byte(s)
 		}
-		ev.Headers = append(ev.Headers, header{k, v})
+		hs = append(hs, header{[]byte(k), v})
 	}
-	slices.SortFunc(ev.Headers, func(a, b header) int { return strings.Compare(a.Key, b.Key) })
-	return nil
+	slices.SortFunc(hs, func(a, b header) int { return bytes.Compare(a.Key, b.Key) })
+	return hs, nil
+}
+
+// parseSimpleObject parses {"k": "v", ...} whose strings have no escapes.
+// jsonb prints keys sorted (by length, then bytes), unique.
+func parseSimpleObject(d []byte) ([]header, bool) {
+	p := skipSpace(d, 0)
+	if p >= len(d) || d[p] != '{' {
+		return nil, false
+	}
+	p = skipSpace(d, p+1)
+	if p < len(d) && d[p] == '}' {
+		return nil, skipSpace(d, p+1) == len(d)
+	}
+	var hs []header
+	for {
+		k, np, ok := simpleString(d, p)
+		if !ok {
+			return nil, false
+		}
+		p = skipSpace(d, np)
+		if p >= len(d) || d[p] != ':' {
+			return nil, false
+		}
+		v, np, ok := simpleString(d, skipSpace(d, p+1))
+		if !ok {
+			return nil, false
+		}
+		hs = append(hs, header{k, v})
+		p = skipSpace(d, np)
+		if p >= len(d) {
+			return nil, false
+		}
+		if d[p] == '}' {
+			break
+		}
+		if d[p] != ',' {
+			return nil, false
+		}
+		p = skipSpace(d, p+1)
+	}
+	slices.SortFunc(hs, func(a, b header) int { return bytes.Compare(a.Key, b.Key) })
+	return hs, true
+}
+
+func skipSpace(d []byte, p int) int {
+	for p < len(d) && (d[p] == ' ' || d[p] == '\n' || d[p] == '\t' || d[p] == '\r') {
+		p++
+	}
+	return p
+}
+
+// simpleString reads a JSON string starting at d[p] that has no escapes.
+func simpleString(d []byte, p int) (s []byte, next int, ok bool) {
+	if p >= len(d) || d[p] != '"' {
+		return nil, 0, false
+	}
+	end := bytes.IndexByte(d[p+1:], '"')
+	if end < 0 {
+		return nil, 0, false
+	}
+	s = d[p+1 : p+1+end : p+1+end]
+	if bytes.IndexByte(s, '\\') >= 0 {
+		return nil, 0, false
+	}
+	return s, p + 2 + end, true
 }

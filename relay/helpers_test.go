@@ -26,7 +26,7 @@ type bundle struct {
 	cfg    relay.Config
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	suffix := ferrytest.Suffix()
 	b := &bundle{
@@ -46,7 +46,7 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("FERRY_TEST_VERBOSE") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
 	}
@@ -54,7 +54,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // topic creates the topic of an aggregate type.
-func (b *bundle) topic(t *testing.T, aggregateType string, partitions int32) string {
+func (b *bundle) topic(t testing.TB, aggregateType string, partitions int32) string {
 	name := b.prefix + "." + aggregateType
 	ferrytest.CreateTopic(t, name, partitions)
 	return name
@@ -62,7 +62,7 @@ func (b *bundle) topic(t *testing.T, aggregateType string, partitions int32) str
 
 // start runs a relay until the test ends and returns it once it streams:
 // the slot only sees transactions that commit after it exists.
-func (b *bundle) start(t *testing.T, cfg relay.Config) *relay.Relay {
+func (b *bundle) start(t testing.TB, cfg relay.Config) *relay.Relay {
 	t.Helper()
 	r, err := relay.New(&cfg)
 	if err != nil {
@@ -82,7 +82,7 @@ func (b *bundle) start(t *testing.T, cfg relay.Config) *relay.Relay {
 }
 
 // waitStreaming waits until r holds its slot.
-func waitStreaming(t *testing.T, r *relay.Relay) {
+func waitStreaming(t testing.TB, r *relay.Relay) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for r.State() != relay.StateStreaming {

@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ferry_relay_commit_to_ack_seconds",
 			Help:    "Time from the PostgreSQL commit of an event to Kafka's acknowledgement.",
-			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets: []float64{.0005, .001, .002, .003, .004, .005, .0075, .01, .015, .02, .03, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_relay_sessions_total", Help: "Replication sessions started (the first one and every reconnection).",

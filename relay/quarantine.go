@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
@@ -77,9 +76,9 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 	lsn := item.lsn.String()
 	params := dbsqlc.OutboxQuarantineInsertParams{
 		ID:            item.row.ID,
-		AggregateType: item.row.AggregateType,
-		AggregateID:   item.row.AggregateID,
-		EventType:     item.row.EventType,
+		AggregateType: string(item.row.AggregateType),
+		AggregateID:   string(item.row.AggregateID),
+		EventType:     string(item.row.EventType),
 		Payload:       item.row.Payload,
 		Headers:       headersJSON(item.row.Headers),
 		CreatedAt:     item.row.CreatedAt,
@@ -108,26 +107,4 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 		slog.String("id", item.row.ID.String()), slog.String("topic", item.topic),
 		slog.String("reason", item.reason), slog.String("error", item.err.Error()))
 	return true
-}
-
-// rowOf rebuilds the outbox row from a refused record.
-func rowOf(rec *kgo.Record, r *row) *row {
-	if r != nil {
-		return r
-	}
-	out := &row{Payload: rec.Value, AggregateID: string(rec.Key), CreatedAt: rec.Timestamp}
-	for _, h := range rec.Headers {
-		switch h.Key {
-		case HeaderID:
-			_ = out.ID.UnmarshalText(h.Value)
-		case HeaderEventType:
-			out.EventType = string(h.Value)
-		case HeaderAggregateType:
-			out.AggregateType = string(h.Value)
-		case HeaderAggregateID:
-		default:
-			out.Headers = append(out.Headers, header{h.Key, string(h.Value)})
-		}
-	}
-	return out
 }

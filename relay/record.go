@@ -15,49 +15,79 @@ const (
 	HeaderAggregateID   = "aggregate_id"
 )
 
-// topicNamer fills the topic template.
+// topicNamer fills the topic template, remembering each name it made. It
+// is used by one session goroutine at a time.
 type topicNamer struct {
 	template      string
 	usesAggregate bool
 	usesEvent     bool
+	cache         map[string]namedTopic
 }
 
-func newTopicNamer(template string) topicNamer {
-	return topicNamer{
+type namedTopic struct {
+	name  string
+	valid bool
+}
+
+func newTopicNamer(template string) *topicNamer {
+	return &topicNamer{
 		template:      template,
 		usesAggregate: strings.Contains(template, "{aggregate_type}"),
 		usesEvent:     strings.Contains(template, "{event_type}"),
+		cache:         make(map[string]namedTopic),
 	}
 }
 
-func (n topicNamer) topic(r *row) string {
-	t := n.template
+func (n *topicNamer) topic(r *row) namedTopic {
+	var key string
+	switch {
+	case n.usesAggregate && n.usesEvent:
+		key = string(r.AggregateType) + "\x00" + string(r.EventType)
+	case n.usesAggregate:
+		if t, ok := n.cache[string(r.AggregateType)]; ok { // no allocation on a hit
+			return t
+		}
+		key = string(r.AggregateType)
+	case n.usesEvent:
+		if t, ok := n.cache[string(r.EventType)]; ok {
+			return t
+		}
+		key = string(r.EventType)
+	}
+	if t, ok := n.cache[key]; ok {
+		return t
+	}
+	name := n.template
 	if n.usesAggregate {
-		t = strings.ReplaceAll(t, "{aggregate_type}", r.AggregateType)
+		name = strings.ReplaceAll(name, "{aggregate_type}", string(r.AggregateType))
 	}
 	if n.usesEvent {
-		t = strings.ReplaceAll(t, "{event_type}", r.EventType)
+		name = strings.ReplaceAll(name, "{event_type}", string(r.EventType))
 	}
+	t := namedTopic{name: name, valid: validTopic(name)}
+	if len(n.cache) > 10_000 { // aggregate types are few; never grow without bound
+		clear(n.cache)
+	}
+	n.cache[key] = t
 	return t
 }
 
 // record maps an outbox row to a Kafka record: key = aggregate id, value =
 // payload bytes unchanged, Ferry's headers then the row's own, timestamp =
 // created_at.
-func (n topicNamer) record(r *row) *kgo.Record {
-	headers := make([]kgo.RecordHeader, 0, 4+len(r.Headers))
-	headers = append(headers,
-		kgo.RecordHeader{Key: HeaderID, Value: []byte(r.ID.String())},
-		kgo.RecordHeader{Key: HeaderEventType, Value: []byte(r.EventType)},
-		kgo.RecordHeader{Key: HeaderAggregateType, Value: []byte(r.AggregateType)},
-		kgo.RecordHeader{Key: HeaderAggregateID, Value: []byte(r.AggregateID)},
-	)
+func record(topic string, r *row) *kgo.Record {
+	id, _ := r.ID.MarshalText() // cannot fail
+	headers := make([]kgo.RecordHeader, 4, 4+len(r.Headers))
+	headers[0] = kgo.RecordHeader{Key: HeaderID, Value: id}
+	headers[1] = kgo.RecordHeader{Key: HeaderEventType, Value: r.EventType}
+	headers[2] = kgo.RecordHeader{Key: HeaderAggregateType, Value: r.AggregateType}
+	headers[3] = kgo.RecordHeader{Key: HeaderAggregateID, Value: r.AggregateID}
 	for _, h := range r.Headers {
-		headers = append(headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
+		headers = append(headers, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
 	}
 	return &kgo.Record{
-		Topic:     n.topic(r),
-		Key:       []byte(r.AggregateID),
+		Topic:     topic,
+		Key:       r.AggregateID,
 		Value:     r.Payload,
 		Headers:   headers,
 		Timestamp: r.CreatedAt,
@@ -78,7 +108,7 @@ func recordSize(rec *kgo.Record) int {
 func headersJSON(hs []header) []byte {
 	m := make(map[string]string, len(hs))
 	for _, h := range hs {
-		m[h.Key] = h.Value
+		m[string(h.Key)] = string(h.Value)
 	}
 	b, _ := json.Marshal(m) // a map of strings always marshals
 	return b

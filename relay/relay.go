@@ -36,7 +36,7 @@ func (s State) String() string {
 // call Run.
 type Relay struct {
 	cfg     Config
-	namer   topicNamer
+	namer   *topicNamer
 	metrics *metrics
 	queries *dbsqlc.Queries
 	state   atomic.Int32

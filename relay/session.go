@@ -281,6 +281,20 @@ func (s *session) handleCopyData(data []byte) (replyNow bool, err error) {
 }
 
 func (s *session) handleWAL(data []byte) error {
+	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
+		// The hot path: decoded in place, without pglogrepl's allocations.
+		if s.open == nil {
+			return errors.New("insert outside a transaction")
+		}
+		r, ok, err := s.rels.decodeInsert(data)
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.publish(&r)
+		}
+		return nil
+	}
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
 		return fmt.Errorf("parse pgoutput message: %w", err)
@@ -292,17 +306,6 @@ func (s *session) handleWAL(data []byte) error {
 		s.open = s.tracker.begin()
 		s.openLSN = m.FinalLSN
 		s.openCommit = m.CommitTime
-	case *pglogrepl.InsertMessage:
-		if s.open == nil {
-			return errors.New("insert outside a transaction")
-		}
-		r, ok, err := s.rels.decode(m)
-		if err != nil {
-			return err
-		}
-		if ok {
-			s.publish(&r)
-		}
 	case *pglogrepl.CommitMessage:
 		if s.open == nil {
 			return errors.New("commit without begin")
@@ -317,10 +320,11 @@ func (s *session) handleWAL(data []byte) error {
 // name can never be valid.
 func (s *session) publish(r *row) {
 	tx, commitTime, lsn := s.open, s.openCommit, s.openLSN
-	rec := s.r.namer.record(r)
+	topic := s.r.namer.topic(r)
+	rec := record(topic.name, r)
 	size := recordSize(rec)
 	s.tracker.produce(tx, size)
-	if !validTopic(rec.Topic) {
+	if !topic.valid {
 		s.quar.in <- quarantined{tx: tx, row: r, topic: rec.Topic, size: size, reason: ReasonInvalidTopic,
 			err: fmt.Errorf("topic name %q is not valid in Kafka", rec.Topic), lsn: lsn}
 		return

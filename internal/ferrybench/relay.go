@@ -1,0 +1,454 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/outbox"
+)
+
+type relayOpts struct {
+	events, runs, rate, payload int
+	latencyFor                  time.Duration
+}
+
+type env struct {
+	admin   string
+	brokers []string
+	dir     string // scratch directory with the relay binary
+}
+
+func stackEnv() (*env, error) {
+	admin, brokers := os.Getenv(ferrytest.EnvDatabaseURL), os.Getenv(ferrytest.EnvKafkaBrokers)
+	if admin == "" || brokers == "" {
+		return nil, errors.New("FERRY_TEST_DATABASE_URL and FERRY_TEST_KAFKA_BROKERS are not set: eval \"$(scripts/stack up)\" first")
+	}
+	dir, err := os.MkdirTemp("", "ferrybench")
+	if err != nil {
+		return nil, err
+	}
+	return &env{admin: admin, brokers: strings.Split(brokers, ","), dir: dir}, nil
+}
+
+func (e *env) build(pkg, name string) (string, error) {
+	bin := filepath.Join(e.dir, name)
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+	}
+	return bin, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func log(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "ferrybench: "+format+"\n", args...)
+}
+
+func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
+	e, err := stackEnv()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(e.dir)
+	relayBin, err := e.build("github.com/ferryhq/ferry/cmd/relay", "relay")
+	if err != nil {
+		return err
+	}
+	url, drop, err := ferrytest.MainDB("bench_relay")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+	adm := kadm.NewClient(kcl)
+
+	suffix := ferrytest.Suffix()
+	if _, err := pool.Exec(ctx, `CREATE PUBLICATION ferry FOR TABLE outbox WITH (publish = 'insert')`); err != nil {
+		return err
+	}
+	slot := func(i int) string { return fmt.Sprintf("bench_%s_%d", suffix, i) }
+	topic := func(i int) string { return fmt.Sprintf("bench.%s.%d.load", suffix, i) }
+	ceilingSlot := "bench_" + suffix + "_ceiling"
+	// Every slot exists before the backlog is written, so each sees all of it.
+	for i := 0; i <= o.runs; i++ {
+		name := slot(i)
+		if i == o.runs {
+			name = ceilingSlot
+		}
+		if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
+			return err
+		}
+		defer func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, name) }()
+		if i < o.runs {
+			if _, err := adm.CreateTopic(ctx, 4, 1, nil, topic(i)); err != nil {
+				return err
+			}
+			defer func() { _, _ = adm.DeleteTopics(context.Background(), topic(i)) }()
+		}
+	}
+
+	log("writing a backlog of %d events", o.events)
+	start := time.Now()
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+		SELECT gen_random_uuid(), 'load', 'agg-' || (i % 1000), 'Changed', convert_to(repeat('x', $2), 'UTF8'), '{"k":"v"}'
+		FROM generate_series(1, $1) i`, o.events, o.payload); err != nil {
+		return err
+	}
+	log("backlog written in %s", time.Since(start).Round(time.Millisecond))
+	var target string
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&target); err != nil {
+		return err
+	}
+
+	// (a) The ceiling: PostgreSQL decoding the same rows with the same
+	// options, with nothing downstream.
+	var ceilings []float64
+	for range o.runs {
+		start := time.Now()
+		var n int64
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+			'proto_version', '1', 'publication_names', 'ferry', 'binary', 'true')`, ceilingSlot).Scan(&n)
+		if err != nil {
+			return err
+		}
+		ceilings = append(ceilings, float64(o.events)/time.Since(start).Seconds())
+		log("ceiling: server-side decode %.0f events/s", ceilings[len(ceilings)-1])
+	}
+
+	// (b) The relay draining the backlog into Kafka, as a real process.
+	var drains, rss []float64
+	for i := range o.runs {
+		rate, peak, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target, o.events)
+		if err != nil {
+			return err
+		}
+		drains = append(drains, rate)
+		rss = append(rss, peak)
+		log("drain %d: %.0f events/s, peak RSS %.1f MB", i+1, rate, peak)
+	}
+
+	// (c) Commit-to-ack latency at a steady offered rate, (d) RSS meanwhile.
+	lat, err := latencyPhase(ctx, e, relayBin, url, pool, slot(0), topic(0), o)
+	if err != nil {
+		return err
+	}
+
+	c, d := median(ceilings), median(drains)
+	fmt.Fprintf(out, "| relay figure (%d-event backlog, %d-byte payloads, median of %d) | value | target |\n|---|---|---|\n", o.events, o.payload, o.runs)
+	fmt.Fprintf(out, "| ceiling: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`) | %.0f events/s | |\n", c)
+	fmt.Fprintf(out, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %.0f events/s | |\n", d)
+	fmt.Fprintf(out, "| drain / ceiling | **%.2f** | >= 0.50 |\n", d/c)
+	fmt.Fprintf(out, "| commit-to-ack p50 at %d events/s (relay histogram) | %.1f ms | |\n", o.rate, lat.histP50*1000)
+	fmt.Fprintf(out, "| commit-to-ack p99 at %d events/s (relay histogram) | **%.1f ms** | <= 20 ms |\n", o.rate, lat.histP99*1000)
+	fmt.Fprintf(out, "| commit-to-consumer p50 / p99 (writer's commit returned to a consumer's fetch) | %.1f / %.1f ms | |\n", lat.e2eP50*1000, lat.e2eP99*1000)
+	fmt.Fprintf(out, "| achieved offered rate | %.0f events/s | |\n", lat.achieved)
+	fmt.Fprintf(out, "| relay peak RSS while draining | **%.1f MB** | <= 150 MB |\n", median(rss))
+	fmt.Fprintf(out, "| relay peak RSS at %d events/s | %.1f MB | |\n", o.rate, lat.rss)
+	return nil
+}
+
+type relayProc struct {
+	cmd     *exec.Cmd
+	metrics string
+	done    chan error
+	logFile string
+}
+
+func startRelay(e *env, bin, url, slot, topicTemplate string, extra ...string) (*relayProc, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	logFile := filepath.Join(e.dir, slot+".log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"run", "--slot", slot, "--topic-template", topicTemplate, "--http-addr", addr, "--log-format", "json"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "FERRY_DATABASE_URL="+url, "FERRY_KAFKA_BROKERS="+strings.Join(e.brokers, ","))
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &relayProc{cmd: cmd, metrics: "http://" + addr + "/metrics", done: make(chan error, 1), logFile: logFile}
+	go func() { p.done <- cmd.Wait(); f.Close() }()
+	return p, nil
+}
+
+func (p *relayProc) stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		return errors.New("relay did not stop within 60s of SIGTERM")
+	}
+}
+
+// rssMB reads a process's resident set (VmRSS) or its peak (VmHWM).
+func rssMB(pid int, field string) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string, events int) (rate, peakRSS float64, err error) {
+	start := time.Now()
+	p, err := startRelay(e, bin, url, slot, topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if serr := p.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	for {
+		var done bool
+		if err := pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, slot, target).Scan(&done); err != nil {
+			return 0, 0, err
+		}
+		peakRSS = max(peakRSS, rssMB(p.cmd.Process.Pid, "VmHWM"))
+		if done {
+			return float64(events) / time.Since(start).Seconds(), peakRSS, nil
+		}
+		select {
+		case err := <-p.done:
+			return 0, 0, fmt.Errorf("relay exited during the drain: %v (log %s)", err, p.logFile)
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+type latency struct {
+	histP50, histP99, e2eP50, e2eP99, achieved, rss float64
+}
+
+func latencyPhase(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic string, o relayOpts) (latency, error) {
+	var res latency
+	p, err := startRelay(e, bin, url, slot, topic)
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = p.stop() }()
+	for {
+		var active bool
+		if err := pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err != nil {
+			return res, err
+		}
+		if active {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before, err := scrapeHistogram(p.metrics)
+	if err != nil {
+		return res, err
+	}
+
+	cons, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return res, err
+	}
+	defer cons.Close()
+	var committed sync.Map // id -> time the commit returned
+	var mu sync.Mutex
+	var e2e []float64
+	cctx, ccancel := context.WithCancel(ctx)
+	consDone := make(chan struct{})
+	go func() {
+		defer close(consDone)
+		for cctx.Err() == nil {
+			fs := cons.PollFetches(cctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				for _, h := range r.Headers {
+					if h.Key == "id" {
+						if t, ok := committed.Load(string(h.Value)); ok {
+							mu.Lock()
+							e2e = append(e2e, now.Sub(t.(time.Time)).Seconds())
+							mu.Unlock()
+						}
+					}
+				}
+			})
+		}
+	}()
+	time.Sleep(time.Second) // let the consumer join its partitions
+
+	const writers = 4
+	interval := time.Duration(float64(time.Second) * writers / float64(o.rate))
+	var wg sync.WaitGroup
+	var count int64
+	var countMu sync.Mutex
+	start := time.Now()
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for i := 0; time.Since(start) < o.latencyFor; i++ {
+				<-tick.C
+				ids, err := outbox.Write(ctx, pool, outbox.Event{
+					AggregateType: "load", AggregateID: fmt.Sprintf("w%d-%d", w, i%100), EventType: "Changed",
+					Payload: make([]byte, o.payload),
+				})
+				if err != nil {
+					log("latency writer: %v", err)
+					return
+				}
+				committed.Store(ids[0].String(), time.Now())
+				countMu.Lock()
+				count++
+				countMu.Unlock()
+			}
+		}()
+	}
+	var peak float64
+	go func() {
+		for time.Since(start) < o.latencyFor {
+			peak = max(peak, rssMB(p.cmd.Process.Pid, "VmRSS"))
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	res.achieved = float64(count) / time.Since(start).Seconds()
+	time.Sleep(2 * time.Second)
+	ccancel()
+	<-consDone
+
+	after, err := scrapeHistogram(p.metrics)
+	if err != nil {
+		return res, err
+	}
+	res.histP50 = after.minus(before).quantile(0.50)
+	res.histP99 = after.minus(before).quantile(0.99)
+	mu.Lock()
+	slices.Sort(e2e)
+	if len(e2e) > 0 {
+		res.e2eP50 = e2e[len(e2e)/2]
+		res.e2eP99 = e2e[len(e2e)*99/100]
+	}
+	mu.Unlock()
+	res.rss = peak
+	return res, nil
+}
+
+// histogram is a Prometheus histogram's cumulative buckets.
+type histogram struct {
+	bounds []float64
+	counts []float64
+}
+
+func scrapeHistogram(url string) (histogram, error) {
+	var h histogram
+	resp, err := http.Get(url)
+	if err != nil {
+		return h, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, `ferry_relay_commit_to_ack_seconds_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le, count, _ := strings.Cut(rest, `"} `)
+		b, err := strconv.ParseFloat(le, 64)
+		if le == "+Inf" {
+			b, err = 1e9, nil
+		}
+		c, err2 := strconv.ParseFloat(count, 64)
+		if err != nil || err2 != nil {
+			return h, fmt.Errorf("parse bucket %q", line)
+		}
+		h.bounds = append(h.bounds, b)
+		h.counts = append(h.counts, c)
+	}
+	return h, sc.Err()
+}
+
+func (h histogram) minus(o histogram) histogram {
+	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts)}
+	for i := range out.counts {
+		if i < len(o.counts) {
+			out.counts[i] -= o.counts[i]
+		}
+	}
+	return out
+}
+
+// quantile interpolates linearly inside the bucket holding q.
+func (h histogram) quantile(q float64) float64 {
+	if len(h.counts) == 0 || h.counts[len(h.counts)-1] == 0 {
+		return 0
+	}
+	rank := q * h.counts[len(h.counts)-1]
+	lower, below := 0.0, 0.0
+	for i, c := range h.counts {
+		if c >= rank {
+			if c == below {
+				return h.bounds[i]
+			}
+			return lower + (h.bounds[i]-lower)*(rank-below)/(c-below)
+		}
+		lower, below = h.bounds[i], c
+	}
+	return h.bounds[len(h.bounds)-1]
+}
