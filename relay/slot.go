@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // SlotStatus describes the relay's replication slot, as `relay status` shows.
@@ -157,3 +159,21 @@ func isCode(err error, code string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
+
+// Setup creates the publication and the slot when they are missing. The
+// slot keeps every transaction that commits after it exists, so creating it
+// before the application writes its first event (as `relay migrate` does)
+// means no event is ever missed, even before the relay first runs.
+func Setup(ctx context.Context, db *pgxpool.Pool, slot, publication string, logger *slog.Logger) error {
+	cfg := Config{Slot: slot, Publication: publication, Logger: logger, DatabaseURL: "postgres://unused", Sink: noSink{}}.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	return prepare(ctx, db, &cfg)
+}
+
+// noSink satisfies validation for Setup, which publishes nothing.
+type noSink struct{}
+
+func (noSink) Produce(context.Context, *kgo.Record, func(*kgo.Record, error)) {}
+func (noSink) AbortBufferedRecords(context.Context) error                     { return nil }

@@ -20,7 +20,7 @@ const (
 
 // NewLogger returns the binaries' logger: tint's coloured text for people,
 // JSON lines for machines.
-func NewLogger(w *os.File, format, level string) (*slog.Logger, error) {
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
@@ -35,12 +35,16 @@ func NewLogger(w *os.File, format, level string) (*slog.Logger, error) {
 	case LogFormatText:
 		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !terminal})), nil
 	case LogFormatJSON:
-		return slog.New(slog.NewJSONHandler(io.Writer(w), &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, text or json", format)
 }
 
-func isTerminal(f *os.File) bool {
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

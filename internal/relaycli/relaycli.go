@@ -8,9 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/relay"
 )
 
 const usage = `relay publishes Ferry's outbox to Kafka.
@@ -18,7 +20,8 @@ const usage = `relay publishes Ferry's outbox to Kafka.
 Usage:
   relay run                        publish outbox events to Kafka until SIGTERM
   relay status                     show the slot, confirmed LSN, retained WAL, quarantine
-  relay migrate [up|down|status]   apply Ferry's schema migrations
+  relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
+                                   the publication and slot (--no-slot: schema only)
   relay help                       show this text
 
 Settings come from flags or the environment; run "relay <command> -h".
@@ -58,18 +61,34 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("relay migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbURL := fs.String("database-url", cli.Env("FERRY_DATABASE_URL", ""), "PostgreSQL URL (env FERRY_DATABASE_URL)")
-	logFormat := fs.String("log-format", cli.Env("FERRY_LOG_FORMAT", cli.LogFormatAuto), "auto, text or json (env FERRY_LOG_FORMAT)")
-	logLevel := fs.String("log-level", cli.Env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error (env FERRY_LOG_LEVEL)")
+	var c common
+	c.register(fs)
+	publication := fs.String("publication", cli.Env("FERRY_PUBLICATION", relay.PublicationDefault), "publication on the outbox table (env FERRY_PUBLICATION)")
+	noSlot := fs.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return errors.New("--database-url (FERRY_DATABASE_URL) is required")
-	}
-	logger, err := cli.NewLogger(os.Stderr, *logFormat, *logLevel)
+	logger, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
-	return cli.Migrate(ctx, *dbURL, fs.Arg(0), stdout, logger)
+	action := fs.Arg(0)
+	if err := cli.Migrate(ctx, c.databaseURL, action, stdout, logger); err != nil {
+		return err
+	}
+	if *noSlot || (action != "" && action != "up") {
+		return nil
+	}
+	// The slot keeps every transaction that commits after it exists: made
+	// now, before the application's first event, nothing is ever missed.
+	pool, err := pgxpool.New(ctx, c.databaseURL)
+	if err != nil {
+		return errors.New("--database-url is not a valid PostgreSQL connection string")
+	}
+	defer pool.Close()
+	if err := relay.Setup(ctx, pool, c.slot, *publication, logger); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "publication %s and slot %s are ready\n", *publication, c.slot)
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -37,11 +36,11 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", cli.Env("FERRY_LOG_LEVEL", "info"), "debug, info, warn or error (env FERRY_LOG_LEVEL)")
 }
 
-func (c *common) logger() (*slog.Logger, error) {
+func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 	if c.databaseURL == "" {
 		return nil, errors.New("--database-url (FERRY_DATABASE_URL) is required")
 	}
-	return cli.NewLogger(os.Stderr, c.logFormat, c.logLevel)
+	return cli.NewLogger(w, c.logFormat, c.logLevel)
 }
 
 func runRelay(ctx context.Context, args []string, stderr io.Writer) error {
@@ -63,7 +62,7 @@ func runRelay(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	logger, err := c.logger()
+	logger, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -126,7 +125,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if _, err := c.logger(); err != nil {
+	if _, err := c.logger(stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)

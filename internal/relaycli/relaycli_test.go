@@ -1,0 +1,160 @@
+package relaycli_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/relaycli"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func run(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb lockedBuffer
+	code = relaycli.Main(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// Every wrong setting is refused at start-up by an error that names it.
+func TestSettingsAreValidatedByName(t *testing.T) {
+	t.Setenv("FERRY_DATABASE_URL", "")
+	t.Setenv("FERRY_KAFKA_BROKERS", "")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--kafka-brokers", "127.0.0.1:9"}, "FERRY_DATABASE_URL"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x"}, "FERRY_KAFKA_BROKERS"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "nohost"}, "--kafka-brokers"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--kafka-sasl-mechanism", "MD5"}, "--kafka-sasl-mechanism"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--status-interval", "30s"}, "StatusInterval"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--topic-template", "t.{bogus}"}, "TopicTemplate"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--slot", "Bad-Slot"}, "Slot"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--log-format", "xml"}, "--log-format"},
+		{[]string{"status"}, "FERRY_DATABASE_URL"},
+		{[]string{"frobnicate"}, "unknown command"},
+	}
+	for _, c := range cases {
+		code, _, stderr := run(t, context.Background(), c.args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("relay %v: exit %d, stderr %q; want a failure naming %s", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// relay migrate creates the schema, the publication and the slot; relay run
+// then serves metrics and readiness and never logs a password; relay status
+// shows the slot.
+func TestMigrateRunStatus(t *testing.T) {
+	db := ferrytest.NewDB(t)
+	slot := "cli_" + ferrytest.Suffix()
+	const dbSecret, saslSecret = "db-pass-7f3a", "sasl-pass-91c2"
+	url := strings.Replace(db.URL, "ferry:ferry@", "ferry:"+dbSecret+"@", 1) // trust auth ignores it
+	if url == db.URL {
+		t.Fatalf("test URL %s has no password to replace", db.URL)
+	}
+	t.Setenv("FERRY_DATABASE_URL", url)
+	t.Setenv("FERRY_KAFKA_BROKERS", ferrytest.Brokers(t)[0])
+	t.Setenv("FERRY_SLOT", slot)
+
+	code, out, stderr := run(t, context.Background(), "migrate")
+	if code != 0 || !strings.Contains(out, "slot "+slot+" are ready") {
+		t.Fatalf("relay migrate: exit %d\n%s\n%s", code, out, stderr)
+	}
+	var exists bool
+	if err := db.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists); err != nil || !exists {
+		t.Fatalf("slot %s exists = %v, %v after relay migrate", slot, exists, err)
+	}
+
+	// The SASL password must not leak either; PLAIN against a broker without
+	// SASL fails to authenticate, which the relay logs and retries.
+	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", saslSecret)
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderrBuf lockedBuffer
+	done := make(chan int)
+	go func() {
+		done <- relaycli.Main(ctx, []string{"run", "--http-addr", addr, "--log-format", "json", "--log-level", "debug",
+			"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "alice"}, io.Discard, &stderrBuf)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, body := get("http://" + addr + "/readyz")
+		if status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never became ready: %d %s\n%s", status, body, stderrBuf.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if status, body := get("http://" + addr + "/metrics"); status != 200 || !strings.Contains(body, "ferry_relay_events_published_total") ||
+		!strings.Contains(body, "ferry_relay_commit_to_ack_seconds") || !strings.Contains(body, "ferry_relay_retained_wal_bytes") {
+		t.Fatalf("/metrics: %d, missing Ferry's series:\n%.2000s", status, body)
+	}
+	if status, _ := get("http://" + addr + "/healthz"); status != 200 {
+		t.Fatalf("/healthz: %d", status)
+	}
+	time.Sleep(500 * time.Millisecond) // let the Kafka client try to authenticate
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("relay run exited %d after cancellation:\n%s", code, stderrBuf.String())
+	}
+	logs := stderrBuf.String()
+	for _, secret := range []string{dbSecret, saslSecret} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("a secret appears in the logs:\n%s", logs)
+		}
+	}
+	if !strings.Contains(logs, "redacted") {
+		t.Fatalf("start-up log does not show the redacted settings:\n%s", logs)
+	}
+
+	code, out, stderr = run(t, context.Background(), "status")
+	if code != 0 || !strings.Contains(out, slot) || !strings.Contains(out, "wal_status") || !strings.Contains(out, "quarantined") {
+		t.Fatalf("relay status: exit %d\n%s\n%s", code, out, stderr)
+	}
+}
