@@ -1,0 +1,409 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+)
+
+// delivery is a message on its way to a final state: applied, skipped as a
+// duplicate, or dead-lettered.
+type delivery struct {
+	m         *Message
+	rec       *kgo.Record
+	failures  int   // handler failures so far (database failures do not count)
+	lastErr   error // the last handler failure
+	permanent error // a Permanent error the handler returned inside a batch
+}
+
+// outcome is how one transaction ended.
+type outcome int
+
+const (
+	outcomeApplied   outcome = iota // committed with the effect
+	outcomeDuplicate                // the inbox had the message: committed without the handler
+	outcomeFailed                   // the handler (or its commit) failed: counts as an attempt
+	outcomeDatabase                 // the database failed: retried without counting
+	outcomeBroken                   // a batch transaction cannot go on: apply one by one
+	outcomeStopped                  // the partition was cancelled
+)
+
+var errHandlerTimeout = errors.New("handler timed out")
+
+// savepoint statements of batches: one simple-protocol round trip per
+// message releases the previous savepoint and sets the next.
+const (
+	savepointFirst    = "SAVEPOINT ferry_message"
+	savepointNext     = "RELEASE SAVEPOINT ferry_message; SAVEPOINT ferry_message"
+	savepointRollback = "ROLLBACK TO SAVEPOINT ferry_message"
+)
+
+// apply takes a lane's records to a final state, in order. It returns false
+// when the partition stopped first; records not finished then stay
+// uncommitted and come again to the next owner.
+func (p *partition) apply(batch []fetched) bool {
+	ds := make([]*delivery, 0, len(batch))
+	for _, f := range batch {
+		m, bad := newMessage(p.g.name, f.rec, p.w.cfg.IDFromPayloadHash, f.received)
+		if bad != nil {
+			if !p.deadLetter(f.rec, "", bad.reason, bad.err, 0) {
+				return false
+			}
+			p.finish(f.rec.Offset)
+			continue
+		}
+		ds = append(ds, &delivery{m: m, rec: f.rec})
+	}
+	if len(ds) == 0 {
+		return true
+	}
+	if p.w.cfg.unsafeCommitBeforeDB {
+		p.commitBeforeApplying(ds[len(ds)-1].rec)
+	}
+	if len(ds) == 1 {
+		return p.settle(ds[0])
+	}
+	return p.applyBatch(ds)
+}
+
+// applyEach settles deliveries one transaction each, in order.
+func (p *partition) applyEach(ds []*delivery) bool {
+	for _, d := range ds {
+		if !p.settle(d) {
+			return false
+		}
+	}
+	return true
+}
+
+// settle applies d in its own transaction, retrying handler failures with
+// backoff up to MaxAttempts and database failures without limit, and
+// dead-letters it when it cannot succeed.
+func (p *partition) settle(d *delivery) bool {
+	cfg := &p.w.cfg
+	switch {
+	case d.permanent != nil:
+		return p.deadLetterDelivery(d, permanentReason(d.permanent), d.permanent)
+	case d.failures >= cfg.MaxAttempts:
+		return p.deadLetterDelivery(d, ReasonRetriesExhausted, d.lastErr)
+	case d.failures > 0:
+		p.metrics.retry()
+		if !p.sleep(backoff(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)) {
+			return false
+		}
+	}
+	dbFailures := 0
+	for {
+		if p.stopCtx.Err() != nil || !p.w.acquire(p.stopCtx.Done()) {
+			return false
+		}
+		out, err := p.applyOne(d)
+		p.w.release()
+		switch out {
+		case outcomeApplied:
+			p.metrics.addProcessed(1)
+			p.finish(d.rec.Offset)
+			return true
+		case outcomeDuplicate:
+			p.metrics.addDuplicates(1)
+			p.finish(d.rec.Offset)
+			return true
+		case outcomeStopped:
+			return false
+		case outcomeFailed:
+			if IsPermanent(err) {
+				return p.deadLetterDelivery(d, permanentReason(err), err)
+			}
+			d.failures++
+			d.lastErr = err
+			if d.failures >= cfg.MaxAttempts {
+				return p.deadLetterDelivery(d, ReasonRetriesExhausted, err)
+			}
+			wait := backoff(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)
+			p.log.Warn("handler failed; retrying", slog.String("id", d.m.ID), slog.Int64("offset", d.rec.Offset),
+				slog.Int("attempt", d.m.Attempt), slog.Duration("retry_in", wait), slog.String("error", errorText(err)))
+			p.metrics.retry()
+			if !p.sleep(wait) {
+				return false
+			}
+		default: // outcomeDatabase
+			dbFailures++
+			p.metrics.databaseError()
+			wait := backoff(dbFailures, cfg.RetryBackoff, cfg.RetryBackoffMax)
+			p.log.Warn("database unavailable; retrying", slog.String("id", d.m.ID), slog.Int64("offset", d.rec.Offset),
+				slog.Duration("retry_in", wait), slog.String("error", errorText(err)))
+			if !p.sleep(wait) {
+				return false
+			}
+		}
+	}
+}
+
+// applyOne runs one message's transaction: claim the inbox row; if it was
+// already there, commit without the handler; otherwise run the handler and
+// commit both.
+func (p *partition) applyOne(d *delivery) (outcome, error) {
+	ctx := p.workCtx
+	q := p.w.queries
+	tx, err := p.w.cfg.DB.Begin(ctx)
+	if err != nil {
+		return p.dbOutcome(), err
+	}
+	done := false
+	defer func() {
+		if !done {
+			rollback(tx)
+		}
+	}()
+	n, err := q.InboxInsert(ctx, tx, dbsqlc.InboxInsertParams{Consumer: d.m.Consumer, MessageID: d.m.ID})
+	if err != nil {
+		return p.dbOutcome(), err
+	}
+	if n == 0 {
+		done = true
+		if err := tx.Commit(ctx); err != nil {
+			return p.dbOutcome(), err
+		}
+		return outcomeDuplicate, nil
+	}
+	if err := p.call(ctx, tx, d.m); err != nil {
+		if ctx.Err() != nil {
+			return outcomeStopped, err
+		}
+		if !errors.Is(err, errHandlerTimeout) && databaseUnreachable(tx, err) {
+			return outcomeDatabase, err
+		}
+		return outcomeFailed, err
+	}
+	if h := p.w.cfg.hooks.beforeDBCommit; h != nil {
+		h(d.m)
+	}
+	done = true // a failed Commit rolls back by itself
+	if err := tx.Commit(ctx); err != nil {
+		if ctx.Err() != nil {
+			return outcomeStopped, err
+		}
+		if databaseUnreachable(tx, err) {
+			return outcomeDatabase, err
+		}
+		// A deferred constraint the effect broke fails at commit: the
+		// handler's failure.
+		return outcomeFailed, fmt.Errorf("commit: %w", err)
+	}
+	if h := p.w.cfg.hooks.afterDBCommit; h != nil {
+		h(d.m)
+	}
+	return outcomeApplied, nil
+}
+
+// batchResult is what a committed batch transaction did.
+type batchResult struct {
+	applied    int
+	duplicates int
+	retry      []*delivery // failed, or behind a failure of their key: settle them next, in order
+	inBatch    []bool      // per delivery: finished by the batch transaction
+}
+
+// applyBatch applies ds in one transaction with a savepoint per message.
+// A failing message is rolled back to its savepoint; it and the later
+// messages of its key are settled one by one after the commit, so one
+// key's effects keep their order. A batch transaction that breaks
+// (connection lost, commit refused) is replayed one message per
+// transaction.
+func (p *partition) applyBatch(ds []*delivery) bool {
+	if p.stopCtx.Err() != nil || !p.w.acquire(p.stopCtx.Done()) {
+		return false
+	}
+	res, out, err := p.applyBatchTx(ds)
+	p.w.release()
+	switch out {
+	case outcomeApplied:
+		p.metrics.addProcessed(res.applied)
+		p.metrics.addDuplicates(res.duplicates)
+		for i, d := range ds {
+			if res.inBatch[i] {
+				p.finish(d.rec.Offset)
+			}
+		}
+		return p.applyEach(res.retry)
+	case outcomeStopped:
+		return false
+	case outcomeDatabase:
+		p.metrics.databaseError()
+		p.log.Warn("database unavailable during a batch; applying its messages one by one", slog.String("error", errorText(err)))
+	default:
+		p.log.Warn("batch transaction failed; applying its messages one by one", slog.String("error", errorText(err)))
+	}
+	return p.applyEach(ds)
+}
+
+func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
+	ctx := p.workCtx
+	q := p.w.queries
+	consumer := p.g.name
+	res := batchResult{inBatch: make([]bool, len(ds))}
+	tx, err := p.w.cfg.DB.Begin(ctx)
+	if err != nil {
+		return res, p.dbOutcome(), err
+	}
+	done := false
+	defer func() {
+		if !done {
+			rollback(tx)
+		}
+	}()
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.m.ID
+	}
+	claimedIDs, err := q.InboxInsertMany(ctx, tx, dbsqlc.InboxInsertManyParams{Consumer: consumer, MessageIds: ids})
+	if err != nil {
+		return res, p.dbOutcome(), err
+	}
+	claimed := make(map[string]bool, len(claimedIDs)) // new ids not yet given to a handler
+	for _, id := range claimedIDs {
+		claimed[id] = true
+	}
+	blocked := make(map[string]bool) // keys with a failure in this batch
+	released := make(map[string]bool)
+	var undo []string // claims to give back: their messages are settled later
+	inSavepoint := false
+	for i, d := range ds {
+		key := string(d.m.Key)
+		if blocked[key] || released[d.m.ID] {
+			res.retry = append(res.retry, d)
+			if claimed[d.m.ID] {
+				delete(claimed, d.m.ID)
+				released[d.m.ID] = true
+				undo = append(undo, d.m.ID)
+			}
+			continue
+		}
+		if !claimed[d.m.ID] {
+			res.duplicates++
+			res.inBatch[i] = true
+			continue
+		}
+		delete(claimed, d.m.ID)
+		sp := savepointFirst
+		if inSavepoint {
+			sp = savepointNext
+		}
+		if _, err := tx.Exec(ctx, sp); err != nil {
+			return res, p.dbOutcome(), err
+		}
+		inSavepoint = true
+		herr := p.call(ctx, tx, d.m)
+		if herr == nil {
+			res.applied++
+			res.inBatch[i] = true
+			continue
+		}
+		if ctx.Err() != nil {
+			return res, outcomeStopped, herr
+		}
+		if !errors.Is(herr, errHandlerTimeout) && databaseUnreachable(tx, herr) {
+			return res, outcomeDatabase, herr
+		}
+		if IsPermanent(herr) {
+			d.permanent = herr
+		} else {
+			d.failures++
+			d.lastErr = herr
+			p.log.Warn("handler failed in a batch; retrying after the batch", slog.String("id", d.m.ID),
+				slog.Int64("offset", d.rec.Offset), slog.Int("attempt", d.m.Attempt), slog.String("error", errorText(herr)))
+		}
+		if _, err := tx.Exec(ctx, savepointRollback); err != nil {
+			return res, outcomeBroken, fmt.Errorf("roll back to the savepoint after %w: %w", herr, err)
+		}
+		res.retry = append(res.retry, d)
+		blocked[key] = true
+		released[d.m.ID] = true
+		undo = append(undo, d.m.ID)
+	}
+	if len(undo) > 0 {
+		if _, err := q.InboxDeleteMany(ctx, tx, dbsqlc.InboxDeleteManyParams{Consumer: consumer, MessageIds: undo}); err != nil {
+			return res, p.dbOutcome(), err
+		}
+	}
+	if h := p.w.cfg.hooks.beforeDBCommit; h != nil {
+		h(ds[0].m)
+	}
+	done = true
+	if err := tx.Commit(ctx); err != nil {
+		if ctx.Err() != nil {
+			return res, outcomeStopped, err
+		}
+		if databaseUnreachable(tx, err) {
+			return res, outcomeDatabase, err
+		}
+		return res, outcomeBroken, fmt.Errorf("commit: %w", err)
+	}
+	if h := p.w.cfg.hooks.afterDBCommit; h != nil {
+		h(ds[0].m)
+	}
+	return res, outcomeApplied, nil
+}
+
+// call runs the handler with its timeout, turning a panic into an error.
+func (p *partition) call(ctx context.Context, tx pgx.Tx, m *Message) (err error) {
+	hctx, cancel := context.WithTimeout(ctx, p.w.cfg.HandlerTimeout)
+	defer cancel()
+	m.Attempt++
+	start := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			err = panicError(v)
+		}
+		p.metrics.handlerSeconds.Observe(time.Since(start).Seconds())
+		if err != nil && ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w after %s: %w", errHandlerTimeout, p.w.cfg.HandlerTimeout, err)
+		}
+	}()
+	return p.handler(hctx, tx, m)
+}
+
+// dbOutcome classifies a failure of Ferry's own statements: never the
+// message's fault.
+func (p *partition) dbOutcome() outcome {
+	if p.workCtx.Err() != nil {
+		return outcomeStopped
+	}
+	return outcomeDatabase
+}
+
+func rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx) // a no-op after Commit
+}
+
+func permanentReason(err error) string {
+	var pe *PermanentError
+	if errors.As(err, &pe) && pe.Reason != "" {
+		return pe.Reason
+	}
+	return ReasonPermanent
+}
+
+// commitBeforeApplying is the negative control's broken order: the offset
+// is committed before the database transaction, so a crash in between
+// loses the message.
+func (p *partition) commitBeforeApplying(last *kgo.Record) {
+	p.g.commitMu.Lock()
+	defer p.g.commitMu.Unlock()
+	ctx, cancel := context.WithTimeout(p.stopCtx, 15*time.Second)
+	defer cancel()
+	if err := p.g.cl.CommitRecords(ctx, last); err != nil {
+		p.log.Warn("unsafe early commit failed", slog.String("error", err.Error()))
+		return
+	}
+	p.committed(kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1})
+}

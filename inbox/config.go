@@ -1,0 +1,257 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Defaults of Config.
+const (
+	ConcurrencyDefault             = 8
+	KeyConcurrencyDefault          = 1
+	BatchSizeDefault               = 1
+	MaxAttemptsDefault             = 10
+	RetryBackoffDefault            = 200 * time.Millisecond
+	RetryBackoffMaxDefault         = 30 * time.Second
+	HandlerTimeoutDefault          = time.Minute
+	DrainTimeoutDefault            = 15 * time.Second
+	CommitIntervalDefault          = time.Second
+	MaxBufferedPerPartitionDefault = 1000
+	DeadLetterSuffixDefault        = ".dlq"
+	OffsetResetDefault             = OffsetResetEarliest
+)
+
+// OffsetReset says where a consumer starts reading a partition for which its
+// group has no committed offset: a new consumer, or a partition added to a
+// topic. The names follow Kafka's auto.offset.reset.
+type OffsetReset string
+
+const (
+	// OffsetResetEarliest reads the partition from its first retained
+	// record. Nothing is skipped; what was already applied is deduplicated
+	// by the inbox. The default.
+	OffsetResetEarliest OffsetReset = "earliest"
+	// OffsetResetLatest starts after the last record: what was written
+	// before the consumer joined is never applied.
+	OffsetResetLatest OffsetReset = "latest"
+	// OffsetResetNone refuses to consume a partition that has no committed
+	// offset; the worker logs an error for it and consumes the others.
+	OffsetResetNone OffsetReset = "none"
+)
+
+// DB is what the worker needs of PostgreSQL: *pgxpool.Pool has it. Every
+// message is applied in a transaction begun here.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Config configures a Worker. DB and KafkaOpts are required.
+type Config struct {
+	// DB begins the transactions in which inbox rows and effects commit,
+	// normally a *pgxpool.Pool with at least Concurrency connections.
+	// Required.
+	DB DB
+
+	// KafkaOpts configure the franz-go clients: seed brokers, TLS, SASL,
+	// session timeout and the like. The worker adds its consumer-group
+	// settings after them (group = consumer name, cooperative-sticky
+	// balancing, no auto-commit, read-committed isolation), so those cannot
+	// be overridden. Required.
+	KafkaOpts []kgo.Opt
+
+	// Consumers, when set, limits Run to these registered consumers, so
+	// that one binary can be deployed once per consumer. Defaults to every
+	// registered consumer.
+	Consumers []string
+
+	// Concurrency bounds the transactions in flight at once, across all
+	// partitions and consumers of the worker. Defaults to
+	// ConcurrencyDefault (8).
+	Concurrency int
+
+	// KeyConcurrency, above 1, processes up to this many keys of one
+	// partition at once. Messages with the same key keep their order; the
+	// partition's offset is committed only up to its lowest unfinished
+	// message. Defaults to KeyConcurrencyDefault (1): one message at a time
+	// per partition, in offset order.
+	KeyConcurrency int
+
+	// BatchSize, above 1, applies up to this many consecutive messages of a
+	// partition in one transaction, with a savepoint per message, so that a
+	// failing message neither undoes nor blocks the others: it is rolled
+	// back to its savepoint and retried after the batch commits, together
+	// with the later messages of its key. Defaults to BatchSizeDefault (1).
+	BatchSize int
+
+	// MaxAttempts is how many times a handler may fail on a message before
+	// the message is dead-lettered with reason "retries_exhausted". Failures
+	// caused by an unreachable database are retried without limit and do
+	// not count. Defaults to MaxAttemptsDefault (10).
+	MaxAttempts int
+
+	// RetryBackoff is the wait after the first failure; each further failure
+	// doubles it, up to RetryBackoffMax, with random jitter of up to half the
+	// wait. A wait ends at once when the partition is revoked or the worker
+	// shuts down. Defaults to RetryBackoffDefault (200ms).
+	RetryBackoff time.Duration
+
+	// RetryBackoffMax caps the wait between attempts. Defaults to
+	// RetryBackoffMaxDefault (30s).
+	RetryBackoffMax time.Duration
+
+	// HandlerTimeout bounds one handler call; a handler that overruns it has
+	// failed an attempt. Defaults to HandlerTimeoutDefault (1m).
+	HandlerTimeout time.Duration
+
+	// DrainTimeout bounds how long a revoke, a lost partition or shutdown
+	// waits for transactions in flight to finish before cancelling them
+	// (a cancelled transaction rolls back and its message comes again).
+	// Keep it well below the group's rebalance timeout (franz-go's default
+	// is 60s). Defaults to DrainTimeoutDefault (15s).
+	DrainTimeout time.Duration
+
+	// CommitInterval is how often applied offsets are committed to Kafka.
+	// Offsets are also committed when partitions are revoked and at
+	// shutdown. A crash repeats at most this much work, which the inbox
+	// turns into no-ops. Defaults to CommitIntervalDefault (1s).
+	CommitInterval time.Duration
+
+	// MaxBufferedPerPartition is how many fetched records a partition may
+	// hold before its fetching pauses. Defaults to
+	// MaxBufferedPerPartitionDefault (1000).
+	MaxBufferedPerPartition int
+
+	// OffsetReset says where to start in a partition with no committed
+	// offset. Defaults to OffsetResetDefault ("earliest").
+	OffsetReset OffsetReset
+
+	// DeadLetterTopic names the dead-letter topic of a topic. Defaults to
+	// appending DeadLetterSuffixDefault (".dlq").
+	DeadLetterTopic func(topic string) string
+
+	// IDFromPayloadHash, when true, gives a record without an id header the
+	// id "sha256:" + the hex SHA-256 of its key and value, instead of
+	// dead-lettering it. Two different records with the same key and value
+	// are then one message. Defaults to false.
+	IDFromPayloadHash bool
+
+	// Prune, when set, makes Run delete expired inbox and outbox rows every
+	// Prune.Interval. Defaults to nil: Run does not prune.
+	Prune *PruneConfig
+
+	// Logger receives the worker's logs. Defaults to a logger that discards.
+	Logger *slog.Logger
+
+	// Registerer receives the worker's metrics. Defaults to nil: no metrics
+	// are registered.
+	Registerer prometheus.Registerer
+
+	// unsafeCommitBeforeDB breaks rule 4 on purpose; see
+	// UnsafeCommitOffsetsBeforeDB.
+	unsafeCommitBeforeDB bool
+
+	// hooks let tests stop the process at exact points.
+	hooks hooks
+}
+
+// hooks are fault-injection points for tests; nil ones are skipped.
+type hooks struct {
+	beforeDBCommit func(*Message)
+	afterDBCommit  func(*Message)
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.KeyConcurrency = cmp.Or(c.KeyConcurrency, KeyConcurrencyDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, RetryBackoffMaxDefault)
+	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, HandlerTimeoutDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	c.CommitInterval = cmp.Or(c.CommitInterval, CommitIntervalDefault)
+	c.MaxBufferedPerPartition = cmp.Or(c.MaxBufferedPerPartition, MaxBufferedPerPartitionDefault)
+	c.OffsetReset = cmp.Or(c.OffsetReset, OffsetResetDefault)
+	if c.DeadLetterTopic == nil {
+		c.DeadLetterTopic = func(topic string) string { return topic + DeadLetterSuffixDefault }
+	}
+	if c.Prune != nil {
+		p := c.Prune.WithDefaults()
+		c.Prune = &p
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.DB == nil {
+		return errors.New("inbox: Config.DB is required")
+	}
+	if len(c.KafkaOpts) == 0 {
+		return errors.New("inbox: Config.KafkaOpts is required (at least kgo.SeedBrokers)")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"Concurrency", c.Concurrency}, {"KeyConcurrency", c.KeyConcurrency}, {"BatchSize", c.BatchSize},
+		{"MaxAttempts", c.MaxAttempts}, {"MaxBufferedPerPartition", c.MaxBufferedPerPartition},
+	} {
+		if f.v < 1 {
+			return fmt.Errorf("inbox: Config.%s is %d: must be at least 1", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"RetryBackoff", c.RetryBackoff}, {"RetryBackoffMax", c.RetryBackoffMax}, {"HandlerTimeout", c.HandlerTimeout},
+		{"DrainTimeout", c.DrainTimeout}, {"CommitInterval", c.CommitInterval},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("inbox: Config.%s is %s: must be positive", f.name, f.v)
+		}
+	}
+	if c.RetryBackoffMax < c.RetryBackoff {
+		return fmt.Errorf("inbox: Config.RetryBackoffMax (%s) is below Config.RetryBackoff (%s)", c.RetryBackoffMax, c.RetryBackoff)
+	}
+	switch c.OffsetReset {
+	case OffsetResetEarliest, OffsetResetLatest, OffsetResetNone:
+	default:
+		return fmt.Errorf("inbox: Config.OffsetReset %q: want earliest, latest or none", c.OffsetReset)
+	}
+	if c.Prune != nil {
+		if err := c.Prune.validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// offsets returns the franz-go start and reset offsets of the policy.
+func (r OffsetReset) offsets() (start, reset kgo.Offset) {
+	switch r {
+	case OffsetResetNone:
+		// A committed offset that is out of range is fatal for the
+		// partition too: nothing moves without an operator.
+		return kgo.NewOffset().AtCommitted(), kgo.NoResetOffset()
+	case OffsetResetLatest:
+		// Latest applies to a partition without a commit only. A committed
+		// offset that fell below the log start resumes at the start:
+		// re-reading is safe, skipping is not.
+		return kgo.NewOffset().AtEnd(), kgo.NewOffset().AtStart()
+	default:
+		return kgo.NewOffset().AtStart(), kgo.NewOffset().AtStart()
+	}
+}

@@ -1,0 +1,125 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Reasons a message goes to the dead-letter topic, in the HeaderDLQReason
+// header.
+const (
+	// ReasonPermanent: the handler returned an error marked with Permanent.
+	ReasonPermanent = "permanent"
+	// ReasonUndecodable: the handler returned an error marked with
+	// Undecodable, or the id header is not a usable message id.
+	ReasonUndecodable = "undecodable"
+	// ReasonMissingID: the record has no id header, so it cannot be
+	// deduplicated (see Config.IDFromPayloadHash).
+	ReasonMissingID = "missing_id"
+	// ReasonRetriesExhausted: the handler failed Config.MaxAttempts times.
+	ReasonRetriesExhausted = "retries_exhausted"
+)
+
+// ErrInboxMissing is returned by Run when the inbox table does not exist:
+// run `worker migrate` (or migrate.Up) first.
+var ErrInboxMissing = errors.New("inbox: the inbox table does not exist: apply Ferry's migrations (`worker migrate`)")
+
+// ErrRetentionTooShort is returned, wrapped, when a dedupe window is below
+// its safety minimum. See PruneConfig.InboxRetentionMin.
+var ErrRetentionTooShort = errors.New("inbox retention is below the safety minimum")
+
+// PermanentError marks a handler error that retrying cannot cure. The
+// message goes to the dead-letter topic at once. Match it with errors.As.
+type PermanentError struct {
+	Reason string // ReasonPermanent or ReasonUndecodable
+	Err    error
+}
+
+func (e *PermanentError) Error() string {
+	if e.Err == nil {
+		return e.Reason
+	}
+	return e.Err.Error()
+}
+
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as permanent: the worker does not retry the message
+// and writes it to the dead-letter topic with reason "permanent". Use it for
+// errors that will be the same on every attempt (a reference to something
+// that does not exist, a rule the message breaks). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Reason: ReasonPermanent, Err: err}
+}
+
+// Undecodable is Permanent for a payload the handler cannot parse; the dead
+// letter's reason is "undecodable". Undecodable(nil) is nil.
+func Undecodable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Reason: ReasonUndecodable, Err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// Permanent or Undecodable.
+func IsPermanent(err error) bool {
+	var pe *PermanentError
+	return errors.As(err, &pe)
+}
+
+// databaseUnreachable reports whether err means the database, not the
+// message, is the problem: the connection broke or the server refuses
+// connections. Such failures are retried without limit and never
+// dead-letter a message.
+func databaseUnreachable(tx pgx.Tx, err error) bool {
+	if err == nil {
+		return false
+	}
+	if tx != nil && tx.Conn() != nil && tx.Conn().IsClosed() {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"): // connection_exception
+			return true
+		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // admin/crash shutdown, cannot connect now
+			return true
+		case pgErr.Code == "53300": // too_many_connections
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	return pgconn.SafeToRetry(err)
+}
+
+// errorText shortens an error for a Kafka header and a log line.
+func errorText(err error) string {
+	const limit = 4 << 10
+	s := err.Error()
+	if len(s) > limit {
+		s = s[:limit] + "...(truncated)"
+	}
+	return s
+}
+
+// panicError turns a recovered handler panic into an ordinary, retried error.
+func panicError(v any) error {
+	return fmt.Errorf("handler panicked: %v", v)
+}
+
+// stopped reports whether err only says that the work was cancelled.
+func stopped(ctx context.Context) bool { return ctx.Err() != nil }

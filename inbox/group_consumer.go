@@ -1,0 +1,313 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// pollRecordsMax bounds one poll, so the window in which rebalances wait
+// for the poll loop stays short.
+const pollRecordsMax = 2000
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// groupConsumer runs one consumer: one Kafka consumer group on one cluster.
+// Its poll loop only hands records to partition workers and never blocks on
+// them, so a rebalance never waits for a handler or a retry backoff (franz-go
+// heartbeats on its own goroutine; BlockRebalanceOnPoll only holds
+// rebalances between a poll and AllowRebalance, a few microseconds here).
+// A second cluster for a live migration is a second groupConsumer with the
+// same handlers: the inbox deduplicates across them.
+type groupConsumer struct {
+	w        *Worker
+	name     string
+	handlers map[string]Handler
+	cl       *kgo.Client
+	log      *slog.Logger
+	joined   atomic.Bool
+
+	mu    sync.Mutex // guards parts
+	parts map[topicPartition]*partition
+
+	// commitMu orders every offset commit of this consumer, so that a
+	// periodic commit never lands after the final commit of a revoke.
+	commitMu sync.Mutex
+}
+
+func newGroupConsumer(w *Worker, name string, handlers map[string]Handler) (*groupConsumer, error) {
+	g := &groupConsumer{
+		w:        w,
+		name:     name,
+		handlers: handlers,
+		log:      w.cfg.Logger.With(slog.String("consumer", name)),
+		parts:    make(map[topicPartition]*partition),
+	}
+	topics := make([]string, 0, len(handlers))
+	for t := range handlers {
+		topics = append(topics, t)
+	}
+	slices.Sort(topics)
+	start, reset := w.cfg.OffsetReset.offsets()
+	opts := append(slices.Clone(w.cfg.KafkaOpts),
+		kgo.ConsumerGroup(name),
+		kgo.ConsumeTopics(topics...),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeStartOffset(start),
+		kgo.ConsumeResetOffset(reset),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.OnPartitionsAssigned(g.onAssigned),
+		kgo.OnPartitionsRevoked(g.onRevoked),
+		kgo.OnPartitionsLost(g.onLost),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: kafka client for consumer %s: %w", name, err)
+	}
+	g.cl = cl
+	return g, nil
+}
+
+// run polls until ctx ends, then drains, commits and leaves the group.
+func (g *groupConsumer) run(ctx context.Context) {
+	commitCtx, stopCommits := context.WithCancel(context.Background())
+	var committer sync.WaitGroup
+	committer.Go(func() { g.commitLoop(commitCtx) })
+
+	g.pollLoop(ctx)
+
+	g.log.Info("draining")
+	g.release(g.takeAll(), true)
+	stopCommits()
+	committer.Wait()
+	// Leaving the group calls onRevoked once more, with nothing left to do.
+	g.cl.CloseAllowingRebalance()
+	g.log.Info("left the group")
+}
+
+func (g *groupConsumer) pollLoop(ctx context.Context) {
+	for {
+		fetches := g.cl.PollRecords(ctx, pollRecordsMax)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			g.cl.AllowRebalance()
+			return
+		}
+		failed := false
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			failed = true
+			g.log.Error("fetch failed", slog.String("topic", topic), slog.Int("partition", int(partition)),
+				slog.String("error", err.Error()))
+		})
+		now := time.Now()
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 {
+				return
+			}
+			g.partition(fp.Topic, fp.Partition).enqueue(fp.Records, fp.HighWatermark, now)
+		})
+		g.cl.AllowRebalance()
+		if failed && fetches.NumRecords() == 0 {
+			// A partition in a fatal state (OffsetResetNone without a
+			// commit) answers at once; do not spin on it.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// partition returns the worker of an owned partition, starting it on first
+// use. With BlockRebalanceOnPoll, polled records always belong to partitions
+// the member owns at that moment.
+func (g *groupConsumer) partition(topic string, id int32) *partition {
+	tp := topicPartition{topic, id}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p, ok := g.parts[tp]
+	if !ok {
+		p = newPartition(g, topic, id, g.handlers[topic])
+		g.parts[tp] = p
+	}
+	return p
+}
+
+func (g *groupConsumer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	g.joined.Store(true)
+	n := count(assigned)
+	g.w.metrics.assigned.WithLabelValues(g.name).Add(float64(n))
+	if n > 0 {
+		g.log.Info("partitions assigned", slog.Any("partitions", assigned))
+	}
+}
+
+// onRevoked stops the revoked partitions' work (waking retry backoffs),
+// waits for their transactions in flight, and commits what they finished
+// while the member still owns them.
+func (g *groupConsumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	n := count(revoked)
+	if n == 0 {
+		return
+	}
+	g.w.metrics.nRevoked.Add(int64(n))
+	g.w.metrics.assigned.WithLabelValues(g.name).Sub(float64(n))
+	g.log.Info("partitions revoked", slog.Any("partitions", revoked))
+	g.release(g.take(revoked), true)
+}
+
+// onLost stops the lost partitions' work without committing: another member
+// may own them already.
+func (g *groupConsumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	n := count(lost)
+	if n == 0 {
+		return
+	}
+	g.w.metrics.nLost.Add(int64(n))
+	g.w.metrics.assigned.WithLabelValues(g.name).Sub(float64(n))
+	g.log.Warn("partitions lost (group membership ended); their work stops uncommitted", slog.Any("partitions", lost))
+	g.release(g.take(lost), false)
+}
+
+// take removes partitions from the owned set, so that no later periodic
+// commit includes them.
+func (g *groupConsumer) take(tps map[string][]int32) []*partition {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*partition
+	for topic, ids := range tps {
+		for _, id := range ids {
+			tp := topicPartition{topic, id}
+			if p, ok := g.parts[tp]; ok {
+				out = append(out, p)
+				delete(g.parts, tp)
+			}
+		}
+	}
+	return out
+}
+
+func (g *groupConsumer) takeAll() []*partition {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*partition, 0, len(g.parts))
+	for tp, p := range g.parts {
+		out = append(out, p)
+		delete(g.parts, tp)
+	}
+	return out
+}
+
+// release stops parts, waits for their work (cancelling transactions still
+// running after DrainTimeout) and, when commit is set, commits their final
+// offsets.
+func (g *groupConsumer) release(parts []*partition, commit bool) {
+	if len(parts) == 0 {
+		return
+	}
+	for _, p := range parts {
+		p.stop()
+	}
+	deadline := time.NewTimer(g.w.cfg.DrainTimeout)
+	defer deadline.Stop()
+	for _, p := range parts {
+		select {
+		case <-p.done:
+		case <-deadline.C:
+			g.log.Warn("drain timeout: cancelling transactions in flight", slog.Duration("drain_timeout", g.w.cfg.DrainTimeout))
+			for _, p := range parts {
+				p.cancel()
+			}
+			<-p.done
+		}
+	}
+	for _, p := range parts {
+		p.forget()
+	}
+	if commit {
+		g.commit(context.Background(), parts)
+	}
+}
+
+func (g *groupConsumer) commitLoop(ctx context.Context) {
+	t := time.NewTicker(g.w.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.mu.Lock()
+		parts := make([]*partition, 0, len(g.parts))
+		for _, p := range g.parts {
+			parts = append(parts, p)
+		}
+		g.mu.Unlock()
+		g.commit(ctx, parts)
+		for _, p := range parts {
+			p.updateLag()
+		}
+	}
+}
+
+// commit commits the finished offsets of parts that moved since their last
+// commit. A failure is logged and counted; the next commit carries the same
+// offsets again.
+func (g *groupConsumer) commit(ctx context.Context, parts []*partition) {
+	g.commitMu.Lock()
+	defer g.commitMu.Unlock()
+	g.commitLocked(ctx, parts)
+}
+
+func (g *groupConsumer) commitLocked(ctx context.Context, parts []*partition) {
+	var recs []*kgo.Record
+	var moved []*partition
+	var points []kgo.EpochOffset
+	for _, p := range parts {
+		if at, ok := p.uncommitted(); ok {
+			// CommitRecords commits offset+1 of each record.
+			recs = append(recs, &kgo.Record{Topic: p.topic, Partition: p.id, LeaderEpoch: at.Epoch, Offset: at.Offset - 1})
+			moved = append(moved, p)
+			points = append(points, at)
+		}
+	}
+	if len(recs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := g.cl.CommitRecords(ctx, recs...); err != nil {
+		g.w.metrics.nCommitErrors.Add(1)
+		g.w.metrics.commitErrors.WithLabelValues(g.name).Inc()
+		if ctx.Err() == nil {
+			g.log.Warn("offset commit failed; the next commit retries it", slog.String("error", err.Error()))
+		}
+		return
+	}
+	for i, p := range moved {
+		p.committed(points[i])
+	}
+}
+
+func count(tps map[string][]int32) int {
+	n := 0
+	for _, ps := range tps {
+		n += len(ps)
+	}
+	return n
+}

@@ -1,0 +1,85 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/ferrytest"
+)
+
+// Prune deletes only the rows older than their window, a batch at a time,
+// and reports what it did.
+func TestPruneDeletesOnlyExpiredRowsInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	q := dbsqlc.New()
+	old := time.Now().Add(-10 * 24 * time.Hour)
+	recent := time.Now().Add(-6 * 24 * time.Hour)
+	for i := range 35 {
+		if _, err := q.InboxInsert(ctx, db.Pool, dbsqlc.InboxInsertParams{Consumer: "c", MessageID: fmt.Sprintf("old-%d", i), Now: &old}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		if _, err := q.InboxInsert(ctx, db.Pool, dbsqlc.InboxInsertParams{Consumer: "c", MessageID: fmt.Sprintf("recent-%d", i), Now: &recent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, created_at)
+		SELECT gen_random_uuid(), 'a', 'old', 'E', ''::bytea, $1 FROM generate_series(1, 25)
+		UNION ALL SELECT gen_random_uuid(), 'a', 'new', 'E', ''::bytea, now() FROM generate_series(1, 3)`, old); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := Prune(ctx, db.Pool, &PruneConfig{BatchSize: 10}) // 7-day windows
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Inbox: 10+10+10+5; outbox: 10+10+5.
+	if res.InboxDeleted != 35 || res.OutboxDeleted != 25 || res.Batches != 7 {
+		t.Errorf("result %+v, want 35 inbox and 25 outbox rows in 4+3 batches", res)
+	}
+	var inboxLeft, outboxLeft int
+	if err := db.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM inbox WHERE message_id LIKE 'recent-%'),
+		(SELECT count(*) FROM outbox WHERE aggregate_id = 'new')`).Scan(&inboxLeft, &outboxLeft); err != nil {
+		t.Fatal(err)
+	}
+	var total int
+	if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM inbox) + (SELECT count(*) FROM outbox)`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if inboxLeft != 5 || outboxLeft != 3 || total != 8 {
+		t.Errorf("left %d recent inbox rows, %d recent outbox rows, %d in all; want 5, 3, 8", inboxLeft, outboxLeft, total)
+	}
+}
+
+// A dedupe window below the safety minimum is refused before anything is
+// deleted, with an error that explains the duplicate risk.
+func TestPruneRefusesATooShortWindow(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	long := time.Now().Add(-48 * time.Hour)
+	if _, err := dbsqlc.New().InboxInsert(ctx, db.Pool, dbsqlc.InboxInsertParams{Consumer: "c", MessageID: "m", Now: &long}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Prune(ctx, db.Pool, &PruneConfig{InboxRetention: time.Hour})
+	if !errors.Is(err, ErrRetentionTooShort) || !strings.Contains(err.Error(), "take effect twice") {
+		t.Fatalf("Prune with a 1h window: %v, want ErrRetentionTooShort explaining the duplicates", err)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM inbox`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d inbox rows (%v), want 1: nothing may be deleted", n, err)
+	}
+	// Lowering the minimum deliberately allows it.
+	res, err := Prune(ctx, db.Pool, &PruneConfig{InboxRetention: time.Hour, InboxRetentionMin: time.Hour})
+	if err != nil || res.InboxDeleted != 1 {
+		t.Fatalf("Prune with the minimum lowered: %+v, %v", res, err)
+	}
+}

@@ -1,0 +1,259 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+)
+
+// Worker consumes Kafka topics for named consumers and applies each message
+// exactly once per consumer through the inbox table. Register handlers with
+// Handle, then call Run.
+//
+// Each consumer is one Kafka consumer group (the group id is the consumer
+// name) and one namespace of the inbox: two consumers of one topic each
+// apply every message once.
+type Worker struct {
+	cfg     Config
+	metrics *metrics
+	queries *dbsqlc.Queries
+	sem     chan struct{} // bounds transactions in flight
+
+	mu         sync.Mutex
+	handlers   map[string]map[string]Handler // consumer -> topic -> handler
+	consumers  []string                      // in registration order
+	middleware []Middleware
+	started    bool
+
+	running atomic.Bool
+	groups  atomic.Pointer[[]*groupConsumer]
+}
+
+// New returns a Worker configured by cfg.
+func New(cfg *Config) (*Worker, error) {
+	if cfg == nil {
+		return nil, errors.New("inbox: Config is required")
+	}
+	c := cfg.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Worker{
+		cfg:      c,
+		metrics:  newMetrics(c.Registerer),
+		queries:  dbsqlc.New(),
+		sem:      make(chan struct{}, c.Concurrency),
+		handlers: make(map[string]map[string]Handler),
+	}, nil
+}
+
+// Handle registers h for the messages of topic applied by consumer. A
+// consumer may handle several topics; a topic may have several consumers.
+// Handle panics on an empty name, a nil handler, a second handler for the
+// same consumer and topic, or a call after Run started, as these are
+// programming errors.
+func (w *Worker) Handle(consumer, topic string, h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.started:
+		panic("inbox: Handle called after Run")
+	case consumer == "" || topic == "":
+		panic("inbox: Handle needs a consumer name and a topic")
+	case h == nil:
+		panic(fmt.Sprintf("inbox: nil handler for consumer %q, topic %q", consumer, topic))
+	}
+	topics, ok := w.handlers[consumer]
+	if !ok {
+		topics = make(map[string]Handler)
+		w.handlers[consumer] = topics
+		w.consumers = append(w.consumers, consumer)
+	}
+	if _, dup := topics[topic]; dup {
+		panic(fmt.Sprintf("inbox: consumer %q already has a handler for topic %q", consumer, topic))
+	}
+	topics[topic] = h
+}
+
+// Use adds middleware around every handler, registered before or after.
+// The first middleware is the outermost.
+func (w *Worker) Use(mw ...Middleware) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		panic("inbox: Use called after Run")
+	}
+	w.middleware = append(w.middleware, mw...)
+}
+
+// Consumers returns the registered consumer names, in registration order.
+func (w *Worker) Consumers() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.consumers)
+}
+
+// Topics returns the topics registered for consumer, sorted.
+func (w *Worker) Topics(consumer string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for t := range w.handlers[consumer] {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats { return w.metrics.stats() }
+
+// Ready reports nil once every consumer of a running worker has joined its
+// group, for a readiness probe.
+func (w *Worker) Ready() error {
+	if !w.running.Load() {
+		return errors.New("worker is not running")
+	}
+	gs := w.groups.Load()
+	if gs == nil {
+		return errors.New("worker is starting")
+	}
+	for _, g := range *gs {
+		if !g.joined.Load() {
+			return fmt.Errorf("consumer %s has not joined its group yet", g.name)
+		}
+	}
+	return nil
+}
+
+// Run consumes until ctx ends, then drains: it stops taking new messages,
+// lets transactions in flight finish (up to Config.DrainTimeout), commits
+// their offsets, leaves the groups and returns nil. It returns an error when
+// the worker cannot start: nothing registered, the inbox table missing, a
+// Kafka client that cannot be created.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("inbox: Run called twice")
+	}
+	w.started = true
+	consumers := slices.Clone(w.consumers)
+	w.mu.Unlock()
+
+	if len(w.cfg.Consumers) > 0 {
+		for _, c := range w.cfg.Consumers {
+			if _, ok := w.handlers[c]; !ok {
+				return fmt.Errorf("inbox: Config.Consumers names %q, which has no handler (registered: %v)", c, consumers)
+			}
+		}
+		consumers = slices.Clone(w.cfg.Consumers)
+	}
+	if len(consumers) == 0 {
+		return errors.New("inbox: no handlers registered: call Worker.Handle before Run")
+	}
+	if err := w.checkSchema(ctx); err != nil {
+		return err
+	}
+
+	var groups []*groupConsumer
+	for _, name := range consumers {
+		topics := make(map[string]Handler, len(w.handlers[name]))
+		for t, h := range w.handlers[name] {
+			topics[t] = Chain(h, w.middleware...)
+		}
+		g, err := newGroupConsumer(w, name, topics)
+		if err != nil {
+			for _, g := range groups {
+				g.cl.Close()
+			}
+			return err
+		}
+		groups = append(groups, g)
+	}
+	w.groups.Store(&groups)
+	w.running.Store(true)
+	defer w.running.Store(false)
+
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { g.run(ctx) })
+	}
+	if w.cfg.Prune != nil {
+		wg.Go(func() { w.pruneLoop(ctx) })
+	}
+	w.cfg.Logger.Info("worker running", slog.Any("consumers", consumers),
+		slog.Int("concurrency", w.cfg.Concurrency), slog.Int("batch_size", w.cfg.BatchSize),
+		slog.Int("key_concurrency", w.cfg.KeyConcurrency), slog.String("offset_reset", string(w.cfg.OffsetReset)))
+	wg.Wait()
+	st := w.Stats()
+	w.cfg.Logger.Info("worker stopped", slog.Int64("processed", st.Processed), slog.Int64("duplicates", st.Duplicates),
+		slog.Int64("retries", st.Retries), slog.Int64("dead_lettered", st.DeadLettered))
+	return nil
+}
+
+// checkSchema fails early when the inbox table is missing, which would
+// otherwise look like an endless database outage.
+func (w *Worker) checkSchema(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tx, err := w.cfg.DB.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: connect to the database: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := w.queries.InboxExists(ctx, tx, dbsqlc.InboxExistsParams{}); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return ErrInboxMissing
+		}
+		return fmt.Errorf("inbox: check the inbox table: %w", err)
+	}
+	return nil
+}
+
+func (w *Worker) pruneLoop(ctx context.Context) {
+	cfg := *w.cfg.Prune
+	db, ok := w.cfg.DB.(DBTX)
+	if !ok {
+		w.cfg.Logger.Error("pruning disabled: Config.DB cannot Exec (use a *pgxpool.Pool)")
+		return
+	}
+	t := time.NewTicker(cfg.Interval)
+	defer t.Stop()
+	for {
+		res, err := prune(ctx, db, &cfg, w.metrics)
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Error("prune failed", slog.String("error", err.Error()))
+		} else if err == nil {
+			w.cfg.Logger.Info("pruned", slog.Int64("inbox_rows", res.InboxDeleted), slog.Int64("outbox_rows", res.OutboxDeleted),
+				slog.Int("batches", res.Batches))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// acquire takes a transaction slot; it gives up when stop ends first.
+func (w *Worker) acquire(stop <-chan struct{}) bool {
+	select {
+	case w.sem <- struct{}{}:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+func (w *Worker) release() { <-w.sem }
