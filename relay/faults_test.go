@@ -3,7 +3,9 @@
 package relay_test
 
 import (
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,5 +128,58 @@ func TestFaultPostgresRestart(t *testing.T) {
 			t.Fatalf("relay %s after %d sessions; want streaming in a second session", r.State(), r.Stats().Sessions)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A slot PostgreSQL invalidated (wal_status = lost) stops the relay with an
+// error that names the slot and the way out; the slot is not recreated.
+func TestFaultLostSlotIsFatal(t *testing.T) {
+	b := setup(t)
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, "ferry", nil); err != nil {
+		t.Fatal(err)
+	}
+	setKeep := func(v string) {
+		t.Helper()
+		for _, stmt := range []string{`ALTER SYSTEM SET max_slot_wal_keep_size = '` + v + `'`, `SELECT pg_reload_conf()`} {
+			if _, err := b.db.Pool.Exec(b.ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	setKeep("1MB")
+	t.Cleanup(func() { setKeep("-1") })
+	time.Sleep(200 * time.Millisecond) // the reload reaches the checkpointer
+	if _, err := b.db.Pool.Exec(b.ctx, `CREATE TABLE filler (body text)`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		// Enough WAL beyond the limit, and a checkpoint that removes it.
+		if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO filler SELECT repeat('x', 1000) FROM generate_series(1, 20000); SELECT pg_switch_wal(); CHECKPOINT`); err != nil {
+			t.Fatal(err)
+		}
+		st, err := relay.Status(b.ctx, b.db.Pool, b.slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.WALStatus == "lost" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot not invalidated: wal_status %q", st.WALStatus)
+		}
+	}
+	r, err := relay.New(&b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(b.ctx)
+	if !errors.Is(err, relay.ErrSlotLost) || !errors.Is(err, relay.ErrFatal) || !strings.Contains(err.Error(), b.slot) ||
+		!strings.Contains(err.Error(), "pg_drop_replication_slot") {
+		t.Fatalf("Run = %v, want ErrSlotLost naming %s and how to recover", err, b.slot)
+	}
+	st, _ := relay.Status(b.ctx, b.db.Pool, b.slot)
+	if !st.Exists || st.WALStatus != "lost" {
+		t.Fatalf("slot after Run: %+v; it must be left as it was, not recreated", st)
 	}
 }

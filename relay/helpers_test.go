@@ -71,26 +71,29 @@ func (b *bundle) start(t testing.TB, cfg relay.Config) *relay.Relay {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
+	stopped := false
 	t.Cleanup(func() {
 		cancel()
+		if stopped {
+			return
+		}
 		if err := <-done; err != nil {
 			t.Errorf("relay.Run: %v", err)
 		}
 	})
-	waitStreaming(t, r)
-	return r
-}
-
-// waitStreaming waits until r holds its slot.
-func waitStreaming(t testing.TB, r *relay.Relay) {
-	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for r.State() != relay.StateStreaming {
+		select {
+		case err := <-done:
+			stopped = true
+			t.Fatalf("relay stopped before streaming: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("relay did not start streaming; state %s", r.State())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	return r
 }
 
 // write commits events in one transaction.

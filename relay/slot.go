@@ -90,8 +90,7 @@ func ensurePublication(ctx context.Context, db *pgxpool.Pool, cfg *Config) error
 	var inserts, coversOutbox bool
 	err := db.QueryRow(ctx, `
 		SELECT p.pubinsert,
-		       EXISTS (SELECT 1 FROM pg_publication_tables t
-		               WHERE t.pubname = p.pubname AND format('%I.%I', t.schemaname, t.tablename)::regclass = 'outbox'::regclass)
+		       p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = 'outbox'::regclass)
 		FROM pg_publication p WHERE p.pubname = $1`, pub).Scan(&inserts, &coversOutbox)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -176,4 +177,37 @@ func TestNoCreateReportsMissingPublication(t *testing.T) {
 		t.Fatalf("Run = %v, want ErrSlotMissing naming %s", err, b.slot)
 	}
 
+}
+
+// The least-privilege role the README documents is enough: REPLICATION,
+// SELECT on outbox, SELECT and INSERT on outbox_quarantine, with the slot
+// and publication made beforehand by relay.Setup.
+func TestLeastPrivilegeRoleRelays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 1)
+	role := "relay_" + b.slot
+	for _, stmt := range []string{
+		`CREATE ROLE ` + role + ` LOGIN REPLICATION`,
+		`GRANT SELECT ON outbox TO ` + role,
+		`GRANT SELECT, INSERT ON outbox_quarantine TO ` + role,
+	} {
+		if _, err := b.db.Pool.Exec(b.ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = b.db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = b.db.Pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, "ferry", nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.cfg
+	cfg.DatabaseURL = strings.Replace(b.db.URL, "ferry:ferry@", role+"@", 1)
+	cfg.NoCreate = true
+	b.start(t, cfg)
+	ids := b.write(t, evt("order", "o", 1), evt("bad topic", "o", 2))
+	consume(t, []string{topic}, ids[:1], time.Minute, 0)
+	waitQuarantined(t, b, 1)
 }
