@@ -1,0 +1,378 @@
+package reserva_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/examples/reserva"
+	"github.com/ferryhq/ferry/inbox"
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/outbox"
+	"github.com/ferryhq/ferry/relay"
+)
+
+type bundle struct {
+	ctx   context.Context
+	db    *ferrytest.DB
+	svc   *reserva.Service
+	names reserva.Names
+	kopts []kgo.Opt
+}
+
+// setup gives the test its own database (Ferry's and reserva's tables),
+// topics and consumer names, and a relay publishing into them.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := ferrytest.NewMigratedDB(t)
+	ctx := ferrytest.Context(t, 5*time.Minute)
+	sqldb := db.SQL(t)
+	m, err := migrate.New(sqldb, reserva.Migrations, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	suffix := ferrytest.Suffix()
+	prefix := "reserva." + suffix
+	b := &bundle{
+		ctx: ctx,
+		db:  db,
+		svc: reserva.NewService(db.Pool, nil),
+		names: reserva.Names{
+			OrdersTopic:    prefix + ".order",
+			StockTopic:     prefix + ".stock",
+			StockConsumer:  "stock.reservation." + suffix,
+			StatusConsumer: "order.status." + suffix,
+		},
+		kopts: []kgo.Opt{kgo.SeedBrokers(ferrytest.Brokers(t)...)},
+	}
+	for _, topic := range []string{b.names.OrdersTopic, b.names.StockTopic, b.names.OrdersTopic + ".dlq", b.names.StockTopic + ".dlq"} {
+		ferrytest.CreateTopic(t, topic, 4)
+	}
+	r, err := relay.New(&relay.Config{
+		DatabaseURL:   db.URL,
+		Slot:          "reserva_" + suffix,
+		TopicTemplate: prefix + ".{aggregate_type}",
+		KafkaOpts:     b.kopts,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.runInBackground(t, "relay", r.Run)
+	deadline := time.Now().Add(time.Minute)
+	for r.State() != relay.StateStreaming {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay not streaming: %s", r.State())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return b
+}
+
+func (b *bundle) runInBackground(t *testing.T, name string, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	})
+}
+
+func (b *bundle) startWorker(t *testing.T) {
+	t.Helper()
+	w, err := inbox.New(&inbox.Config{DB: b.db.Pool, KafkaOpts: b.kopts, RetryBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.names.Register(w); err != nil {
+		t.Fatal(err)
+	}
+	b.runInBackground(t, "worker", w.Run)
+}
+
+func (b *bundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.db.Pool.QueryRow(b.ctx, query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// topicRecords reads a topic from its start to its current end.
+func (b *bundle) topicRecords(t *testing.T, topic string) []*kgo.Record {
+	t.Helper()
+	adm := ferrytest.Admin(t)
+	ends, err := adm.ListEndOffsets(b.ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	cl := ferrytest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var out []*kgo.Record
+	for len(want) > 0 {
+		fs := cl.PollFetches(b.ctx)
+		if b.ctx.Err() != nil {
+			t.Fatal("reading", topic, "timed out")
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			out = append(out, r)
+			if r.Offset+1 >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+		})
+	}
+	return out
+}
+
+// consumedAll reports whether a consumer group committed the end of topic.
+func (b *bundle) consumedAll(t *testing.T, group, topic string) bool {
+	t.Helper()
+	adm := ferrytest.Admin(t)
+	ends, err := adm.ListEndOffsets(b.ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := adm.FetchOffsets(b.ctx, group)
+	if err != nil {
+		return false
+	}
+	all := true
+	ends.Each(func(o kadm.ListedOffset) {
+		c, ok := committed.Lookup(topic, o.Partition)
+		if o.Offset > 0 && (!ok || c.At < o.Offset) {
+			all = false
+		}
+	})
+	return all
+}
+
+// N orders, with a duplicate delivery of some OrderPlaced records injected,
+// reserve stock exactly once per order: one outcome each, stock decremented
+// once, one chained event each.
+func TestDuplicateDeliveryReservesOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const orders = 200
+	skus := []string{"apple", "pear", "plum", "fig"}
+	initial := map[string]int{"apple": 150, "pear": 150, "plum": 40, "fig": 1000}
+	if err := reserva.SeedStock(b.ctx, b.db.Pool, initial); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range orders {
+		var items []reserva.Item
+		for _, j := range rng.Perm(len(skus))[:1+rng.IntN(2)] {
+			items = append(items, reserva.Item{SKU: skus[j], Qty: 1 + rng.IntN(3)})
+		}
+		if _, err := b.svc.PlaceOrder(b.ctx, reserva.PlaceOrderRequest{Customer: fmt.Sprint("c", i), Items: items}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every OrderPlaced is on Kafka; deliver a quarter of them again before
+	// any worker runs, as a relay replay would.
+	var placed []*kgo.Record
+	b.waitFor(t, "all OrderPlaced on Kafka", func() bool {
+		placed = b.topicRecords(t, b.names.OrdersTopic)
+		return len(placed) >= orders
+	})
+	producer := ferrytest.Client(t)
+	dups := 0
+	for i, r := range placed {
+		if i%4 == 0 {
+			dup := &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
+			if err := producer.ProduceSync(b.ctx, dup).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			dups++
+		}
+	}
+	b.startWorker(t)
+	b.waitFor(t, "every order decided", func() bool {
+		return b.count(t, `SELECT count(*) FROM orders WHERE status <> 'placed'`) == orders
+	})
+	b.waitFor(t, "the duplicates consumed", func() bool { return b.consumedAll(t, b.names.StockConsumer, b.names.OrdersTopic) })
+
+	if n := b.count(t, `SELECT count(*) FROM reservations`); n != orders {
+		t.Fatalf("%d reservation outcomes for %d orders", n, orders)
+	}
+	if n := b.count(t, `SELECT count(*) FROM orders o JOIN reservations r ON r.order_id = o.id WHERE o.status <> r.outcome`); n != 0 {
+		t.Fatalf("%d orders whose status differs from their reservation", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE aggregate_type = 'stock'`); n != orders {
+		t.Fatalf("%d StockReserved/StockRejected events for %d orders: a duplicate chained an event twice", n, orders)
+	}
+	// Stock went down exactly by the reserved orders' items.
+	rows, err := b.db.Pool.Query(b.ctx, `
+		SELECT s.sku, s.available, coalesce(sum(i.qty) FILTER (WHERE r.outcome = 'reserved'), 0)
+		FROM stock s LEFT JOIN order_items i ON i.sku = s.sku LEFT JOIN reservations r ON r.order_id = i.order_id
+		GROUP BY s.sku, s.available`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sku string
+		var available, reserved int
+		if err := rows.Scan(&sku, &available, &reserved); err != nil {
+			t.Fatal(err)
+		}
+		if available != initial[sku]-reserved {
+			t.Fatalf("sku %s: %d available, want %d - %d reserved", sku, available, initial[sku], reserved)
+		}
+	}
+	rejected := b.count(t, `SELECT count(*) FROM orders WHERE status = 'rejected'`)
+	if rejected == 0 || rejected == orders {
+		t.Fatalf("%d of %d orders rejected; the stock should reject some and reserve others", rejected, orders)
+	}
+	t.Logf("%d orders, %d duplicate deliveries injected, %d rejected for stock", orders, dups, rejected)
+}
+
+// A malformed OrderPlaced (written straight to the outbox by a broken
+// producer) goes to the dead-letter topic with its reason; the orders after
+// it are still processed.
+func TestMalformedOrderIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := reserva.SeedStock(b.ctx, b.db.Pool, map[string]int{"apple": 10}); err != nil {
+		t.Fatal(err)
+	}
+	b.startWorker(t)
+	bad := uuid.New()
+	_, err := outbox.Write(b.ctx, b.db.Pool,
+		outbox.Event{AggregateType: reserva.AggregateOrder, AggregateID: bad.String(), EventType: reserva.EventOrderPlaced, Payload: []byte(`{"order_id": `)},
+		outbox.Event{AggregateType: reserva.AggregateOrder, AggregateID: bad.String(), EventType: reserva.EventOrderPlaced,
+			Payload: fmt.Appendf(nil, `{"order_id":"%s","customer":"x","items":[{"sku":"apple","qty":0}]}`, bad)},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := b.svc.PlaceOrder(b.ctx, reserva.PlaceOrderRequest{Customer: "ok", Items: []reserva.Item{{SKU: "apple", Qty: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the good order reserved", func() bool {
+		return b.count(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'reserved'`, good) == 1
+	})
+	var dls []inbox.DeadLetter
+	b.waitFor(t, "two dead letters", func() bool {
+		dls, err = inbox.ListDeadLetters(b.ctx, b.kopts, b.names.OrdersTopic+".dlq", nil)
+		return err == nil && len(dls) == 2
+	})
+	reasons := dls[0].Reason + " " + dls[1].Reason
+	if !strings.Contains(reasons, inbox.ReasonUndecodable) || !strings.Contains(reasons, inbox.ReasonPermanent) {
+		t.Fatalf("dead-letter reasons %q, want %s and %s", reasons, inbox.ReasonUndecodable, inbox.ReasonPermanent)
+	}
+	for _, dl := range dls {
+		if dl.Consumer != b.names.StockConsumer || dl.OriginalTopic != b.names.OrdersTopic || dl.Error == "" {
+			t.Fatalf("dead letter %+v lacks its origin or error", dl)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM reservations WHERE order_id = $1`, bad); n != 0 {
+		t.Fatalf("the malformed order has %d reservations", n)
+	}
+}
+
+// The HTTP API places and reads orders and refuses bad input with 4xx
+// answers that say what is wrong.
+func TestOrderAPI(t *testing.T) {
+	t.Parallel()
+	db := ferrytest.NewMigratedDB(t)
+	ctx := ferrytest.Context(t, time.Minute)
+	m, err := migrate.New(db.SQL(t), reserva.Migrations, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(reserva.NewService(db.Pool, nil).Handler())
+	defer srv.Close()
+
+	post := func(body string) (*http.Response, map[string]string) {
+		resp, err := http.Post(srv.URL+"/orders", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp, out
+	}
+	resp, out := post(`{"customer":"ada","items":[{"sku":"apple","qty":2}]}`)
+	if resp.StatusCode != http.StatusCreated || out["status"] != "placed" || resp.Header.Get("Location") != "/orders/"+out["id"] {
+		t.Fatalf("POST /orders: %d %v", resp.StatusCode, out)
+	}
+	getResp, err := http.Get(srv.URL + "/orders/" + out["id"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view reserva.OrderView
+	if err := json.NewDecoder(getResp.Body).Decode(&view); err != nil {
+		t.Fatal(err)
+	}
+	getResp.Body.Close()
+	if view.Status != "placed" || view.Customer != "ada" || len(view.Items) != 1 || view.Items[0].Qty != 2 {
+		t.Fatalf("GET /orders/{id}: %+v", view)
+	}
+	var events int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE aggregate_id = $1 AND event_type = 'OrderPlaced'`, out["id"]).Scan(&events); err != nil || events != 1 {
+		t.Fatalf("%d OrderPlaced events for the order (%v), want 1", events, err)
+	}
+
+	for body, want := range map[string]string{
+		`{"customer":"ada","items":[]}`:                                        "no items",
+		`{"customer":"ada","items":[{"sku":"apple","qty":0}]}`:                 "not positive",
+		`{"customer":"","items":[{"sku":"apple","qty":1}]}`:                    "customer",
+		`{"customer":"ada","items":[{"sku":"a","qty":1},{"sku":"a","qty":1}]}`: "twice",
+		`{"customer":"ada","items":[{"sku":"apple","qty":1}],"extra":1}`:       "unknown field",
+		`not json`: "body",
+	} {
+		resp, out := post(body)
+		if resp.StatusCode/100 != 4 || !strings.Contains(out["error"], want) {
+			t.Fatalf("POST %s: %d %v, want a 4xx naming %q", body, resp.StatusCode, out, want)
+		}
+	}
+	if n := func() int {
+		var n int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n)
+		return n
+	}(); n != 1 {
+		t.Fatalf("%d orders after refused requests, want 1", n)
+	}
+	if resp, err := http.Get(srv.URL + "/orders/" + uuid.NewString()); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET unknown order: %v %v", resp, err)
+	}
+}
