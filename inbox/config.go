@@ -64,7 +64,9 @@ type Config struct {
 	// session timeout and the like. The worker adds its consumer-group
 	// settings after them (group = consumer name, cooperative-sticky
 	// balancing, no auto-commit, read-committed isolation), so those cannot
-	// be overridden. Required.
+	// be overridden. FetchMaxWait defaults to 500ms (Kafka's default, not
+	// franz-go's 5s) so that a partition resumed after backpressure is
+	// fetched promptly. Required.
 	KafkaOpts []kgo.Opt
 
 	// Consumers, when set, limits Run to these registered consumers, so

@@ -59,7 +59,12 @@ func newGroupConsumer(w *Worker, name string, handlers map[string]Handler) (*gro
 	}
 	slices.Sort(topics)
 	start, reset := w.cfg.OffsetReset.offsets()
-	opts := append(slices.Clone(w.cfg.KafkaOpts),
+	// A resumed partition joins the next fetch only after the one in flight
+	// returns, which with no new data takes FetchMaxWait: franz-go's 5s
+	// default would stall every pause/resume. 500ms is the Java client's
+	// default; KafkaOpts may still override it.
+	opts := append([]kgo.Opt{kgo.FetchMaxWait(500 * time.Millisecond)}, w.cfg.KafkaOpts...)
+	opts = append(opts,
 		kgo.ConsumerGroup(name),
 		kgo.ConsumeTopics(topics...),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
