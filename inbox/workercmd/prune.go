@@ -65,7 +65,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer pool.Close()
 	cfg := p.config()
 	res, err := inbox.Prune(ctx, pool, &cfg)
-	if res != nil {
+	if res != nil && (err == nil || res.InboxDeleted+res.OutboxDeleted > 0) {
 		fmt.Fprintf(stdout, "deleted %d inbox rows and %d outbox rows in %d batches\n", res.InboxDeleted, res.OutboxDeleted, res.Batches)
 	}
 	return err
