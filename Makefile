@@ -43,8 +43,8 @@ test-short: ## unit tests only, no services
 	$(GO) test -short ./...
 
 .PHONY: demo
-demo: ## start the stack, migrate, write a few events
-	scripts/demo
+demo: ## run the reserva demo on a local stack (ARGS=--once to exit when done)
+	scripts/demo $(ARGS)
 
 .PHONY: stack-up
 stack-up: ## start PostgreSQL + Kafka on loopback (prints the test environment)

@@ -1,0 +1,589 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/examples/reserva"
+	"github.com/ferryhq/ferry/inbox"
+	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/procs"
+	"github.com/ferryhq/ferry/outbox"
+)
+
+// demoDatabase is recreated at every run, so each summary counts one run.
+const demoDatabase = "reserva_demo"
+
+type options struct {
+	adminURL, brokers, binDir  string
+	orders, malformed, clients int
+	once, chaos                bool
+	apiAddr, relayAddr         string
+	workerAddrs                [2]string
+	timeout                    time.Duration
+}
+
+// skus are the demo's products: plum and fig are scarce, so some orders are
+// rejected for stock.
+var skus = map[string]int{
+	"apple": 100_000, "pear": 100_000, "cherry": 100_000, "grape": 100_000, "lemon": 100_000,
+	"mango": 100_000, "melon": 100_000, "peach": 100_000, "kiwi": 100_000, "lime": 100_000,
+	"plum": 250, "fig": 250,
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reserva demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.adminURL, "admin-url", cli.Env("FERRY_TEST_DATABASE_URL", cli.Env("FERRY_DATABASE_URL", "")), "PostgreSQL URL of a role that may create the demo's database "+demoDatabase+" (env FERRY_TEST_DATABASE_URL)")
+	fs.StringVar(&o.brokers, "kafka-brokers", cli.Env("FERRY_TEST_KAFKA_BROKERS", cli.Env("FERRY_KAFKA_BROKERS", "")), "Kafka seed brokers (env FERRY_TEST_KAFKA_BROKERS)")
+	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding the relay, worker and reserva binaries; empty builds them")
+	fs.IntVar(&o.orders, "orders", 3000, "orders placed through the HTTP API")
+	fs.IntVar(&o.malformed, "malformed", 5, "malformed OrderPlaced events written straight to the outbox, as a broken producer would")
+	fs.IntVar(&o.clients, "clients", 8, "concurrent HTTP clients placing orders")
+	fs.BoolVar(&o.once, "once", false, "exit when every order is decided, instead of running until Ctrl-C")
+	fs.BoolVar(&o.chaos, "chaos", true, "SIGKILL the relay and a worker mid-run (and restart them) to show that nothing is lost or applied twice")
+	fs.StringVar(&o.apiAddr, "api-addr", "127.0.0.1:8080", "order API address")
+	fs.StringVar(&o.relayAddr, "relay-http", "127.0.0.1:9187", "relay metrics address")
+	fs.StringVar(&o.workerAddrs[0], "worker-http", "127.0.0.1:9188", "first worker's metrics address")
+	fs.StringVar(&o.workerAddrs[1], "worker2-http", "127.0.0.1:9189", "second worker's metrics address")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up when the orders are not all decided by then")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case o.adminURL == "":
+		return errors.New("--admin-url (FERRY_TEST_DATABASE_URL) is required: run it through `make demo`, or after `eval \"$(scripts/stack up)\"`")
+	case o.brokers == "":
+		return errors.New("--kafka-brokers (FERRY_TEST_KAFKA_BROKERS) is required")
+	case o.orders < 1 || o.clients < 1 || o.malformed < 0:
+		return errors.New("--orders and --clients must be positive, --malformed not negative")
+	}
+	d := &demo{o: o, out: stdout, start: time.Now()}
+	defer d.stopAll()
+	return d.run(ctx)
+}
+
+type demo struct {
+	o       options
+	out     io.Writer
+	start   time.Time
+	dir     string
+	url     string
+	pool    *pgxpool.Pool
+	kopts   []kgo.Opt
+	relay   *procs.Proc
+	workers [2]*procs.Proc
+	api     *procs.Proc
+	faults  []string
+
+	placed, failed atomic.Int64
+	dups           dupCounter
+	kafkaStart     int64
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+func (d *demo) run(ctx context.Context) error {
+	var err error
+	if d.dir, err = os.MkdirTemp("", "reserva-demo-"); err != nil {
+		return err
+	}
+	d.say("== reserva demo: logs in %s", d.dir)
+	if err := d.prepare(ctx); err != nil {
+		return err
+	}
+	if err := d.startProcesses(ctx); err != nil {
+		return err
+	}
+	d.say("== placing %d orders through http://%s/orders (%d clients), plus %d malformed events", d.o.orders, d.o.apiAddr, d.o.clients, d.o.malformed)
+	placing := make(chan error, 1)
+	go func() { placing <- d.placeOrders(ctx) }()
+	if err := d.follow(ctx, placing); err != nil {
+		return err
+	}
+	ok, err := d.summary(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("an order does not have exactly one reservation outcome")
+	}
+	if d.o.once {
+		return nil
+	}
+	d.say("\nEverything keeps running. Try:\n  curl -s -XPOST http://%s/orders -d '{\"customer\":\"you\",\"items\":[{\"sku\":\"apple\",\"qty\":1}]}'\n  curl -s http://%s/orders/<id>\nCtrl-C stops the relay, the workers and the API.", d.o.apiAddr, d.o.apiAddr)
+	<-ctx.Done()
+	d.say("\n== stopping")
+	return nil
+}
+
+// prepare recreates the demo database, migrates it, seeds the stock and
+// makes sure the topics exist.
+func (d *demo) prepare(ctx context.Context) error {
+	if err := ferrytest.DropDatabase(d.o.adminURL, demoDatabase); err != nil {
+		return err
+	}
+	url, err := ferrytest.CreateDatabase(ctx, d.o.adminURL, demoDatabase)
+	if err != nil {
+		return err
+	}
+	d.url = url
+	if d.pool, err = pgxpool.New(ctx, url); err != nil {
+		return err
+	}
+	if err := Migrate(ctx, d.pool, nil); err != nil {
+		return err
+	}
+	if err := reserva.SeedStock(ctx, d.pool, skus); err != nil {
+		return err
+	}
+	d.kopts = []kgo.Opt{kgo.SeedBrokers(strings.Split(d.o.brokers, ",")...)}
+	cl, err := kgo.NewClient(d.kopts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topics := []string{reserva.TopicOrders, reserva.TopicStock, reserva.TopicOrders + ".dlq", reserva.TopicStock + ".dlq"}
+	res, err := adm.CreateTopics(ctx, 4, 1, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	for _, r := range res {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	d.kafkaStart, err = d.kafkaRecords(ctx)
+	d.say("== database %s migrated (Ferry + reserva), stock seeded, slot %q ready", demoDatabase, "ferry")
+	return err
+}
+
+// kafkaRecords counts the records on the two event topics.
+func (d *demo) kafkaRecords(ctx context.Context) (int64, error) {
+	cl, err := kgo.NewClient(d.kopts...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, reserva.TopicOrders, reserva.TopicStock)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n, nil
+}
+
+func (d *demo) startProcesses(ctx context.Context) error {
+	bins := map[string]string{}
+	if d.o.binDir == "" {
+		d.say("== building relay, worker and reserva")
+		paths, err := procs.Build(ctx, d.dir, "github.com/ferryhq/ferry/cmd/relay", "github.com/ferryhq/ferry/cmd/worker", "github.com/ferryhq/ferry/examples/reserva/cmd/reserva")
+		if err != nil {
+			return err
+		}
+		bins["relay"], bins["worker"], bins["reserva"] = paths[0], paths[1], paths[2]
+	} else {
+		for _, b := range []string{"relay", "worker", "reserva"} {
+			bins[b] = filepath.Join(d.o.binDir, b)
+		}
+	}
+	env := []string{"FERRY_DATABASE_URL=" + d.url, "FERRY_KAFKA_BROKERS=" + d.o.brokers, "FERRY_LOG_FORMAT=json"}
+	start := func(name, bin string, args ...string) (*procs.Proc, error) {
+		return procs.Start(procs.Spec{Name: name, Path: bin, Args: args, Env: env, LogFile: filepath.Join(d.dir, name+".log")})
+	}
+	var err error
+	if d.relay, err = start("relay", bins["relay"], "run", "--http-addr", d.o.relayAddr); err != nil {
+		return err
+	}
+	for i := range d.workers {
+		if d.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), bins["worker"], "run", "--http-addr", d.o.workerAddrs[i],
+			"--retry-backoff", "50ms", "--max-attempts", "5"); err != nil {
+			return err
+		}
+	}
+	if d.api, err = start("api", bins["reserva"], "api", "--addr", d.o.apiAddr); err != nil {
+		return err
+	}
+	for _, u := range []string{"http://" + d.o.relayAddr + "/readyz", "http://" + d.o.workerAddrs[0] + "/readyz", "http://" + d.o.workerAddrs[1] + "/readyz", "http://" + d.o.apiAddr + "/healthz"} {
+		if err := waitHTTP(ctx, u, time.Minute); err != nil {
+			return fmt.Errorf("%w (logs in %s)", err, d.dir)
+		}
+	}
+	d.say("== relay, 2 workers and the order API are up")
+	return nil
+}
+
+func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s", url, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// placeOrders sends the orders over HTTP and writes the malformed events.
+func (d *demo) placeOrders(ctx context.Context) error {
+	names := make([]string, 0, len(skus))
+	for s := range skus {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	errs := make(chan error, d.o.clients)
+	client := &http.Client{Timeout: 30 * time.Second}
+	for c := range d.o.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 42))
+			for next.Add(1) <= int64(d.o.orders) && ctx.Err() == nil {
+				req := reserva.PlaceOrderRequest{Customer: fmt.Sprintf("customer-%d", rng.IntN(500))}
+				for _, j := range rng.Perm(len(names))[:1+rng.IntN(3)] {
+					req.Items = append(req.Items, reserva.Item{SKU: names[j], Qty: 1 + rng.IntN(3)})
+				}
+				body, _ := json.Marshal(req)
+				resp, err := client.Post("http://"+d.o.apiAddr+"/orders", "application/json", bytes.NewReader(body))
+				if err != nil {
+					d.failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					errs <- fmt.Errorf("POST /orders answered %d", resp.StatusCode)
+					return
+				}
+				d.placed.Add(1)
+			}
+		}()
+	}
+	// A broken producer writes OrderPlaced events the workers cannot use.
+	for i := range d.o.malformed {
+		id := uuid.New()
+		payload := []byte(`{"order_id": "` + id.String() + `", "items": [`) // truncated JSON
+		if i%2 == 1 {
+			payload = fmt.Appendf(nil, `{"order_id":"%s","customer":"x","items":[{"sku":"apple","qty":-1}]}`, id)
+		}
+		if _, err := outbox.Write(ctx, d.pool, outbox.Event{AggregateType: reserva.AggregateOrder, AggregateID: id.String(),
+			EventType: reserva.EventOrderPlaced, Payload: payload}); err != nil {
+			return err
+		}
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// follow prints progress once a second, injects the chaos, and returns once
+// every placed order is decided and the malformed events are dead letters.
+func (d *demo) follow(ctx context.Context, placing <-chan error) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	deadline := time.Now().Add(d.o.timeout)
+	placingDone := false
+	relayKilled, workerKilled := !d.o.chaos, !d.o.chaos
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-placing:
+			if err != nil {
+				return err
+			}
+			placingDone = true
+			placing = nil
+		case <-tick.C:
+		}
+		d.dups.scrape(d.o.workerAddrs[:])
+		placed := d.placed.Load()
+		if !relayKilled && placed >= int64(d.o.orders)*4/10 {
+			relayKilled = true
+			d.relay.Kill()
+			d.faults = append(d.faults, fmt.Sprintf("relay SIGKILL after %d orders", placed))
+			d.say("   chaos: relay killed with SIGKILL after %d orders; restarting it", placed)
+			if err := d.relay.Restart(); err != nil {
+				return err
+			}
+		}
+		if !workerKilled && placed >= int64(d.o.orders)*6/10 {
+			workerKilled = true
+			d.workers[1].Kill()
+			d.faults = append(d.faults, fmt.Sprintf("worker-2 SIGKILL after %d orders", placed))
+			d.say("   chaos: worker-2 killed with SIGKILL after %d orders; restarting it", placed)
+			if err := d.workers[1].Restart(); err != nil {
+				return err
+			}
+		}
+		st, err := d.status(ctx)
+		if err != nil {
+			continue // PostgreSQL busy; try again next second
+		}
+		d.say("   %5.1fs placed %d/%d · reserved %d · rejected %d · waiting %d · dead letters %d",
+			time.Since(d.start).Seconds(), placed, d.o.orders, st.reserved, st.rejected, st.waiting, st.deadLetters)
+		if placingDone && st.waiting == 0 && st.deadLetters >= d.o.malformed {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("orders not all decided after %s (logs in %s)", d.o.timeout, d.dir)
+		}
+	}
+}
+
+type status struct {
+	reserved, rejected, waiting, deadLetters int
+}
+
+func (d *demo) status(ctx context.Context) (status, error) {
+	var st status
+	err := d.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'reserved'), count(*) FILTER (WHERE status = 'rejected'),
+		count(*) FILTER (WHERE status = 'placed') FROM orders`).Scan(&st.reserved, &st.rejected, &st.waiting)
+	if err != nil {
+		return st, err
+	}
+	dls, err := d.deadLetters(ctx)
+	st.deadLetters = distinctIDs(dls)
+	return st, err
+}
+
+func (d *demo) deadLetters(ctx context.Context) ([]inbox.DeadLetter, error) {
+	var out []inbox.DeadLetter
+	for _, t := range []string{reserva.TopicOrders + ".dlq", reserva.TopicStock + ".dlq"} {
+		dls, err := inbox.ListDeadLetters(ctx, d.kopts, t, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, dl := range dls {
+			if !dl.FailedAt.Before(d.start) {
+				out = append(out, dl)
+			}
+		}
+	}
+	return out, nil
+}
+
+// distinctIDs counts the messages behind dead letters: a worker killed after
+// writing a dead letter and before committing the offset writes it again
+// when the message comes back (redrive of either applies it once).
+func distinctIDs(dls []inbox.DeadLetter) int {
+	ids := map[string]bool{}
+	for _, dl := range dls {
+		ids[dl.ID] = true
+	}
+	return len(ids)
+}
+
+// summary prints the figures of the run and reports whether every order
+// has exactly one reservation outcome.
+func (d *demo) summary(ctx context.Context) (bool, error) {
+	var orders, outcomes, decided, badOutcomes, quarantined, outboxRows int
+	var p50, p99 float64
+	err := d.pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM orders),
+		       (SELECT count(*) FROM reservations r JOIN orders o ON o.id = r.order_id),
+		       (SELECT count(*) FROM orders WHERE status <> 'placed'),
+		       (SELECT count(*) FROM orders o LEFT JOIN reservations r ON r.order_id = o.id WHERE r.outcome IS DISTINCT FROM o.status),
+		       (SELECT count(*) FROM outbox_quarantine),
+		       (SELECT count(*) FROM outbox),
+		       coalesce((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM decided_at - created_at)) FROM orders WHERE decided_at IS NOT NULL), 0),
+		       coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM decided_at - created_at)) FROM orders WHERE decided_at IS NOT NULL), 0)`).
+		Scan(&orders, &outcomes, &decided, &badOutcomes, &quarantined, &outboxRows, &p50, &p99)
+	if err != nil {
+		return false, err
+	}
+	st, err := d.status(ctx)
+	if err != nil {
+		return false, err
+	}
+	onKafka, err := d.kafkaRecords(ctx)
+	if err != nil {
+		return false, err
+	}
+	onKafka -= d.kafkaStart
+	dls, err := d.deadLetters(ctx)
+	if err != nil {
+		return false, err
+	}
+	d.dups.scrape(d.o.workerAddrs[:])
+	ok := outcomes == orders && badOutcomes == 0 && int64(orders) == d.placed.Load()
+
+	w := bufio.NewWriter(d.out)
+	defer w.Flush()
+	row := func(label, value string) { fmt.Fprintf(w, "  %-36s %s\n", label, value) }
+	fmt.Fprintf(w, "\n== reserva demo summary (%s)\n", time.Since(d.start).Round(time.Second))
+	row("orders placed (HTTP 201)", strconv.Itoa(orders))
+	row("  reserved", strconv.Itoa(st.reserved))
+	row("  rejected (not enough stock)", strconv.Itoa(st.rejected))
+	verdict := "yes"
+	if !ok {
+		verdict = "NO"
+	}
+	row("exactly one reservation per order", fmt.Sprintf("%s (%d outcomes for %d orders; %d decided)", verdict, outcomes, orders, decided))
+	row("events written to the outbox", strconv.Itoa(outboxRows))
+	row("records relayed to Kafka", fmt.Sprintf("%d (%d more than events: republished after the relay was killed)", onKafka, onKafka-int64(outboxRows)))
+	row("effects applied", fmt.Sprintf("%d reservations + %d order status changes", outcomes, decided))
+	row("duplicates blocked by the inbox", fmt.Sprintf("at least %d (ferry_worker_duplicates_skipped_total)", d.dups.total()))
+	row("dead-lettered messages", fmt.Sprintf("%d (%d dead-letter records)", distinctIDs(dls), len(dls)))
+	reasons := map[string]int{}
+	for _, dl := range dls {
+		reasons[dl.Reason]++
+	}
+	for _, r := range sortedKeys(reasons) {
+		example := ""
+		for _, dl := range dls {
+			if dl.Reason == r {
+				example = dl.Error
+				break
+			}
+		}
+		row("  "+r, fmt.Sprintf("%d, e.g. %q", reasons[r], trim(example, 80)))
+	}
+	row("quarantined events", strconv.Itoa(quarantined))
+	if quarantined > 0 {
+		rows, err := d.pool.Query(ctx, `SELECT reason, count(*) FROM outbox_quarantine GROUP BY reason ORDER BY reason`)
+		if err == nil {
+			for rows.Next() {
+				var r string
+				var n int
+				if rows.Scan(&r, &n) == nil {
+					row("  "+r, strconv.Itoa(n))
+				}
+			}
+			rows.Close()
+		}
+	}
+	row("order placed -> decided latency", fmt.Sprintf("p50 %.0f ms · p99 %.0f ms", p50*1000, p99*1000))
+	if len(d.faults) > 0 {
+		row("faults injected", strings.Join(d.faults, "; "))
+	}
+	row("metrics", fmt.Sprintf("relay http://%s/metrics · workers http://%s/metrics http://%s/metrics", d.o.relayAddr, d.o.workerAddrs[0], d.o.workerAddrs[1]))
+	row("logs", d.dir)
+	return ok, nil
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// stopAll stops the API, the workers and the relay politely.
+func (d *demo) stopAll() {
+	for _, p := range []*procs.Proc{d.api, d.workers[0], d.workers[1], d.relay} {
+		if p != nil {
+			_ = p.Stop(30 * time.Second)
+		}
+	}
+	if d.pool != nil {
+		d.pool.Close()
+	}
+}
+
+// dupCounter adds up the workers' duplicates_skipped counters across
+// restarts, which reset them.
+type dupCounter struct {
+	mu   sync.Mutex
+	last map[string]float64
+	base float64
+}
+
+func (c *dupCounter) scrape(addrs []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		c.last = map[string]float64{}
+	}
+	for _, a := range addrs {
+		v, err := scrapeCounter("http://"+a+"/metrics", "ferry_worker_duplicates_skipped_total")
+		if err != nil {
+			continue
+		}
+		if v < c.last[a] {
+			c.base += c.last[a] // the worker restarted
+		}
+		c.last[a] = v
+	}
+}
+
+func (c *dupCounter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.base
+	for _, v := range c.last {
+		t += v
+	}
+	return int(t)
+}
+
+// scrapeCounter sums every series of a counter on a /metrics page.
+func scrapeCounter(url, name string) (float64, error) {
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
