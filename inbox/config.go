@@ -168,6 +168,7 @@ type Config struct {
 type hooks struct {
 	beforeDBCommit func(*Message)
 	afterDBCommit  func(*Message)
+	stopped        func() // partitions being released were told to stop
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.

@@ -227,17 +227,20 @@ func (g *groupConsumer) release(parts []*partition, commit bool) {
 	for _, p := range parts {
 		p.stop()
 	}
-	deadline := time.NewTimer(g.w.cfg.DrainTimeout)
-	defer deadline.Stop()
-	for _, p := range parts {
-		select {
-		case <-p.done:
-		case <-deadline.C:
-			g.log.Warn("drain timeout: cancelling transactions in flight", slog.Duration("drain_timeout", g.w.cfg.DrainTimeout))
-			for _, p := range parts {
-				p.cancel()
-			}
-			<-p.done
+	if h := g.w.cfg.hooks.stopped; h != nil {
+		h()
+	}
+	if !waitDone(parts, g.w.cfg.DrainTimeout) {
+		g.log.Warn("drain timeout: cancelling transactions in flight", slog.Duration("drain_timeout", g.w.cfg.DrainTimeout))
+		for _, p := range parts {
+			p.cancel()
+		}
+		if !waitDone(parts, g.w.cfg.DrainTimeout) {
+			// A handler that ignores its context must not hold the group:
+			// leave it behind. Its message is not finished, so not
+			// committed; if its transaction still commits, the redelivery
+			// is a duplicate.
+			g.log.Error("a handler ignores cancellation; abandoning its work")
 		}
 	}
 	for _, p := range parts {
@@ -246,6 +249,20 @@ func (g *groupConsumer) release(parts []*partition, commit bool) {
 	if commit {
 		g.commit(context.Background(), parts)
 	}
+}
+
+// waitDone waits up to d for every partition's lanes to return.
+func waitDone(parts []*partition, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for _, p := range parts {
+		select {
+		case <-p.done:
+		case <-t.C:
+			return false
+		}
+	}
+	return true
 }
 
 func (g *groupConsumer) commitLoop(ctx context.Context) {

@@ -202,8 +202,25 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // checkSchema fails early when the inbox table is missing, which would
-// otherwise look like an endless database outage.
+// otherwise look like an endless database outage. A database that is not
+// reachable yet (restarting, starting with the worker) is waited for.
 func (w *Worker) checkSchema(ctx context.Context) error {
+	for n := 1; ; n++ {
+		err := w.checkSchemaOnce(ctx)
+		if err == nil || errors.Is(err, ErrInboxMissing) || ctx.Err() != nil || !databaseUnreachable(nil, err) {
+			return err
+		}
+		wait := backoff(n, w.cfg.RetryBackoff, w.cfg.RetryBackoffMax)
+		w.cfg.Logger.Warn("database unreachable at start; retrying", slog.Duration("retry_in", wait), slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (w *Worker) checkSchemaOnce(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tx, err := w.cfg.DB.Begin(ctx)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -479,12 +481,14 @@ func TestShutdownDrainsAndCommits(t *testing.T) {
 	}
 	cfg := b.config()
 	cfg.CommitInterval = time.Hour // only the shutdown commits
+	draining := make(chan struct{})
+	cfg.hooks.stopped = func() { close(draining) }
 	w := b.newWorker(cfg, h)
 	stop := b.start(w)
 	<-inHandler
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	time.Sleep(100 * time.Millisecond)
+	<-draining // the partition takes no new message from here on
 	close(release)
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
@@ -549,5 +553,118 @@ func TestRunNeedsTheInboxTable(t *testing.T) {
 	w.Handle("c", "t", effectHandler)
 	if err := w.Run(ferrytest.Context(t, time.Minute)); !errors.Is(err, ErrInboxMissing) {
 		t.Fatalf("Run: %v, want ErrInboxMissing", err)
+	}
+}
+
+// A transaction still running at the drain timeout is cancelled: it rolls
+// back, its offset is not committed, and the message comes again. A handler
+// that even ignores cancellation cannot hold shutdown (or a rebalance)
+// either.
+func TestDrainTimeoutCancelsThenAbandons(t *testing.T) {
+	t.Parallel()
+	for _, ignoresCtx := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ignores_ctx=%v", ignoresCtx), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 1)
+			b.produce(b.record("m-1", "k", 0, 1))
+			entered := make(chan struct{})
+			unblock := make(chan struct{})
+			var unblockOnce sync.Once
+			release := func() { unblockOnce.Do(func() { close(unblock) }) }
+			defer release()
+			first := true
+			h := func(ctx context.Context, tx pgx.Tx, m *Message) error {
+				if first {
+					first = false
+					if err := insertEffect(ctx, tx, m, "stuck"); err != nil {
+						return err
+					}
+					close(entered)
+					if ignoresCtx {
+						<-unblock
+						return nil
+					}
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return insertEffect(ctx, tx, m, "")
+			}
+			cfg := b.config()
+			cfg.DrainTimeout = 200 * time.Millisecond
+			w := b.newWorker(cfg, h)
+			stop := b.start(w)
+			<-entered
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if got := b.committed(b.consumer, 0); got >= 1 {
+				t.Fatalf("offset %d committed for a cancelled message", got)
+			}
+			if !ignoresCtx {
+				if n := b.effects("m-1"); n != 0 {
+					t.Fatalf("the cancelled transaction left %d effects", n)
+				}
+			}
+			again := b.newWorker(b.config(), effectHandler)
+			b.start(again)
+			// The abandoned transaction still holds m-1's inbox row: the
+			// next worker waits for it rather than applying m-1 twice. The
+			// stuck handler returns late, its commit fails on the cancelled
+			// context, and the row is free.
+			release()
+			b.waitCommitted(b.consumer, 0, 1)
+			if n := b.count(`SELECT count(*) FROM effects WHERE message_id = 'm-1' AND worker = ''`); n != 1 {
+				t.Errorf("m-1 applied %d times on redelivery, want 1", n)
+			}
+			if n := b.effects("m-1"); n != 1 {
+				t.Errorf("m-1 has %d effects, want 1", n)
+			}
+		})
+	}
+}
+
+// flakyDB fails Begin the way a restarting PostgreSQL does, following a
+// script: true fails the call, false lets it through; after the script,
+// every call goes through.
+type flakyDB struct {
+	DB
+	mu     sync.Mutex
+	script []bool
+}
+
+func (f *flakyDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	f.mu.Lock()
+	fail := len(f.script) > 0 && f.script[0]
+	if len(f.script) > 0 {
+		f.script = f.script[1:]
+	}
+	f.mu.Unlock()
+	if fail {
+		return nil, &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"}
+	}
+	return f.DB.Begin(ctx)
+}
+
+// An unreachable database is never the message's fault: with a budget of
+// one attempt, failures to begin are retried until the database is back,
+// and nothing is dead-lettered. Run also waits for the database at start.
+func TestDatabaseFailuresNeverDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	b.produce(b.record("m-1", "k", 0, 1))
+	// Two failures at start, the schema check, four failures applying m-1.
+	db := &flakyDB{DB: b.db.Pool, script: []bool{true, true, false, true, true, true, true}}
+	cfg := b.config()
+	cfg.DB = db
+	cfg.MaxAttempts = 1
+	w := b.newWorker(cfg, effectHandler)
+	b.start(w)
+	b.waitCommitted(b.consumer, 0, 1)
+	if n := b.effects("m-1"); n != 1 {
+		t.Errorf("m-1 has %d effects, want 1", n)
+	}
+	st := w.Stats()
+	if st.DeadLettered != 0 || st.DatabaseErrors != 4 || st.Retries != 0 {
+		t.Errorf("stats %+v: want 4 database errors, no retry counted, nothing dead-lettered", st)
 	}
 }
