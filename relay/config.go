@@ -26,6 +26,7 @@ const (
 	ReconnectBackoffMaxDefault = 15 * time.Second
 	ShutdownTimeoutDefault     = 30 * time.Second
 	WALMonitorIntervalDefault  = 10 * time.Second
+	TopicConfigRefreshDefault  = time.Minute
 )
 
 // Config configures a Relay. DatabaseURL and either KafkaOpts or Sink are
@@ -86,6 +87,12 @@ type Config struct {
 	// are read. Defaults to WALMonitorIntervalDefault (10s).
 	WALMonitorInterval time.Duration
 
+	// TopicConfigRefresh is how long the relay trusts a topic's
+	// max.message.bytes before reading it again; records above it are
+	// quarantined without being sent. Defaults to TopicConfigRefreshDefault
+	// (1m).
+	TopicConfigRefresh time.Duration
+
 	// KafkaOpts configure the franz-go producer: seed brokers, TLS, SASL.
 	// The relay adds its own producer settings after them. Required unless
 	// Sink is set.
@@ -120,6 +127,7 @@ func (c Config) WithDefaults() Config {
 	c.ReconnectBackoffMax = cmp.Or(c.ReconnectBackoffMax, ReconnectBackoffMaxDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.WALMonitorInterval = cmp.Or(c.WALMonitorInterval, WALMonitorIntervalDefault)
+	c.TopicConfigRefresh = cmp.Or(c.TopicConfigRefresh, TopicConfigRefreshDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -163,6 +171,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay: Config.ReconnectBackoffMax is %s: must be positive", c.ReconnectBackoffMax)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("relay: Config.ShutdownTimeout is %s: must be positive", c.ShutdownTimeout)
+	case c.TopicConfigRefresh <= 0:
+		return fmt.Errorf("relay: Config.TopicConfigRefresh is %s: must be positive", c.TopicConfigRefresh)
 	case c.WALMonitorInterval <= 0:
 		return fmt.Errorf("relay: Config.WALMonitorInterval is %s: must be positive", c.WALMonitorInterval)
 	}

@@ -32,7 +32,8 @@ var errBatchTooLarge = errors.New("the broker refused a batch as too large")
 type kafkaSink struct {
 	opts   []kgo.Opt
 	log    *slog.Logger
-	limits sync.Map // topic -> int32
+	ttl    time.Duration // how long a learnt limit is trusted
+	limits sync.Map      // topic -> topicLimit
 
 	mu      sync.Mutex
 	cl      *kgo.Client
@@ -42,8 +43,13 @@ type kafkaSink struct {
 	strikes   map[string]int // record id -> broker "too large" refusals
 }
 
-func newKafkaSink(opts []kgo.Opt, log *slog.Logger) (*kafkaSink, error) {
-	s := &kafkaSink{opts: opts, log: log, strikes: map[string]int{}}
+type topicLimit struct {
+	bytes   int32
+	learned time.Time
+}
+
+func newKafkaSink(opts []kgo.Opt, ttl time.Duration, log *slog.Logger) (*kafkaSink, error) {
+	s := &kafkaSink{opts: opts, ttl: ttl, log: log, strikes: map[string]int{}}
 	cl, err := s.newClient()
 	if err != nil {
 		return nil, err
@@ -58,7 +64,7 @@ func (s *kafkaSink) newClient() (*kgo.Client, error) {
 
 func (s *kafkaSink) limit(topic string) int32 {
 	if v, ok := s.limits.Load(topic); ok {
-		return v.(int32)
+		return v.(topicLimit).bytes
 	}
 	return defaultMaxMessageBytes
 }
@@ -69,9 +75,10 @@ func (s *kafkaSink) client() *kgo.Client {
 	return s.cl
 }
 
-// learn reads a topic's max.message.bytes once. A topic that does not exist
-// yet (the broker may create it) or a broker that does not answer leaves
-// the default.
+// learn reads a topic's max.message.bytes. A topic that does not exist yet
+// (the broker may create it) or a broker that does not answer leaves the
+// default. The client's batches keep the limit it had when it first produced
+// to the topic; should the limit change, the strikes in Produce rebuild it.
 func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -86,13 +93,13 @@ func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) {
 			}
 		}
 	}
-	s.limits.Store(topic, limit)
+	s.limits.Store(topic, topicLimit{bytes: limit, learned: time.Now()})
 }
 
 // Produce implements Sink.
 func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
 	cl := s.client()
-	if _, ok := s.limits.Load(rec.Topic); !ok {
+	if v, ok := s.limits.Load(rec.Topic); !ok || time.Since(v.(topicLimit).learned) > s.ttl {
 		s.learn(ctx, cl, rec.Topic)
 	}
 	cl.Produce(ctx, rec, func(r *kgo.Record, err error) {

@@ -25,6 +25,8 @@ const (
 // authorisation an operator can fix) is retried.
 func permanentReason(err error) (string, bool) {
 	switch {
+	case errors.Is(err, errBatchTooLarge):
+		return "", false // maybe innocent: resent after the client is rebuilt
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return ReasonMessageTooLarge, true
 	case errors.Is(err, kerr.InvalidTopicException):

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/relay"
@@ -107,5 +109,45 @@ func waitConfirmedPast(t *testing.T, b *bundle, lsn string) {
 			t.Fatalf("slot %s not confirmed past %s after 30s", b.slot, lsn)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Once the cause is fixed (the topic's limit raised), requeued events are
+// published with their original ids and leave the quarantine.
+func TestRequeueAfterFixPublishes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limit := "2048"
+	topic := b.prefix + ".blob"
+	ferrytest.CreateTopicConfig(t, topic, 1, map[string]*string{"max.message.bytes": &limit})
+	b.cfg.TopicConfigRefresh = 100 * time.Millisecond
+	b.start(t, b.cfg)
+
+	big := evt("blob", "a", 1)
+	big.Payload = make([]byte, 10_000)
+	_, _ = rand.Read(big.Payload)
+	bigID := b.write(t, big)[0]
+	waitQuarantined(t, b, 1)
+
+	raised := "1048576"
+	adm := ferrytest.Admin(t)
+	res, err := adm.AlterTopicConfigs(b.ctx, []kadm.AlterConfig{{Name: "max.message.bytes", Value: &raised}}, topic)
+	if err == nil {
+		_, err = res.On(topic, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	n, err := relay.Requeue(b.ctx, b.db.Pool, nil)
+	if err != nil || n != 1 {
+		t.Fatalf("Requeue = %d, %v; want 1", n, err)
+	}
+	c := consume(t, []string{topic}, []string{bigID}, time.Minute, 0)
+	if got := c.records[0].Value; !bytes.Equal(got, big.Payload) {
+		t.Fatalf("requeued record value differs (%d bytes)", len(got))
+	}
+	if rows := quarantine(t, b); len(rows) != 0 {
+		t.Fatalf("%d events still quarantined after a successful requeue", len(rows))
 	}
 }

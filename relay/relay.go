@@ -100,7 +100,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	sink := r.cfg.Sink
 	if sink == nil {
-		ks, err := newKafkaSink(r.producerOpts(), log)
+		ks, err := newKafkaSink(r.producerOpts(), r.cfg.TopicConfigRefresh, log)
 		if err != nil {
 			return fmt.Errorf("relay: kafka client: %w", err)
 		}

@@ -22,3 +22,7 @@ WHERE id IN (
     ORDER BY created_at
     LIMIT @max_rows::int
 );
+
+-- name: OutboxDeleteByIDs :execrows
+-- Deletes are not published (the publication carries inserts only).
+DELETE FROM outbox WHERE id = ANY(@ids::uuid[]);

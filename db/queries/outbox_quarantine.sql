@@ -17,3 +17,18 @@ SELECT count(*) FROM outbox_quarantine;
 SELECT * FROM outbox_quarantine
 ORDER BY quarantined_at, id
 LIMIT @max_rows::int;
+
+-- name: OutboxQuarantineRequeue :execrows
+-- Moves quarantined events back into the outbox, where the relay publishes
+-- them again with their original ids. The caller first deletes the original
+-- outbox rows (OutboxDeleteByIDs) in the same transaction.
+WITH moved AS (
+    DELETE FROM outbox_quarantine
+    WHERE id = ANY(@ids::uuid[])
+    RETURNING id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+)
+INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers, created_at)
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at FROM moved;
+
+-- name: OutboxQuarantineIDs :many
+SELECT id FROM outbox_quarantine ORDER BY quarantined_at, id;

@@ -38,6 +38,19 @@ func (q *Queries) OutboxDeleteBefore(ctx context.Context, db DBTX, arg OutboxDel
 	return result.RowsAffected(), nil
 }
 
+const outboxDeleteByIDs = `-- name: OutboxDeleteByIDs :execrows
+DELETE FROM outbox WHERE id = ANY($1::uuid[])
+`
+
+// Deletes are not published (the publication carries inserts only).
+func (q *Queries) OutboxDeleteByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, outboxDeleteByIDs, ids)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxGetByID = `-- name: OutboxGetByID :one
 SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at FROM outbox WHERE id = $1
 `

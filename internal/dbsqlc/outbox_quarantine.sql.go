@@ -24,6 +24,30 @@ func (q *Queries) OutboxQuarantineCount(ctx context.Context, db DBTX) (int64, er
 	return count, err
 }
 
+const outboxQuarantineIDs = `-- name: OutboxQuarantineIDs :many
+SELECT id FROM outbox_quarantine ORDER BY quarantined_at, id
+`
+
+func (q *Queries) OutboxQuarantineIDs(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxQuarantineIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxQuarantineInsert = `-- name: OutboxQuarantineInsert :execrows
 INSERT INTO outbox_quarantine (
     id, aggregate_type, aggregate_id, event_type, payload, headers, created_at,
@@ -110,4 +134,25 @@ func (q *Queries) OutboxQuarantineList(ctx context.Context, db DBTX, maxRows int
 		return nil, err
 	}
 	return items, nil
+}
+
+const outboxQuarantineRequeue = `-- name: OutboxQuarantineRequeue :execrows
+WITH moved AS (
+    DELETE FROM outbox_quarantine
+    WHERE id = ANY($1::uuid[])
+    RETURNING id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+)
+INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers, created_at)
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at FROM moved
+`
+
+// Moves quarantined events back into the outbox, where the relay publishes
+// them again with their original ids. The caller first deletes the original
+// outbox rows (OutboxDeleteByIDs) in the same transaction.
+func (q *Queries) OutboxQuarantineRequeue(ctx context.Context, db DBTX, ids []uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, outboxQuarantineRequeue, ids)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

@@ -20,6 +20,9 @@ const usage = `relay publishes Ferry's outbox to Kafka.
 Usage:
   relay run                        publish outbox events to Kafka until SIGTERM
   relay status                     show the slot, confirmed LSN, retained WAL, quarantine
+  relay quarantine list            events Kafka refused, with their reasons
+  relay quarantine requeue --id ID|--all
+                                   publish quarantined events again once the cause is fixed
   relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
                                    the publication and slot (--no-slot: schema only)
   relay help                       show this text
@@ -39,6 +42,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runRelay(ctx, args[1:], stderr)
 	case "status":
 		err = runStatus(ctx, args[1:], stdout, stderr)
+	case "quarantine":
+		err = runQuarantine(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		err = runMigrate(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

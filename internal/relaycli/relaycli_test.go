@@ -56,6 +56,9 @@ func TestSettingsAreValidatedByName(t *testing.T) {
 		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--slot", "Bad-Slot"}, "Slot"},
 		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--log-format", "xml"}, "--log-format"},
 		{[]string{"status"}, "FERRY_DATABASE_URL"},
+		{[]string{"quarantine"}, "quarantine list"},
+		{[]string{"quarantine", "requeue", "--database-url", "postgres://x@127.0.0.1:1/x"}, "--all"},
+		{[]string{"quarantine", "requeue", "--database-url", "postgres://x@127.0.0.1:1/x", "--id", "nope"}, "--id"},
 		{[]string{"frobnicate"}, "unknown command"},
 	}
 	for _, c := range cases {
@@ -151,6 +154,15 @@ func TestMigrateRunStatus(t *testing.T) {
 	}
 	if !strings.Contains(logs, "redacted") {
 		t.Fatalf("start-up log does not show the redacted settings:\n%s", logs)
+	}
+
+	code, out, stderr = run(t, context.Background(), "quarantine", "list")
+	if code != 0 || !strings.Contains(out, "REASON") {
+		t.Fatalf("relay quarantine list: exit %d\n%s\n%s", code, out, stderr)
+	}
+	code, out, stderr = run(t, context.Background(), "quarantine", "requeue", "--all")
+	if code != 0 || !strings.Contains(out, "requeued 0 events") {
+		t.Fatalf("relay quarantine requeue --all: exit %d\n%s\n%s", code, out, stderr)
 	}
 
 	code, out, stderr = run(t, context.Background(), "status")
