@@ -524,6 +524,10 @@ func (d *demo) stopAll() {
 		}
 	}
 	if d.pool != nil {
+		// A slot nobody reads pins WAL; the next demo makes a new one.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _ = d.pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active`)
+		cancel()
 		d.pool.Close()
 	}
 }
