@@ -1,0 +1,128 @@
+//go:build faults
+
+package faults_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/faults"
+	"github.com/ferryhq/ferry/internal/ferrytest"
+)
+
+// These tests stop the broker and restart PostgreSQL of the stack in
+// FERRY_STACK_DIR: they run alone, after the parallel suite (scripts/test).
+// When FERRY_FAULTS_REPORT names a file, the reports are appended to it.
+
+var (
+	buildOnce sync.Once
+	bins      faults.Binaries
+	buildErr  error
+)
+
+// setup builds the binaries once and gives the test options with a work
+// directory that is kept, and named, when the test fails.
+func setup(t *testing.T) faults.Options {
+	t.Helper()
+	ferrytest.AdminURL(t) // fails (or skips with -short) without a stack
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ferry-faults-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		bins, buildErr = faults.BuildBinaries(t.Context(), dir)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	work, err := os.MkdirTemp("", "ferry-faults-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs kept in %s", work)
+			return
+		}
+		_ = os.RemoveAll(work)
+	})
+	o := faults.Short()
+	o.Bins, o.WorkDir, o.Log = bins, work, logWriter{t}
+	return o
+}
+
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func publish(t *testing.T, md string) {
+	t.Helper()
+	t.Log("\n" + md)
+	path := os.Getenv("FERRY_FAULTS_REPORT")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(filepath.Clean(path), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(md + "\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The short suite: every fault kind at least once under 24,000 events, and
+// every invariant holds.
+func TestFaultSuite(t *testing.T) {
+	o := setup(t)
+	ctx := ferrytest.Context(t, 10*time.Minute)
+	rep, err := faults.Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, rep.Markdown())
+	for _, v := range rep.Violations() {
+		t.Error(v)
+	}
+	// A run that did not exercise what it checks proves less than it says.
+	counts := rep.FaultCounts()
+	for _, k := range faults.AllFaults {
+		if counts[k] == 0 {
+			t.Errorf("fault %s was never injected", k)
+		}
+	}
+	if rep.Committed.Events < 20_000 {
+		t.Errorf("%d events committed, want at least 20,000", rep.Committed.Events)
+	}
+	if rep.Committed.Poison == 0 || rep.Committed.Huge == 0 {
+		t.Errorf("%d poison and %d oversized events: the dead-letter and quarantine paths went untested", rep.Committed.Poison, rep.Committed.Huge)
+	}
+	if rep.Aborted.Events == 0 {
+		t.Error("no write transaction failed: the rollback check went untested")
+	}
+}
+
+// The negative control: a relay that confirms on send, killed while the
+// broker is down, loses events, and the checker must say so.
+func TestFaultNegativeControl(t *testing.T) {
+	o := setup(t)
+	ctx := ferrytest.Context(t, 5*time.Minute)
+	rep, err := faults.RunControl(ctx, faults.ControlOptions(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, rep.Markdown())
+	if rep.Lost() == 0 || rep.OK() {
+		t.Fatalf("the checker did not report the loss of the unsafe relay: %d lost, violations %q", rep.Lost(), rep.Violations())
+	}
+	t.Logf("the checker caught the negative control: %d events lost", rep.Lost())
+}

@@ -1,0 +1,262 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FaultKind names a fault the suite injects.
+type FaultKind string
+
+// The fault kinds.
+const (
+	// FaultRelayKill is SIGKILL of the relay, restarted 1–3 s later.
+	FaultRelayKill FaultKind = "relay-sigkill"
+	// FaultWorkerKill is SIGKILL of a worker, restarted 1–3 s later.
+	FaultWorkerKill FaultKind = "worker-sigkill"
+	// FaultKafkaStop stops the broker for Options.KafkaOutage, then starts it.
+	FaultKafkaStop FaultKind = "kafka-stop"
+	// FaultPGRestart is `pg_ctl restart -m immediate`: PostgreSQL crashes and
+	// recovers.
+	FaultPGRestart FaultKind = "pg-restart-immediate"
+	// FaultWorkerPause is SIGSTOP of a worker for longer than its group
+	// session timeout, then SIGCONT: it comes back as a zombie member.
+	FaultWorkerPause FaultKind = "worker-sigstop"
+	// FaultUnsafeRelayKill is the negative control's SIGKILL of a relay
+	// started with --unsafe-confirm-on-send, while the broker is down.
+	FaultUnsafeRelayKill FaultKind = "unsafe-relay-sigkill"
+)
+
+// AllFaults are the kinds Run injects by default.
+var AllFaults = []FaultKind{FaultRelayKill, FaultWorkerKill, FaultKafkaStop, FaultPGRestart, FaultWorkerPause}
+
+// Fault is one injected fault.
+type Fault struct {
+	Kind   FaultKind
+	Target string        // the process or service
+	At     time.Duration // since the run started
+	Healed time.Duration // when it was over: restarted, started, resumed
+	Detail string
+}
+
+// injector injects faults at random times into a pipeline.
+type injector struct {
+	p   *pipeline
+	rng *rand.Rand
+
+	mu     sync.Mutex
+	faults []Fault
+	pauses sync.WaitGroup
+	kafka  bool // the broker is stopped
+}
+
+func newInjector(p *pipeline, seed uint64) *injector {
+	return &injector{p: p, rng: rand.New(rand.NewPCG(seed, 0xfa17))}
+}
+
+func (in *injector) between(r [2]time.Duration) time.Duration {
+	if r[1] <= r[0] {
+		return r[0]
+	}
+	return r[0] + time.Duration(in.rng.Int64N(int64(r[1]-r[0])))
+}
+
+func (in *injector) add(f Fault) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.faults = append(in.faults, f)
+}
+
+// Faults returns what was injected so far, in order of injection.
+func (in *injector) Faults() []Fault {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]Fault(nil), in.faults...)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run injects the kinds in random order, with random gaps, after the
+// warmup, in rounds: Options.Rounds of them, or for as long as loadDone is
+// open. It returns once every fault has healed.
+func (in *injector) run(ctx context.Context, kinds []FaultKind, loadDone <-chan struct{}) error {
+	defer in.pauses.Wait()
+	defer in.healKafka()
+	if err := sleep(ctx, in.p.o.Warmup); err != nil {
+		return err
+	}
+	finished := func() bool {
+		select {
+		case <-loadDone:
+			return true
+		default:
+			return false
+		}
+	}
+	more := func(round int) bool {
+		if in.p.o.Rounds > 0 {
+			return round < in.p.o.Rounds
+		}
+		return round == 0 || !finished()
+	}
+	for round := 0; more(round); round++ {
+		order := append([]FaultKind(nil), kinds...)
+		in.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for i, k := range order {
+			if round > 0 && in.p.o.Rounds == 0 && finished() {
+				break
+			}
+			if round > 0 || i > 0 {
+				if err := sleep(ctx, in.between(in.p.o.FaultGap)); err != nil {
+					return err
+				}
+			}
+			if err := in.inject(ctx, k); err != nil {
+				return fmt.Errorf("inject %s: %w", k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// healKafka starts the broker if a fault was interrupted while it was down.
+func (in *injector) healKafka() {
+	in.mu.Lock()
+	down := in.kafka
+	in.mu.Unlock()
+	if down {
+		in.p.stack.ensureKafka()
+	}
+}
+
+func (in *injector) now() time.Duration { return time.Since(in.p.t0) }
+
+func (in *injector) inject(ctx context.Context, k FaultKind) error {
+	p := in.p
+	switch k {
+	case FaultRelayKill:
+		at, pid := in.now(), p.relay.Pid()
+		p.relay.Kill()
+		down := in.between([2]time.Duration{time.Second, 3 * time.Second})
+		p.logf("fault %s: relay pid %d killed, restart in %s", k, pid, down.Round(time.Millisecond))
+		if err := sleep(ctx, down); err != nil {
+			return err
+		}
+		if err := p.relay.Restart(); err != nil {
+			return err
+		}
+		in.add(Fault{Kind: k, Target: "relay", At: at, Healed: in.now(), Detail: fmt.Sprintf("pid %d, down %s", pid, down.Round(time.Millisecond))})
+	case FaultWorkerKill:
+		w := in.pickWorker()
+		if w == nil {
+			p.logf("fault %s: every worker is paused, skipped", k)
+			return nil
+		}
+		w.scrape()
+		at, pid := in.now(), w.proc.Pid()
+		w.proc.Kill()
+		w.rollover()
+		down := in.between([2]time.Duration{time.Second, 3 * time.Second})
+		p.logf("fault %s: %s pid %d killed, restart in %s", k, w.name, pid, down.Round(time.Millisecond))
+		if err := sleep(ctx, down); err != nil {
+			return err
+		}
+		if err := w.proc.Restart(); err != nil {
+			return err
+		}
+		in.add(Fault{Kind: k, Target: w.name, At: at, Healed: in.now(), Detail: fmt.Sprintf("pid %d, down %s", pid, down.Round(time.Millisecond))})
+	case FaultKafkaStop:
+		at := in.now()
+		in.mu.Lock()
+		in.kafka = true
+		in.mu.Unlock()
+		p.logf("fault %s: stopping the broker", k)
+		if err := p.stack.KafkaStop(ctx); err != nil {
+			return err
+		}
+		stopped := in.now()
+		down := in.between(p.o.KafkaOutage)
+		p.logf("fault %s: broker stopped (took %s), start in %s", k, (stopped - at).Round(time.Millisecond), down.Round(time.Millisecond))
+		if err := sleep(ctx, down); err != nil {
+			return err
+		}
+		if err := p.stack.KafkaStart(ctx); err != nil {
+			return err
+		}
+		in.mu.Lock()
+		in.kafka = false
+		in.mu.Unlock()
+		healed := in.now()
+		p.logf("fault %s: broker started (took %s)", k, (healed - stopped - down).Round(time.Millisecond))
+		in.add(Fault{Kind: k, Target: "kafka", At: at, Healed: healed, Detail: fmt.Sprintf("down %s", (healed - at).Round(100*time.Millisecond))})
+	case FaultPGRestart:
+		at := in.now()
+		p.logf("fault %s: restarting PostgreSQL", k)
+		if err := p.stack.PGRestartImmediate(ctx); err != nil {
+			return err
+		}
+		healed := in.now()
+		p.logf("fault %s: PostgreSQL back (took %s)", k, (healed - at).Round(time.Millisecond))
+		in.add(Fault{Kind: k, Target: "postgresql", At: at, Healed: healed, Detail: fmt.Sprintf("down %s", (healed - at).Round(100*time.Millisecond))})
+	case FaultWorkerPause:
+		// One pause at a time; it runs alongside the next faults.
+		in.pauses.Wait()
+		w := in.pickWorker()
+		if w == nil {
+			return nil
+		}
+		w.scrape()
+		w.mu.Lock()
+		w.paused = true
+		w.mu.Unlock()
+		at, pid := in.now(), w.proc.Pid()
+		if err := w.proc.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		d := p.o.SessionTimeout + in.between([2]time.Duration{5 * time.Second, 10 * time.Second})
+		p.logf("fault %s: %s pid %d paused for %s (session timeout %s)", k, w.name, pid, d.Round(time.Millisecond), p.o.SessionTimeout)
+		in.pauses.Add(1)
+		go func() {
+			defer in.pauses.Done()
+			_ = sleep(ctx, d)
+			_ = w.proc.Signal(syscall.SIGCONT)
+			w.mu.Lock()
+			w.paused = false
+			w.mu.Unlock()
+			p.logf("fault %s: %s resumed", k, w.name)
+			in.add(Fault{Kind: k, Target: w.name, At: at, Healed: in.now(), Detail: fmt.Sprintf("pid %d, paused %s", pid, d.Round(time.Millisecond))})
+		}()
+	default:
+		return fmt.Errorf("unknown fault kind %q", k)
+	}
+	return nil
+}
+
+// pickWorker returns a random worker that is not paused, nil if none.
+func (in *injector) pickWorker() *workerProc {
+	var ok []*workerProc
+	for _, w := range in.p.workers {
+		w.mu.Lock()
+		if !w.paused {
+			ok = append(ok, w)
+		}
+		w.mu.Unlock()
+	}
+	if len(ok) == 0 {
+		return nil
+	}
+	return ok[in.rng.IntN(len(ok))]
+}

@@ -1,0 +1,130 @@
+package faults
+
+import (
+	"errors"
+	"io"
+	"time"
+)
+
+// Options configure a run of the suite.
+type Options struct {
+	// Events is how many events the load generator commits, at least.
+	Events int
+	// LoadDuration spreads the events; faults are injected while they are
+	// written, and one full round of every fault kind is injected even if
+	// the load finishes first.
+	LoadDuration time.Duration
+	// Aggregates, Clients and MaxTx shape the load (see LoadOptions).
+	Aggregates, Clients, MaxTx int
+	// PoisonEvery and HugeEvery add a poison (dead-letter) or an oversized
+	// (quarantine) event to every n-th transaction of a load client.
+	PoisonEvery, HugeEvery int
+	// Partitions of the run's topic.
+	Partitions int
+	// TopicMaxMessageBytes is the topic's max.message.bytes; oversized
+	// events are 1.5 times as large.
+	TopicMaxMessageBytes int
+	// Workers is how many checker worker processes run; each hosts every
+	// consumer. Consumers is how many consumers (groups) there are.
+	Workers, Consumers int
+	// WorkerArgs are extra `worker run` flags for worker i (batch size, key
+	// concurrency): the workers of a group need not be configured alike.
+	WorkerArgs func(i int) []string
+	// SessionTimeout is the workers' group session timeout; a paused worker
+	// stays paused longer than this. franz-go's default is 45s, and the
+	// worker binary has no flag to change it.
+	SessionTimeout time.Duration
+	// KafkaOutage bounds the broker stop, drawn in [min, max].
+	KafkaOutage [2]time.Duration
+	// FaultGap bounds the pause between two faults, drawn in [min, max].
+	FaultGap [2]time.Duration
+	// Rounds is how many times every kind is injected, each round in a new
+	// random order; 0 repeats rounds for as long as the load runs (at least
+	// one).
+	Rounds int
+	// Warmup is how long the load runs before the first fault.
+	Warmup time.Duration
+	// DrainTimeout bounds the wait for the pipeline to drain after the load
+	// and the faults ended.
+	DrainTimeout time.Duration
+	// Kinds are the fault kinds to inject. Defaults to all.
+	Kinds []FaultKind
+	// EffectDelay is slept in each effect (the worker's negative control).
+	EffectDelay time.Duration
+	// Seed makes the fault schedule and the load's transactions
+	// reproducible; 0 picks one from the clock.
+	Seed uint64
+	// Bins are the programs to run. Required.
+	Bins Binaries
+	// WorkDir receives a directory of logs per run. Required.
+	WorkDir string
+	// Keep keeps the run's database and topics even when the run passes.
+	Keep bool
+	// Log receives progress lines. Defaults to discarding them.
+	Log io.Writer
+}
+
+// Short is the run `make test` does: about two minutes, 24,000 events,
+// every fault kind once.
+func Short() Options {
+	return Options{
+		Events:               24_000,
+		LoadDuration:         80 * time.Second,
+		Aggregates:           1000,
+		Clients:              4,
+		MaxTx:                300,
+		PoisonEvery:          150,
+		HugeEvery:            250,
+		Partitions:           8,
+		TopicMaxMessageBytes: 128 << 10,
+		Workers:              2,
+		Consumers:            2,
+		WorkerArgs:           defaultWorkerArgs,
+		SessionTimeout:       45 * time.Second,
+		KafkaOutage:          [2]time.Duration{10 * time.Second, 20 * time.Second},
+		FaultGap:             [2]time.Duration{2 * time.Second, 5 * time.Second},
+		Rounds:               1,
+		Warmup:               5 * time.Second,
+		DrainTimeout:         4 * time.Minute,
+	}
+}
+
+// Soak is `make soak`: a million events over about twenty minutes, the
+// fault kinds in rounds for as long as the load runs.
+func Soak() Options {
+	o := Short()
+	o.Events = 1_000_000
+	o.LoadDuration = 20 * time.Minute
+	o.FaultGap = [2]time.Duration{5 * time.Second, 20 * time.Second}
+	o.Rounds = 0
+	o.PoisonEvery = 4000
+	o.HugeEvery = 6000
+	o.DrainTimeout = 20 * time.Minute
+	return o
+}
+
+// defaultWorkerArgs configures the two workers of a group differently: one
+// applies batches of messages, the other one message per transaction with
+// several keys of a partition at once.
+func defaultWorkerArgs(i int) []string {
+	if i%2 == 0 {
+		return []string{"--batch-size", "50"}
+	}
+	return []string{"--batch-size", "1", "--key-concurrency", "4"}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Bins.Relay == "" || o.Bins.Faults == "":
+		return errors.New("faults: Options.Bins are required (BuildBinaries)")
+	case o.WorkDir == "":
+		return errors.New("faults: Options.WorkDir is required")
+	case o.Events <= 0 || o.LoadDuration <= 0:
+		return errors.New("faults: Events and LoadDuration must be positive")
+	case o.Workers < 1 || o.Consumers < 1:
+		return errors.New("faults: Workers and Consumers must be at least 1")
+	case o.Aggregates < 1 || o.Aggregates > 10000:
+		return errors.New("faults: Aggregates must be between 1 and 10000")
+	}
+	return nil
+}

@@ -1,0 +1,392 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/procs"
+)
+
+// Binaries are the programs the suite runs as child processes.
+type Binaries struct {
+	Relay  string // cmd/relay
+	Faults string // internal/faults/cmd/ferryfaults: the checker worker and the load generator
+}
+
+// BuildBinaries compiles the relay and ferryfaults into dir.
+func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
+	bins, err := procs.Build(ctx, dir, "github.com/ferryhq/ferry/cmd/relay", "github.com/ferryhq/ferry/internal/faults/cmd/ferryfaults")
+	if err != nil {
+		return Binaries{}, err
+	}
+	return Binaries{Relay: bins[0], Faults: bins[1]}, nil
+}
+
+// pipeline is one run's database, topics and processes.
+type pipeline struct {
+	o     *Options
+	stack *Stack
+	t0    time.Time
+	name  string // run id: names the database, slot, topic and groups
+
+	dir       string // logs and the load generator's files
+	dbName    string
+	dbURL     string
+	pool      *pgxpool.Pool
+	kcl       *kgo.Client
+	adm       *kadm.Client
+	topic     string
+	dlq       string
+	slot      string
+	consumers []string
+
+	relay     *procs.Proc
+	relayArgs []string
+	relayAddr string
+	workers   []*workerProc
+	load      *procs.Proc
+}
+
+// workerProc is a checker worker process and the counters scraped from it.
+type workerProc struct {
+	name string
+	proc *procs.Proc
+	addr string
+
+	mu sync.Mutex
+	// Counters of earlier incarnations, and the latest scrape of this one.
+	baseDup, curDup   float64
+	baseProc, curProc float64
+	paused            bool
+}
+
+func (p *pipeline) logf(format string, args ...any) {
+	fmt.Fprintf(p.o.Log, "faults %6.1fs  %s\n", time.Since(p.t0).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// newPipeline creates the run's database (migrated, with the suite's tables),
+// its topic and dead-letter topic.
+func newPipeline(ctx context.Context, o *Options, stack *Stack, label string) (*pipeline, error) {
+	p := &pipeline{o: o, stack: stack, t0: time.Now(), name: label + "_" + ferrytest.Suffix()}
+	p.dir = filepath.Join(o.WorkDir, p.name)
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return nil, err
+	}
+	p.dbName = "faults_" + p.name
+	url, err := ferrytest.CreateDatabase(ctx, stack.DatabaseURL, p.dbName)
+	if err != nil {
+		return nil, err
+	}
+	p.dbURL = url
+	if err := ferrytest.MigrateURL(ctx, url); err != nil {
+		return p, err
+	}
+	if p.pool, err = pgxpool.New(ctx, url); err != nil {
+		return p, err
+	}
+	for i := range o.Consumers {
+		p.consumers = append(p.consumers, fmt.Sprintf("faults.%s.c%d", p.name, i+1))
+	}
+	if err := createSchema(ctx, p.pool, o.Aggregates, p.consumers); err != nil {
+		return p, err
+	}
+	if p.kcl, err = kgo.NewClient(kgo.SeedBrokers(stack.Brokers...)); err != nil {
+		return p, err
+	}
+	p.adm = kadm.NewClient(p.kcl)
+	p.slot = "faults_" + p.name
+	p.topic = "faults." + p.name + "." + AggregateType
+	p.dlq = p.topic + ".dlq"
+	maxBytes := strconv.Itoa(o.TopicMaxMessageBytes)
+	if err := p.createTopic(ctx, p.topic, int32(o.Partitions), map[string]*string{"max.message.bytes": &maxBytes}); err != nil {
+		return p, err
+	}
+	if err := p.createTopic(ctx, p.dlq, 2, nil); err != nil {
+		return p, err
+	}
+	p.logf("run %s: database %s, topic %s (%d partitions), slot %s, logs in %s", p.name, p.dbName, p.topic, o.Partitions, p.slot, p.dir)
+	return p, nil
+}
+
+func (p *pipeline) createTopic(ctx context.Context, name string, partitions int32, configs map[string]*string) error {
+	res, err := p.adm.CreateTopic(ctx, partitions, 1, configs, name)
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	return nil
+}
+
+// close stops every process and, unless keep, drops the database and topics.
+func (p *pipeline) close(keep bool) {
+	for _, w := range p.workers {
+		w.proc.Kill()
+	}
+	if p.load != nil {
+		p.load.Kill()
+	}
+	if p.relay != nil {
+		p.relay.Kill()
+	}
+	if p.pool != nil {
+		p.pool.Close()
+	}
+	if keep {
+		p.logf("kept database %s, topics %s and %s, logs in %s", p.dbName, p.topic, p.dlq, p.dir)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if p.adm != nil {
+			_, _ = p.adm.DeleteTopics(ctx, p.topic, p.dlq)
+			_, _ = p.adm.DeleteGroups(ctx, p.consumers...)
+		}
+		if p.dbURL != "" {
+			if err := ferrytest.DropDatabase(p.stack.DatabaseURL, p.dbName); err != nil {
+				p.logf("drop database: %v", err)
+			}
+		}
+	}
+	if p.kcl != nil {
+		p.kcl.Close()
+	}
+}
+
+func (p *pipeline) childEnv() []string {
+	return []string{
+		"FERRY_DATABASE_URL=" + p.dbURL,
+		"FERRY_KAFKA_BROKERS=" + strings.Join(p.stack.Brokers, ","),
+		"FERRY_LOG_FORMAT=json",
+	}
+}
+
+// startRelay starts the relay and waits until its slot streams. extra
+// arguments (the negative control's flag) go after the common ones.
+func (p *pipeline) startRelay(ctx context.Context, extra ...string) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	p.relayAddr = addr
+	p.relayArgs = append([]string{"run", "--slot", p.slot, "--topic-template", "faults." + p.name + ".{aggregate_type}",
+		"--http-addr", addr}, extra...)
+	p.relay, err = procs.Start(procs.Spec{Name: "relay", Path: p.o.Bins.Relay, Args: p.relayArgs, Env: p.childEnv(),
+		LogFile: filepath.Join(p.dir, "relay.log")})
+	if err != nil {
+		return err
+	}
+	return p.waitReady(ctx, p.relay, addr)
+}
+
+// restartRelay replaces the relay process with one started with args
+// (nil: the same as before).
+func (p *pipeline) restartRelay(args []string) error {
+	if args == nil {
+		return p.relay.Restart()
+	}
+	p.relay.Kill()
+	p.relayArgs = args
+	var err error
+	p.relay, err = procs.Start(procs.Spec{Name: "relay", Path: p.o.Bins.Relay, Args: args, Env: p.childEnv(),
+		LogFile: filepath.Join(p.dir, "relay.log")})
+	return err
+}
+
+// startWorkers starts n checker workers, each hosting every consumer.
+// workerArgs returns extra `worker run` flags for worker i.
+func (p *pipeline) startWorkers(ctx context.Context, n int, workerArgs func(i int) []string) error {
+	for i := range n {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("worker-%d", i+1)
+		args := []string{"worker", "-name", name, "-topic", p.topic, "-consumers", strings.Join(p.consumers, ",")}
+		if p.o.EffectDelay > 0 {
+			args = append(args, "-effect-delay", p.o.EffectDelay.String())
+		}
+		args = append(args, "run", "--http-addr", addr, "--prune-interval", "0", "--offset-reset", "earliest")
+		args = append(args, workerArgs(i)...)
+		proc, err := procs.Start(procs.Spec{Name: name, Path: p.o.Bins.Faults, Args: args, Env: p.childEnv(),
+			LogFile: filepath.Join(p.dir, name+".log")})
+		if err != nil {
+			return err
+		}
+		p.workers = append(p.workers, &workerProc{name: name, proc: proc, addr: addr})
+	}
+	for _, w := range p.workers {
+		if err := p.waitReady(ctx, w.proc, w.addr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitReady polls /readyz until it answers 200, for at most two minutes.
+func (p *pipeline) waitReady(ctx context.Context, proc *procs.Proc, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-proc.Done():
+			return fmt.Errorf("%s exited while starting: %v (log %s)", proc.Name(), proc.Err(), proc.LogFile())
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready at %s: %w (log %s)", proc.Name(), addr, ctx.Err(), proc.LogFile())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// startLoad starts the load generator process.
+func (p *pipeline) startLoad(events int, duration time.Duration) error {
+	o := p.o
+	args := []string{"load",
+		"-events", strconv.Itoa(events), "-duration", duration.String(),
+		"-aggregates", strconv.Itoa(o.Aggregates), "-clients", strconv.Itoa(o.Clients),
+		"-max-tx", strconv.Itoa(o.MaxTx), "-poison-every", strconv.Itoa(o.PoisonEvery),
+		"-huge-every", strconv.Itoa(o.HugeEvery), "-huge-bytes", strconv.Itoa(o.TopicMaxMessageBytes * 3 / 2),
+		"-seed", strconv.FormatUint(o.Seed, 10),
+		"-aborted", p.abortedFile(), "-result", p.loadResultFile(),
+	}
+	var err error
+	p.load, err = procs.Start(procs.Spec{Name: "load", Path: o.Bins.Faults, Args: args, Env: p.childEnv(),
+		LogFile: filepath.Join(p.dir, "load.log")})
+	return err
+}
+
+func (p *pipeline) abortedFile() string    { return filepath.Join(p.dir, "aborted.jsonl") }
+func (p *pipeline) loadResultFile() string { return filepath.Join(p.dir, "load.json") }
+
+// scrape reads the worker's inbox counters; at a restart the latest values
+// carry over into the base.
+func (w *workerProc) scrape() {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + w.addr + "/metrics")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	dup, proc, err := parseWorkerMetrics(resp.Body)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	w.curDup, w.curProc = max(w.curDup, dup), max(w.curProc, proc)
+	w.mu.Unlock()
+}
+
+// rollover moves this incarnation's counters into the base, before a
+// restart.
+func (w *workerProc) rollover() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.baseDup, w.curDup = w.baseDup+w.curDup, 0
+	w.baseProc, w.curProc = w.baseProc+w.curProc, 0
+}
+
+func (w *workerProc) counters() (dup, processed float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.baseDup + w.curDup, w.baseProc + w.curProc
+}
+
+// parseWorkerMetrics sums the duplicates-skipped and processed counters
+// over every consumer and topic of a worker's /metrics.
+func parseWorkerMetrics(r io.Reader) (dup, processed float64, err error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		var sum *float64
+		switch {
+		case strings.HasPrefix(line, "ferry_worker_duplicates_skipped_total{"):
+			sum = &dup
+		case strings.HasPrefix(line, "ferry_worker_messages_processed_total{"):
+			sum = &processed
+		default:
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, perr := strconv.ParseFloat(line[i+1:], 64)
+		if perr != nil {
+			return 0, 0, fmt.Errorf("metrics line %q: %w", line, perr)
+		}
+		*sum += v
+	}
+	return dup, processed, sc.Err()
+}
+
+// scrapeLoop scrapes every worker each second until ctx ends.
+func (p *pipeline) scrapeLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		for _, w := range p.workers {
+			w.mu.Lock()
+			paused := w.paused
+			w.mu.Unlock()
+			if !paused {
+				w.scrape()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// retry runs f until it succeeds or ctx ends; PostgreSQL and Kafka come and
+// go during the run.
+func retry(ctx context.Context, f func(context.Context) error) error {
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := f(qctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

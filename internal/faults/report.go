@@ -1,0 +1,167 @@
+package faults
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is what a run found: the figures and the verdict.
+type Report struct {
+	Title   string
+	Run     string // run id: names its database, topic and slot
+	Seed    uint64
+	Stack   string // PostgreSQL and Kafka versions
+	Elapsed time.Duration
+
+	Load      LoadResult       // as the load generator saw it
+	Committed CommittedFigures // as the outbox table holds it
+	Aborted   AbortedFigures
+	Faults    []Fault
+
+	// TopicRecords is every record on the run's topic; TopicDistinct the
+	// distinct ids among them. The difference was published more than once.
+	TopicRecords, TopicDistinct int64
+	// InboxDuplicates is the workers' ferry_worker_duplicates_skipped_total,
+	// summed over processes and restarts (scraped each second and just
+	// before each kill: a killed worker's last second may be missing).
+	InboxDuplicates int64
+
+	Consumers         []ConsumerFigures
+	QuarantineReasons map[string]int64
+	DeadLetterReasons map[string]int64
+
+	Drained bool
+	// DrainAfterFault is the time from the last fault healing to the
+	// pipeline being drained; DrainAfterLoad from the load generator's end.
+	DrainAfterFault, DrainAfterLoad time.Duration
+}
+
+// FaultCounts returns how many faults of each kind were injected.
+func (r *Report) FaultCounts() map[FaultKind]int {
+	out := map[FaultKind]int{}
+	for _, f := range r.Faults {
+		out[f.Kind]++
+	}
+	return out
+}
+
+// Lost sums the lost events over the consumers.
+func (r *Report) Lost() int64 {
+	var n int64
+	for _, c := range r.Consumers {
+		n += c.Lost
+	}
+	return n
+}
+
+// Violations lists every broken invariant; none means the run passed.
+func (r *Report) Violations() []string {
+	var v []string
+	if !r.Drained {
+		v = append(v, "the pipeline did not drain within the timeout")
+	}
+	if len(r.Consumers) == 0 {
+		v = append(v, "no consumer was checked")
+	}
+	for _, c := range r.Consumers {
+		add := func(n int64, what string) {
+			if n != 0 {
+				v = append(v, fmt.Sprintf("%s: %d %s", c.Consumer, n, what))
+			}
+		}
+		add(c.Lost, "committed events lost: no effect, not quarantined, not dead-lettered (M1, M3)")
+		add(c.DoubleEffects, "double effects (M1)")
+		add(c.Inversions, "effects applied out of version order")
+		add(c.Gaps, "effects applied after a version gap")
+		add(c.StateMismatches, "aggregates whose final state is not the latest version written (M2)")
+		add(c.UnknownEffects, "effects of events that never committed")
+	}
+	if r.Aborted.Committed != 0 {
+		v = append(v, fmt.Sprintf("%d events of failed write transactions are in the outbox", r.Aborted.Committed))
+	}
+	if r.Aborted.WithEffect != 0 {
+		v = append(v, fmt.Sprintf("%d events of failed write transactions took effect", r.Aborted.WithEffect))
+	}
+	if r.Committed.Versioned != r.Committed.LatestVersions {
+		v = append(v, fmt.Sprintf("the producer committed %d versioned events but its versions add up to %d", r.Committed.Versioned, r.Committed.LatestVersions))
+	}
+	return v
+}
+
+// OK reports whether every invariant held.
+func (r *Report) OK() bool { return len(r.Violations()) == 0 }
+
+// Markdown renders the report.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	verdict := "PASS: every invariant held"
+	if v := r.Violations(); len(v) > 0 {
+		verdict = fmt.Sprintf("FAIL: %d invariant violations", len(v))
+	}
+	w("### %s: %s\n\n", r.Title, verdict)
+	w("run `%s`, seed %d, %s, %s\n\n", r.Run, r.Seed, r.Stack, r.Elapsed.Round(time.Second))
+	w("| figure | value |\n|---|---|\n")
+	w("| events committed (outbox rows) | %d in %d transactions (largest %d events): %d versioned across %d aggregates, %d poison, %d oversized |\n",
+		r.Committed.Events, r.Committed.Transactions, r.Load.LargestTx, r.Committed.Versioned, r.Committed.Aggregates, r.Committed.Poison, r.Committed.Huge)
+	w("| write transactions that failed | %d rolled back and %d failed on purpose, %d failed by faults, %d commits with unknown outcome (%d of their %d events committed) |\n",
+		r.Load.TxRolledBack, r.Load.TxFailed, r.Load.TxFault, r.Load.TxIndeterminate, r.Aborted.IndeterminateCommitted, r.Aborted.Indeterminate)
+	w("| events of failed transactions in the outbox / with an effect | %d / %d (of %d) |\n", r.Aborted.Committed, r.Aborted.WithEffect, r.Aborted.Events)
+	counts := r.FaultCounts()
+	var fk []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		fk = append(fk, fmt.Sprintf("%s ×%d", k, counts[k]))
+	}
+	w("| faults injected | %d: %s |\n", len(r.Faults), strings.Join(fk, ", "))
+	w("| records on the topic / distinct ids | %d / %d |\n", r.TopicRecords, r.TopicDistinct)
+	w("| duplicates delivered by Kafka (records published more than once) | %d |\n", r.TopicRecords-r.TopicDistinct)
+	w("| duplicate deliveries blocked by the inbox (all consumers) | %d |\n", r.InboxDuplicates)
+	w("| quarantined by the relay | %s |\n", reasons(r.QuarantineReasons))
+	w("| dead-lettered by the workers (all consumers) | %s |\n", reasons(r.DeadLetterReasons))
+	if r.Drained {
+		w("| time to drain after the last fault healed / after the load ended | %s / %s |\n",
+			r.DrainAfterFault.Round(100*time.Millisecond), r.DrainAfterLoad.Round(100*time.Millisecond))
+	} else {
+		w("| time to drain | **did not drain** |\n")
+	}
+	w("\n| consumer | effects | lost | double effects | order inversions | version gaps | final state ≠ latest version | effects of uncommitted events | dead-lettered | quarantined |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range r.Consumers {
+		w("| %s | %d | **%d** | **%d** | **%d** | %d | %d | %d | %d | %d |\n", c.Consumer, c.Effects, c.Lost, c.DoubleEffects,
+			c.Inversions, c.Gaps, c.StateMismatches, c.UnknownEffects, c.DeadLettered, c.Quarantined)
+	}
+	if len(r.Faults) > 0 {
+		w("\n| at | fault | target | healed at | detail |\n|---|---|---|---|---|\n")
+		for _, f := range r.Faults {
+			w("| %.1fs | %s | %s | %.1fs | %s |\n", f.At.Seconds(), f.Kind, f.Target, f.Healed.Seconds(), f.Detail)
+		}
+	}
+	if v := r.Violations(); len(v) > 0 {
+		w("\nViolations:\n")
+		for _, s := range v {
+			w("- %s\n", s)
+		}
+		for _, c := range r.Consumers {
+			if len(c.Missing) > 0 {
+				w("- %s: lost ids include %s\n", c.Consumer, strings.Join(c.Missing, ", "))
+			}
+		}
+	}
+	return b.String()
+}
+
+func reasons(m map[string]int64) string {
+	if len(m) == 0 {
+		return "0"
+	}
+	var parts []string
+	var total int64
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, m[k]))
+		total += m[k]
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
+}

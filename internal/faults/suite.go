@@ -1,0 +1,218 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+func (o *Options) withDefaults() {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if len(o.Kinds) == 0 {
+		o.Kinds = AllFaults
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	if o.WorkerArgs == nil {
+		o.WorkerArgs = func(int) []string { return nil }
+	}
+}
+
+// Run runs the suite once: it loads the pipeline, injects o.Kinds at random
+// times, waits for the pipeline to drain and checks the invariants. An error
+// means the run could not be carried out; a broken invariant is in the
+// report (Report.OK, Report.Violations).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	stack, err := OpenStack(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPipeline(ctx, &o, stack, "suite")
+	var rep *Report
+	if p != nil {
+		defer func() { p.close(o.Keep || rep == nil || !rep.OK()) }()
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := p.newReport("Fault suite", stack)
+	p.logf("seed %d: %d events over %s, faults %v", o.Seed, o.Events, o.LoadDuration, o.Kinds)
+	if err := p.startRelay(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.startWorkers(ctx, o.Workers, o.WorkerArgs); err != nil {
+		return nil, err
+	}
+	sctx, stopScrape := context.WithCancel(ctx)
+	defer stopScrape()
+	go p.scrapeLoop(sctx)
+	if err := p.startLoad(o.Events, o.LoadDuration); err != nil {
+		return nil, err
+	}
+	p.logf("relay, %d workers and the load generator started", o.Workers)
+
+	in := newInjector(p, o.Seed)
+	injErr := in.run(ctx, o.Kinds, p.load.Done())
+	r.Faults = in.Faults()
+	if injErr != nil {
+		return nil, injErr
+	}
+	if err := p.waitLoad(ctx, r); err != nil {
+		return nil, err
+	}
+	if err := p.finish(ctx, r); err != nil {
+		return nil, err
+	}
+	rep = r
+	return rep, nil
+}
+
+// RunControl is the negative control: the relay runs with
+// --unsafe-confirm-on-send, which confirms WAL positions before Kafka
+// acknowledged them, and is killed while the broker is down. The records it
+// had confirmed but not delivered are gone; a checker that does not report
+// them lost proves nothing. The report is expected to fail (Report.Lost > 0).
+func RunControl(ctx context.Context, o Options) (*Report, error) {
+	o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	stack, err := OpenStack(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPipeline(ctx, &o, stack, "control")
+	if p != nil {
+		defer func() { p.close(o.Keep) }()
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := p.newReport("Negative control: relay --unsafe-confirm-on-send, SIGKILLed while the broker is down", stack)
+	if err := p.startRelay(ctx, "--unsafe-confirm-on-send"); err != nil {
+		return nil, err
+	}
+	safeArgs := p.relayArgs[:len(p.relayArgs)-1]
+	if err := p.startWorkers(ctx, o.Workers, o.WorkerArgs); err != nil {
+		return nil, err
+	}
+	sctx, stopScrape := context.WithCancel(ctx)
+	defer stopScrape()
+	go p.scrapeLoop(sctx)
+	if err := p.startLoad(o.Events, o.LoadDuration); err != nil {
+		return nil, err
+	}
+	in := newInjector(p, o.Seed)
+	if err := sleep(ctx, o.Warmup); err != nil {
+		return nil, err
+	}
+	at := in.now()
+	in.kafka = true
+	defer in.healKafka()
+	p.logf("control: stopping the broker under the unsafe relay")
+	if err := stack.KafkaStop(ctx); err != nil {
+		return nil, err
+	}
+	// The unsafe relay keeps reading and confirming what it cannot deliver.
+	if err := sleep(ctx, o.KafkaOutage[0]); err != nil {
+		return nil, err
+	}
+	pid := p.relay.Pid()
+	p.relay.Kill()
+	killed := in.now()
+	p.logf("control: unsafe relay pid %d killed while the broker is down", pid)
+	if err := stack.KafkaStart(ctx); err != nil {
+		return nil, err
+	}
+	in.kafka = false
+	r.Faults = append(r.Faults,
+		Fault{Kind: FaultKafkaStop, Target: "kafka", At: at, Healed: in.now(), Detail: "the unsafe relay keeps confirming"},
+		Fault{Kind: FaultUnsafeRelayKill, Target: "relay", At: killed, Healed: in.now(), Detail: fmt.Sprintf("pid %d; restarted without the unsafe flag", pid)})
+	if err := p.restartRelay(safeArgs); err != nil {
+		return nil, err
+	}
+	p.logf("control: relay restarted without --unsafe-confirm-on-send")
+	if err := p.waitLoad(ctx, r); err != nil {
+		return nil, err
+	}
+	if err := p.finish(ctx, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (p *pipeline) newReport(title string, s *Stack) *Report {
+	return &Report{Title: title, Run: p.name, Seed: p.o.Seed, Stack: s.PGVersion + ", Apache Kafka " + s.KafkaVersion}
+}
+
+// waitLoad waits for the load generator to exit and reads its result.
+func (p *pipeline) waitLoad(ctx context.Context, r *Report) error {
+	if err := p.load.Wait(ctx); err != nil {
+		return fmt.Errorf("load generator: %w (log %s)", err, p.load.LogFile())
+	}
+	b, err := os.ReadFile(p.loadResultFile())
+	if err != nil {
+		return fmt.Errorf("load generator result: %w", err)
+	}
+	if err := json.Unmarshal(b, &r.Load); err != nil {
+		return fmt.Errorf("load generator result: %w", err)
+	}
+	p.logf("load done: %d events in %d transactions in %.1fs", r.Load.EventsCommitted, r.Load.TxCommitted, r.Load.Seconds)
+	return nil
+}
+
+// finish drains the pipeline, stops the processes and checks.
+func (p *pipeline) finish(ctx context.Context, r *Report) error {
+	loadEnd := time.Now()
+	var lastHeal time.Duration
+	for _, f := range r.Faults {
+		lastHeal = max(lastHeal, f.Healed)
+	}
+	at, ok, err := p.drain(ctx, p.o.DrainTimeout)
+	if err != nil {
+		return err
+	}
+	r.Drained = ok
+	if ok {
+		r.DrainAfterFault = max(at.Sub(p.t0)-lastHeal, 0)
+		r.DrainAfterLoad = max(at.Sub(loadEnd), 0)
+		p.logf("drained %s after the last fault healed", r.DrainAfterFault.Round(100*time.Millisecond))
+	}
+	for _, w := range p.workers {
+		w.scrape()
+		dup, _ := w.counters()
+		r.InboxDuplicates += int64(dup)
+	}
+	// Stop cleanly: SIGTERM drains and commits.
+	var errs []error
+	for _, w := range p.workers {
+		if err := w.proc.Stop(30 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := p.relay.Stop(30 * time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		p.logf("stopping: %v", err)
+	}
+	if r.TopicRecords, r.TopicDistinct, err = p.scanTopic(ctx); err != nil {
+		return err
+	}
+	if err := p.check(ctx, r); err != nil {
+		return err
+	}
+	r.Elapsed = time.Since(p.t0)
+	return nil
+}
