@@ -1,5 +1,6 @@
 // Package workercmd is the worker command line: `worker run`, `worker
-// prune`, `worker dlq list|redrive` and `worker migrate`. It is public so
+// prune`, `worker dlq list|redrive`, `worker migrate` and `worker
+// scaffold`. It is public so
 // that an application's own main can host its handlers:
 //
 //	func main() {
@@ -41,6 +42,7 @@ Usage:
   worker dlq list --topic T        show dead letters: what, why, when, from where
   worker dlq redrive --topic T     republish dead letters with their original id
   worker migrate [up|down|status]  apply Ferry's schema migrations
+  worker scaffold NAME --dir PATH  write a new worker (handler, test, migration, main)
   worker help                      show this text
 
 Settings come from flags or the environment; run "worker <command> -h".
@@ -64,6 +66,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, register
 		err = runDLQ(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		err = runMigrate(ctx, args[1:], stdout, stderr)
+	case "scaffold":
+		err = runScaffold(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

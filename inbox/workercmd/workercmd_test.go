@@ -220,3 +220,20 @@ func get(t *testing.T, ctx context.Context, url string) string {
 	t.Fatalf("GET %s: %v", url, last)
 	return ""
 }
+
+// `worker scaffold` writes a new worker; internal/scaffold's own test
+// builds and tests one.
+func TestScaffold(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, stdout, stderr := run(context.Background(), nil, "scaffold", "stock-audit", "--dir", dir)
+	if code != 0 || !strings.Contains(stdout, "stockaudit.go") || !strings.Contains(stdout, "stock-audit-worker") {
+		t.Fatalf("scaffold: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if code, _, stderr := run(context.Background(), nil, "scaffold", "stock-audit", "--dir", dir); code != 1 || !strings.Contains(stderr, "exists") {
+		t.Errorf("scaffold over existing files: exit %d, %q; want a refusal", code, stderr)
+	}
+	if code, _, _ := run(context.Background(), nil, "scaffold", "--dir", dir); code != 2 {
+		t.Errorf("scaffold without NAME: exit %d, want 2", code)
+	}
+}

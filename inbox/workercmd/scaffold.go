@@ -1,0 +1,51 @@
+package workercmd
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ferryhq/ferry/internal/scaffold"
+)
+
+// runScaffold writes a new worker from the reserva pattern:
+// `worker scaffold NAME --dir PATH`.
+func runScaffold(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("worker scaffold", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: worker scaffold NAME --dir PATH [--event-type T] [--aggregate-type A] [--ferry-replace CHECKOUT]")
+		fs.PrintDefaults()
+	}
+	dir := fs.String("dir", "", "directory to write the worker into (required; files are never overwritten)")
+	eventType := fs.String("event-type", "", `event the handler applies (default "<Name>Requested")`)
+	aggregateType := fs.String("aggregate-type", "", `aggregate type whose topic the worker reads (default "order")`)
+	replace := fs.String("ferry-replace", "", "when PATH is in no Go module: make the new go.mod use this Ferry checkout")
+	// NAME may come before or after the flags.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+	}
+	if name == "" || *dir == "" {
+		fs.Usage()
+		return usageError{"NAME and --dir are required"}
+	}
+	res, err := scaffold.Generate(scaffold.Options{
+		Name: name, Dir: *dir, EventType: *eventType, AggregateType: *aggregateType, FerryReplace: *replace,
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range res.Files {
+		fmt.Fprintln(stdout, "wrote", f)
+	}
+	fmt.Fprintf(stdout, "package %s; run its test with: cd %s && go test ./...\n", res.ImportPath, *dir)
+	return nil
+}
