@@ -42,6 +42,10 @@ test: ## start PostgreSQL + Kafka, verify, run every test, tear down
 test-short: ## unit tests only, no services
 	$(GO) test -short ./...
 
+.PHONY: soak
+soak: ## the long fault-injection run (1,000,000 events, about 30 min) on a stack of its own; report in docs/soak.md
+	scripts/faults run -soak -control -report docs/soak.md
+
 .PHONY: demo
 demo: ## run the reserva demo on a local stack (ARGS=--once to exit when done)
 	scripts/demo $(ARGS)

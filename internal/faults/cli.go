@@ -136,7 +136,9 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	}
 	fmt.Fprint(stdout, out.String())
 	if *report != "" {
-		if err := os.WriteFile(*report, []byte(out.String()), 0o644); err != nil {
+		doc := fmt.Sprintf("# Fault-injection run\n\nWritten by `ferryfaults %s %s` on %s.\n\n%s", cmd, strings.Join(args, " "),
+			time.Now().UTC().Format("2006-01-02 15:04 UTC"), out.String())
+		if err := os.WriteFile(*report, []byte(doc), 0o644); err != nil {
 			fmt.Fprintln(stderr, "ferryfaults:", err)
 			return 1
 		}

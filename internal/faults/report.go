@@ -135,7 +135,9 @@ func (r *Report) Markdown() string {
 	}
 	if len(r.Faults) > 0 {
 		w("\n| at | fault | target | healed at | detail |\n|---|---|---|---|---|\n")
-		for _, f := range r.Faults {
+		faults := slices.Clone(r.Faults)
+		slices.SortStableFunc(faults, func(a, b Fault) int { return int(a.At - b.At) })
+		for _, f := range faults {
 			w("| %.1fs | %s | %s | %.1fs | %s |\n", f.At.Seconds(), f.Kind, f.Target, f.Healed.Seconds(), f.Detail)
 		}
 	}
