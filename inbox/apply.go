@@ -56,7 +56,7 @@ func (p *partition) apply(batch []fetched) bool {
 			if !p.deadLetter(f.rec, "", bad.reason, bad.err, 0) {
 				return false
 			}
-			p.finish(f.rec.Offset)
+			p.finish(f.rec)
 			continue
 		}
 		ds = append(ds, &delivery{m: m, rec: f.rec})
@@ -109,11 +109,11 @@ func (p *partition) settle(d *delivery) bool {
 		switch out {
 		case outcomeApplied:
 			p.metrics.addProcessed(1)
-			p.finish(d.rec.Offset)
+			p.finish(d.rec)
 			return true
 		case outcomeDuplicate:
 			p.metrics.addDuplicates(1)
-			p.finish(d.rec.Offset)
+			p.finish(d.rec)
 			return true
 		case outcomeStopped:
 			return false
@@ -229,7 +229,7 @@ func (p *partition) applyBatch(ds []*delivery) bool {
 		p.metrics.addDuplicates(res.duplicates)
 		for i, d := range ds {
 			if res.inBatch[i] {
-				p.finish(d.rec.Offset)
+				p.finish(d.rec)
 			}
 		}
 		return p.applyEach(res.retry)

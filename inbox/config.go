@@ -15,18 +15,18 @@ import (
 
 // Defaults of Config.
 const (
-	ConcurrencyDefault             = 8
-	KeyConcurrencyDefault          = 1
-	BatchSizeDefault               = 1
-	MaxAttemptsDefault             = 10
-	RetryBackoffDefault            = 200 * time.Millisecond
-	RetryBackoffMaxDefault         = 30 * time.Second
-	HandlerTimeoutDefault          = time.Minute
-	DrainTimeoutDefault            = 15 * time.Second
-	CommitIntervalDefault          = time.Second
-	MaxBufferedPerPartitionDefault = 1000
-	DeadLetterSuffixDefault        = ".dlq"
-	OffsetResetDefault             = OffsetResetEarliest
+	ConcurrencyDefault                  = 8
+	KeyConcurrencyDefault               = 1
+	BatchSizeDefault                    = 1
+	MaxAttemptsDefault                  = 10
+	RetryBackoffDefault                 = 200 * time.Millisecond
+	RetryBackoffMaxDefault              = 30 * time.Second
+	HandlerTimeoutDefault               = time.Minute
+	DrainTimeoutDefault                 = 15 * time.Second
+	CommitIntervalDefault               = time.Second
+	MaxBufferedBytesPerPartitionDefault = 4 << 20
+	DeadLetterSuffixDefault             = ".dlq"
+	OffsetResetDefault                  = OffsetResetEarliest
 )
 
 // OffsetReset says where a consumer starts reading a partition for which its
@@ -126,10 +126,15 @@ type Config struct {
 	// turns into no-ops. Defaults to CommitIntervalDefault (1s).
 	CommitInterval time.Duration
 
-	// MaxBufferedPerPartition is how many fetched records a partition may
-	// hold before its fetching pauses. Defaults to
-	// MaxBufferedPerPartitionDefault (1000).
-	MaxBufferedPerPartition int
+	// MaxBufferedBytesPerPartition is how much fetched data (keys, values,
+	// headers and about 128 bytes of bookkeeping per record) a partition
+	// may hold before its fetching pauses; it resumes below half. Keep it
+	// a few times the fetch size per partition (franz-go's
+	// FetchMaxPartitionBytes, 1 MiB by default) so that a partition keeping
+	// up never pauses: a pause drops what the client fetched beyond it, to
+	// be fetched again. Memory at worst: assigned partitions x (this + one
+	// fetch). Defaults to MaxBufferedBytesPerPartitionDefault (4 MiB).
+	MaxBufferedBytesPerPartition int
 
 	// OffsetReset says where to start in a partition with no committed
 	// offset. Defaults to OffsetResetDefault ("earliest").
@@ -182,7 +187,7 @@ func (c Config) WithDefaults() Config {
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, HandlerTimeoutDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.CommitInterval = cmp.Or(c.CommitInterval, CommitIntervalDefault)
-	c.MaxBufferedPerPartition = cmp.Or(c.MaxBufferedPerPartition, MaxBufferedPerPartitionDefault)
+	c.MaxBufferedBytesPerPartition = cmp.Or(c.MaxBufferedBytesPerPartition, MaxBufferedBytesPerPartitionDefault)
 	c.OffsetReset = cmp.Or(c.OffsetReset, OffsetResetDefault)
 	if c.DeadLetterTopic == nil {
 		c.DeadLetterTopic = func(topic string) string { return topic + DeadLetterSuffixDefault }
@@ -209,7 +214,7 @@ func (c Config) validate() error {
 		v    int
 	}{
 		{"Concurrency", c.Concurrency}, {"KeyConcurrency", c.KeyConcurrency}, {"BatchSize", c.BatchSize},
-		{"MaxAttempts", c.MaxAttempts}, {"MaxBufferedPerPartition", c.MaxBufferedPerPartition},
+		{"MaxAttempts", c.MaxAttempts}, {"MaxBufferedBytesPerPartition", c.MaxBufferedBytesPerPartition},
 	} {
 		if f.v < 1 {
 			return fmt.Errorf("inbox: Config.%s is %d: must be at least 1", f.name, f.v)

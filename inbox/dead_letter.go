@@ -60,7 +60,7 @@ func (p *partition) deadLetterDelivery(d *delivery, reason string, cause error) 
 	if !p.deadLetter(d.rec, d.m.ID, reason, cause, d.m.Attempt) {
 		return false
 	}
-	p.finish(d.rec.Offset)
+	p.finish(d.rec)
 	return true
 }
 

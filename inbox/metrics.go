@@ -21,6 +21,7 @@ type metrics struct {
 	lag              *prometheus.GaugeVec
 	assigned         *prometheus.GaugeVec
 	pruned           *prometheus.CounterVec
+	pauses           *prometheus.CounterVec
 
 	nProcessed          atomic.Int64
 	nDuplicates         atomic.Int64
@@ -32,6 +33,7 @@ type metrics struct {
 	nRevoked            atomic.Int64
 	nLost               atomic.Int64
 	nBackoffInterrupted atomic.Int64
+	nPauses             atomic.Int64
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,13 +71,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ferry_worker_assigned_partitions", Help: "Partitions this worker currently owns.",
 		}, []string{"consumer"}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_fetch_pauses_total", Help: "Times a partition's fetching paused because it held MaxBufferedBytesPerPartition.",
+		}, []string{"consumer"}),
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_pruned_rows_total", Help: "Rows deleted by retention.",
 		}, []string{"table"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duplicates, m.retries, m.deadLettered, m.deadLetterErrors,
-			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned)
+			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses)
 	}
 	return m
 }
@@ -155,6 +160,7 @@ type Stats struct {
 	PartitionsRevoked   int64 // partitions given up in a rebalance
 	PartitionsLost      int64 // partitions lost with the group membership
 	BackoffsInterrupted int64 // retry waits cut short by a revoke or shutdown
+	FetchPauses         int64 // partitions paused for holding too much fetched data
 }
 
 func (m *metrics) stats() Stats {
@@ -169,5 +175,6 @@ func (m *metrics) stats() Stats {
 		PartitionsRevoked:   m.nRevoked.Load(),
 		PartitionsLost:      m.nLost.Load(),
 		BackoffsInterrupted: m.nBackoffInterrupted.Load(),
+		FetchPauses:         m.nPauses.Load(),
 	}
 }

@@ -36,7 +36,7 @@ type partition struct {
 	mu            sync.Mutex
 	lanes         []*lane
 	tracker       offsetTracker
-	buffered      int
+	bufferedBytes int
 	paused        bool
 	highWatermark int64
 	lastCommitted kgo.EpochOffset
@@ -83,8 +83,8 @@ func newPartition(g *groupConsumer, topic string, id int32, h Handler) *partitio
 }
 
 // enqueue hands fetched records to their lanes; it never blocks. A
-// partition holding MaxBufferedPerPartition records pauses its fetching
-// until the lanes catch up.
+// partition holding MaxBufferedBytesPerPartition pauses its fetching until
+// its lanes are down to half of it.
 func (p *partition) enqueue(recs []*kgo.Record, highWatermark int64, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -93,8 +93,8 @@ func (p *partition) enqueue(recs []*kgo.Record, highWatermark int64, now time.Ti
 		p.tracker.add(r.Offset, r.LeaderEpoch)
 		l := p.laneOf(r.Key)
 		l.queue = append(l.queue, fetched{r, now})
+		p.bufferedBytes += recordSize(r)
 	}
-	p.buffered += len(recs)
 	for _, l := range p.lanes {
 		if len(l.queue) > 0 {
 			select {
@@ -103,9 +103,11 @@ func (p *partition) enqueue(recs []*kgo.Record, highWatermark int64, now time.Ti
 			}
 		}
 	}
-	if !p.paused && p.buffered >= p.w.cfg.MaxBufferedPerPartition {
+	if !p.paused && p.bufferedBytes >= p.w.cfg.MaxBufferedBytesPerPartition {
 		p.paused = true
 		p.g.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.id}})
+		p.w.metrics.nPauses.Add(1)
+		p.w.metrics.pauses.WithLabelValues(p.g.name).Inc()
 	}
 }
 
@@ -144,14 +146,24 @@ func (p *partition) next(l *lane, limit int) []fetched {
 	}
 }
 
+// recordSize is what a buffered record costs, roughly: its bytes plus the
+// bookkeeping around it.
+func recordSize(r *kgo.Record) int {
+	n := 128 + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 // finish marks one record as finished: applied, skipped as a duplicate or
 // dead-lettered. Only then may its offset be committed.
-func (p *partition) finish(offset int64) {
+func (p *partition) finish(r *kgo.Record) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.tracker.finish(offset)
-	p.buffered--
-	if p.paused && p.buffered <= p.w.cfg.MaxBufferedPerPartition/2 && p.stopCtx.Err() == nil {
+	p.tracker.finish(r.Offset)
+	p.bufferedBytes -= recordSize(r)
+	if p.paused && p.bufferedBytes <= p.w.cfg.MaxBufferedBytesPerPartition/2 && p.stopCtx.Err() == nil {
 		p.paused = false
 		p.g.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
 	}

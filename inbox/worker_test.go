@@ -668,3 +668,34 @@ func TestDatabaseFailuresNeverDeadLetter(t *testing.T) {
 		t.Errorf("stats %+v: want 4 database errors, no retry counted, nothing dead-lettered", st)
 	}
 }
+
+// A partition that holds its byte budget pauses its fetching, which drops
+// what the client fetched beyond it; that is fetched again, so nothing is
+// skipped and the order holds.
+func TestBackpressurePausesWithoutSkipping(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	// More than one poll returns (pollRecordsMax), so that a pause drops
+	// records the client already fetched.
+	const total = 3 * pollRecordsMax
+	var recs []*kgo.Record
+	for i := range total {
+		recs = append(recs, b.record(fmt.Sprintf("m-%05d", i), "k", 0, i))
+	}
+	b.produce(recs...)
+	cfg := b.config()
+	cfg.BatchSize = 50
+	cfg.MaxBufferedBytesPerPartition = 2 << 10 // about ten records
+	w := b.newWorker(cfg, effectHandler)
+	b.start(w)
+	b.waitCommitted(b.consumer, 0, total)
+	if n := b.count(`SELECT count(DISTINCT message_id) FROM effects`); n != total {
+		t.Errorf("%d messages applied, want %d", n, total)
+	}
+	if n := b.count(`SELECT count(*) FROM (SELECT seq, lag(seq) OVER (ORDER BY n) AS prev FROM effects) s WHERE prev IS NOT NULL AND seq <> prev + 1`); n != 0 {
+		t.Errorf("%d effects out of offset order", n)
+	}
+	if st := w.Stats(); st.FetchPauses < 2 || st.Duplicates != 0 {
+		t.Errorf("stats %+v: want several pauses and no duplicate", st)
+	}
+}
