@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer, register []
 	offsetReset := fs.String("offset-reset", cli.Env("FERRY_OFFSET_RESET", string(inbox.OffsetResetDefault)), "where a partition without a committed offset starts: earliest, latest or none (env FERRY_OFFSET_RESET)")
 	dlqSuffix := fs.String("dlq-suffix", cli.Env("FERRY_DLQ_SUFFIX", inbox.DeadLetterSuffixDefault), "dead-letter topic = topic + this suffix (env FERRY_DLQ_SUFFIX)")
 	hashIDs := fs.Bool("id-from-payload-hash", cli.EnvBool("FERRY_ID_FROM_PAYLOAD_HASH", false), "give records without an id header the SHA-256 of key and value as id, instead of dead-lettering them (env FERRY_ID_FROM_PAYLOAD_HASH)")
+	sessionTimeout := fs.Duration("kafka-session-timeout", cli.EnvDuration("FERRY_KAFKA_SESSION_TIMEOUT", 45*time.Second), "how long the group waits for a member that stopped heartbeating (a crashed worker) before giving its partitions to others; the broker allows 6s to 5m by default (env FERRY_KAFKA_SESSION_TIMEOUT)")
 	autoCreate := fs.Bool("kafka-auto-create-topics", cli.EnvBool("FERRY_KAFKA_AUTO_CREATE_TOPICS", false), "let the broker create missing dead-letter topics (needs auto.create.topics.enable) (env FERRY_KAFKA_AUTO_CREATE_TOPICS)")
 	httpAddr := fs.String("http-addr", cli.Env("FERRY_HTTP_ADDR", HTTPAddrDefault), "address of /metrics, /healthz and /readyz; off disables (env FERRY_HTTP_ADDR)")
 	var p pruneFlags
@@ -66,6 +68,11 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer, register []
 		return usageError{err.Error()}
 	}
 	kopts = append(kopts, kgo.WithLogger(kslog.New(logger.With(slog.String("component", "kafka")))))
+	if *sessionTimeout <= 0 {
+		return usageError{"--kafka-session-timeout must be positive"}
+	}
+	// Heartbeat at least three times per session, as Kafka advises.
+	kopts = append(kopts, kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3)))
 	if *autoCreate {
 		kopts = append(kopts, kgo.AllowAutoTopicCreation())
 	}

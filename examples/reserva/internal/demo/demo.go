@@ -223,7 +223,7 @@ func (d *demo) startProcesses(ctx context.Context) error {
 	}
 	for i := range d.workers {
 		if d.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), bins["worker"], "run", "--http-addr", d.o.workerAddrs[i],
-			"--retry-backoff", "50ms", "--max-attempts", "5"); err != nil {
+			"--retry-backoff", "50ms", "--max-attempts", "5", "--kafka-session-timeout", "6s"); err != nil {
 			return err
 		}
 	}
