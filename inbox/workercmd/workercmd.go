@@ -19,9 +19,7 @@ package workercmd
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -52,48 +50,26 @@ Settings come from flags or the environment; run "worker <command> -h".
 // and returns the exit code: 0 on success (and after SIGTERM drained `run`),
 // 1 on failure, 2 on a usage error.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, register ...Register) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	var err error
-	switch args[0] {
-	case "run":
-		err = runWorker(ctx, args[1:], stderr, register)
-	case "prune":
-		err = runPrune(ctx, args[1:], stdout, stderr)
-	case "dlq":
-		err = runDLQ(ctx, args[1:], stdout, stderr)
-	case "migrate":
-		err = runMigrate(ctx, args[1:], stdout, stderr)
-	case "scaffold":
-		err = runScaffold(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "worker: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	var ue usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "worker %s: %v\n", args[0], err)
-		return 2
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "worker %s: %v\n", args[0], err)
-		return 1
-	}
-	return 0
+	return cli.Dispatch(ctx, "worker", usage, map[string]cli.Command{
+		"run": func(ctx context.Context, args []string, _, stderr io.Writer) error {
+			return runWorker(ctx, args, stderr, register)
+		},
+		"prune":   runPrune,
+		"dlq":     runDLQ,
+		"migrate": runMigrate,
+		"scaffold": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+			return runScaffold(args, stdout, stderr)
+		},
+	}, args, stdout, stderr)
 }
 
 // usageError is a wrong command line, exit code 2.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+// Unwrap makes cli.Dispatch exit 2 for it.
+func (e usageError) Unwrap() error { return cli.ErrUsage }
 
 // logging are the flags every subcommand shares.
 type logging struct {

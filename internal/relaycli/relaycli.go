@@ -32,35 +32,14 @@ Settings come from flags or the environment; run "relay <command> -h".
 
 // Main runs the relay command line and returns the exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	var err error
-	switch args[0] {
-	case "run":
-		err = runRelay(ctx, args[1:], stderr)
-	case "status":
-		err = runStatus(ctx, args[1:], stdout, stderr)
-	case "quarantine":
-		err = runQuarantine(ctx, args[1:], stdout, stderr)
-	case "migrate":
-		err = runMigrate(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "relay: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "relay %s: %v\n", args[0], err)
-		return 1
-	}
-	return 0
+	return cli.Dispatch(ctx, "relay", usage, map[string]cli.Command{
+		"run": func(ctx context.Context, args []string, _, stderr io.Writer) error {
+			return runRelay(ctx, args, stderr)
+		},
+		"status":     runStatus,
+		"quarantine": runQuarantine,
+		"migrate":    runMigrate,
+	}, args, stdout, stderr)
 }
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -33,33 +33,11 @@ The workers are the worker binary (cmd/worker), which hosts reserva's handlers.
 
 // Main runs the reserva command line and returns the exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	var err error
-	switch args[0] {
-	case "migrate":
-		err = runMigrate(ctx, args[1:], stdout, stderr)
-	case "api":
-		err = runAPI(ctx, args[1:], stderr)
-	case "demo":
-		err = runDemo(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "reserva: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "reserva %s: %v\n", args[0], err)
-		return 1
-	}
-	return 0
+	return cli.Dispatch(ctx, "reserva", usage, map[string]cli.Command{
+		"migrate": runMigrate,
+		"api":     func(ctx context.Context, args []string, _, stderr io.Writer) error { return runAPI(ctx, args, stderr) },
+		"demo":    runDemo,
+	}, args, stdout, stderr)
 }
 
 // Migrate applies Ferry's and reserva's migrations and makes the relay's

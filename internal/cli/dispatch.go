@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
+// ErrUsage marks a wrong command line; Dispatch exits 2 for errors that
+// wrap it.
+var ErrUsage = errors.New("usage")
+
+// Command is one subcommand of a binary: args are those after its name.
+type Command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// Dispatch runs the subcommand args[0] of prog and returns the exit code: 0
+// on success or help, 1 on failure, 2 on a usage error (no or unknown
+// subcommand, or an error wrapping ErrUsage). Errors are printed as
+// "prog sub: error".
+func Dispatch(ctx context.Context, prog, usage string, cmds map[string]Command, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", prog, args[0], usage)
+		return 2
+	}
+	err := cmd(ctx, args[1:], stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, ErrUsage):
+		fmt.Fprintf(stderr, "%s %s: %v\n", prog, args[0], err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "%s %s: %v\n", prog, args[0], err)
+	return 1
+}
