@@ -202,11 +202,15 @@ func (s *session) stream(ctx context.Context) error {
 
 		// Back-pressure: read no further while the budget is spent.
 		if n >= s.cfg.MaxInFlightRecords || b >= s.cfg.MaxInFlightBytes {
+			stopping := ctx.Done()
+			if !stopBy.IsZero() {
+				stopping = nil // already stopping: wait for space or the deadline
+			}
 			timer := time.NewTimer(max(time.Until(deadline), 0))
 			select {
 			case <-s.tracker.space:
 			case <-s.failed:
-			case <-ctx.Done():
+			case <-stopping:
 			case <-timer.C:
 			}
 			timer.Stop()
