@@ -46,6 +46,10 @@ test-short: ## unit tests only, no services
 soak: ## the long fault-injection run (1,000,000 events, about 30 min) on a stack of its own; report in docs/soak.md
 	scripts/faults run -soak -control -report docs/soak.md
 
+.PHONY: bench
+bench: ## measure the writer, relay and worker next to their ceilings in one run; writes docs/benchmarks.md
+	scripts/bench
+
 .PHONY: demo
 demo: ## run the reserva demo on a local stack (ARGS=--once to exit when done)
 	scripts/demo $(ARGS)

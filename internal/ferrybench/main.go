@@ -2,7 +2,10 @@
 // on the same machine, and prints markdown tables.
 //
 //	eval "$(scripts/stack up)"
-//	go run ./internal/ferrybench relay [-events 1000000] [-runs 3]
+//	go run ./internal/ferrybench relay  [-events 1000000] [-runs 3]
+//	go run ./internal/ferrybench worker [-one-per-tx 20000] [-batched 200000]
+//	go run ./internal/ferrybench writer [-events 200000]
+//	go run ./internal/ferrybench all    [-out docs/benchmarks.md]   (what make bench runs)
 package main
 
 import (
@@ -11,33 +14,182 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
 )
+
+const usage = `usage: ferrybench relay|worker|writer|all [flags]   (ferrybench <command> -h for the flags)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: ferrybench relay [flags]")
+		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	var ro relayOpts
+	relayFlags := func() {
+		fs.IntVar(&ro.events, "events", 1_000_000, "backlog size drained by the relay")
+		fs.IntVar(&ro.runs, "runs", 3, "measurements of each relay figure; the median is reported")
+		fs.IntVar(&ro.rate, "rate", 1000, "events per second offered in the latency phase")
+		fs.DurationVar(&ro.latencyFor, "latency-duration", 15*time.Second, "length of the latency phase")
+		fs.IntVar(&ro.payload, "payload", 200, "payload bytes per event")
+	}
+	var wo workerOpts
+	workerFlags := func() {
+		fs.IntVar(&wo.onePerTx, "one-per-tx", 20_000, "messages of the one-per-transaction worker run")
+		fs.IntVar(&wo.batched, "batched", 200_000, "messages of the batched worker run")
+		fs.IntVar(&wo.batch, "batch", 100, "messages per transaction of the batched run")
+	}
+	var writerEvents int
+	writerFlags := func() {
+		fs.IntVar(&writerEvents, "writer-events", 200_000, "events written through outbox.Write in 100-event transactions (a tenth of them one per transaction)")
 	}
 	var err error
 	switch os.Args[1] {
 	case "relay":
-		fs := flag.NewFlagSet("relay", flag.ExitOnError)
-		var o relayOpts
-		fs.IntVar(&o.events, "events", 1_000_000, "backlog size drained by the relay")
-		fs.IntVar(&o.runs, "runs", 3, "measurements of each figure; the median is reported")
-		fs.IntVar(&o.rate, "rate", 1000, "events per second offered in the latency phase")
-		fs.DurationVar(&o.latencyFor, "latency-duration", 15_000_000_000, "length of the latency phase")
-		fs.IntVar(&o.payload, "payload", 200, "payload bytes per event")
+		relayFlags()
 		_ = fs.Parse(os.Args[2:])
-		err = benchRelay(ctx, o, os.Stdout)
+		err = benchRelay(ctx, ro, os.Stdout)
+	case "worker":
+		workerFlags()
+		_ = fs.Parse(os.Args[2:])
+		err = withEnv(func(e *env) error {
+			rs, err := benchWorkers(ctx, e, wo)
+			if err == nil {
+				fmt.Print(workerMarkdown(rs))
+			}
+			return err
+		})
+	case "writer":
+		writerFlags()
+		ro.payload = 200
+		_ = fs.Parse(os.Args[2:])
+		err = withEnv(func(e *env) error {
+			ws, err := benchWriters(ctx, writerEvents, ro.payload)
+			if err == nil {
+				fmt.Print(writerMarkdown(ws, 0))
+			}
+			return err
+		})
+	case "all":
+		relayFlags()
+		workerFlags()
+		writerFlags()
+		out := fs.String("out", "", "also write the report to this file (make bench: docs/benchmarks.md)")
+		_ = fs.Parse(os.Args[2:])
+		err = withEnv(func(e *env) error { return benchAll(ctx, e, ro, wo, writerEvents, *out) })
 	default:
-		err = fmt.Errorf("unknown benchmark %q", os.Args[1])
+		err = fmt.Errorf("unknown benchmark %q\n%s", os.Args[1], usage)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ferrybench:", err)
 		os.Exit(1)
 	}
+}
+
+func withEnv(f func(*env) error) error {
+	e, err := stackEnv()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(e.dir)
+	return f(e)
+}
+
+// benchWriters measures outbox.Write in 100-event transactions from 8
+// clients and in single-event transactions from 16 clients (a tenth as many
+// events: they are fsync-bound).
+func benchWriters(ctx context.Context, events, payload int) ([]writerResult, error) {
+	url, drop, err := ferrytest.MainDB("bench_writer")
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	var out []writerResult
+	for _, c := range []struct{ clients, perTx, events int }{{8, 100, events}, {16, 1, max(events/10, 1)}} {
+		r, err := benchWriter(ctx, pool, c.clients, c.perTx, c.events, payload)
+		if err != nil {
+			return nil, err
+		}
+		log("writer %d clients x %d events per tx: %.0f events/s", c.clients, c.perTx, r.rate)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func writerMarkdown(ws []writerResult, drain float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| writer: `outbox.Write` of the relay benchmark's events in the caller's transaction | events/s | relay drain / this |\n|---|---|---|\n")
+	for _, w := range ws {
+		ratio := ""
+		if drain > 0 {
+			ratio = fmt.Sprintf("**%.2f**", drain/w.rate)
+		}
+		what := fmt.Sprintf("%d events per transaction", w.perTx)
+		if w.perTx == 1 {
+			what = "one event per transaction"
+		}
+		fmt.Fprintf(&b, "| %s, %d clients, %d events | %.0f | %s |\n", what, w.clients, w.events, w.rate, ratio)
+	}
+	return b.String()
+}
+
+func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, out string) error {
+	pool, err := pgxpool.New(ctx, e.admin)
+	if err != nil {
+		return err
+	}
+	m := describeMachine(ctx, pool)
+	pool.Close()
+	started := time.Now()
+	ws, err := benchWriters(ctx, writerEvents, ro.payload)
+	if err != nil {
+		return err
+	}
+	rr, err := runRelay(ctx, e, ro)
+	if err != nil {
+		return err
+	}
+	wr, err := benchWorkers(ctx, e, wo)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmarks\n\n")
+	fmt.Fprintf(&b, "Written by `make bench` (`go run ./internal/ferrybench all -out docs/benchmarks.md`) on %s, in %s.\n",
+		started.UTC().Format("2006-01-02 15:04 UTC"), time.Since(started).Round(time.Second))
+	fmt.Fprintf(&b, "Every ceiling was measured in the same run, on the same machine, against the same PostgreSQL and Kafka\n"+
+		"(the no-Docker stack of `scripts/stack`: fsync on, one broker). Quote the ratios: the absolute figures\n"+
+		"belong to this machine, and to whatever else ran on it at the time.\n\n")
+	b.WriteString(m.markdown())
+	fmt.Fprintf(&b, "\n## Writing events\n\nWhat applications can commit; the relay keeps up with them when its drain rate is above it (ratio > 1).\n\n")
+	b.WriteString(writerMarkdown(ws, rr.drain))
+	fmt.Fprintf(&b, "\n## Relay\n\nThe relay drains a backlog written before it starts (a real `relay run` process), next to the two ceilings it sits between:\n"+
+		"PostgreSQL decoding the same WAL with nothing downstream, and franz-go producing the same records with nothing upstream.\n\n")
+	b.WriteString(rr.markdown())
+	fmt.Fprintf(&b, "\n## Worker\n\nThe worker (in-process `inbox.Worker`) from Kafka to committed inbox row plus effect, next to the same SQL statements\n"+
+		"sent straight to PostgreSQL by as many clients as the worker's concurrency (the mean of a run before and one after).\n\n")
+	b.WriteString(workerMarkdown(wr))
+	fmt.Fprint(os.Stdout, b.String())
+	if out != "" {
+		return os.WriteFile(out, []byte(b.String()), 0o644)
+	}
+	return nil
 }

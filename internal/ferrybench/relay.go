@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,12 +19,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/outbox"
+	"github.com/ferryhq/ferry/relay"
 )
 
 type relayOpts struct {
@@ -71,39 +74,60 @@ func log(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "ferrybench: "+format+"\n", args...)
 }
 
+// relayResult holds the relay's figures and their ceilings, medians of
+// relayOpts.runs measurements.
+type relayResult struct {
+	o        relayOpts
+	decode   float64 // server-side pgoutput decode, events/s
+	produce  float64 // raw franz-go produce of the same records, events/s
+	drain    float64 // the relay, backlog to confirmed, events/s
+	drainRSS float64 // peak RSS while draining, MB
+	lat      latency
+}
+
 func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
 	e, err := stackEnv()
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(e.dir)
-	relayBin, err := e.build("github.com/ferryhq/ferry/cmd/relay", "relay")
+	r, err := runRelay(ctx, e, o)
 	if err != nil {
 		return err
 	}
+	_, err = io.WriteString(out, r.markdown())
+	return err
+}
+
+func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
+	relayBin, err := e.build("github.com/ferryhq/ferry/cmd/relay", "relay")
+	if err != nil {
+		return nil, err
+	}
 	url, drop, err := ferrytest.MainDB("bench_relay")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer drop()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer pool.Close()
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer kcl.Close()
 	adm := kadm.NewClient(kcl)
 
 	suffix := ferrytest.Suffix()
 	if _, err := pool.Exec(ctx, `CREATE PUBLICATION ferry FOR TABLE outbox WITH (publish = 'insert')`); err != nil {
-		return err
+		return nil, err
 	}
 	slot := func(i int) string { return fmt.Sprintf("bench_%s_%d", suffix, i) }
 	topic := func(i int) string { return fmt.Sprintf("bench.%s.%d.load", suffix, i) }
+	produceTopic := func(i int) string { return fmt.Sprintf("bench.%s.%d.produce", suffix, i) }
 	ceilingSlot := "bench_" + suffix + "_ceiling"
 	// Every slot exists before the backlog is written, so each sees all of it.
 	for i := 0; i <= o.runs; i++ {
@@ -112,14 +136,16 @@ func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
 			name = ceilingSlot
 		}
 		if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
-			return err
+			return nil, err
 		}
 		defer func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, name) }()
 		if i < o.runs {
-			if _, err := adm.CreateTopic(ctx, 4, 1, nil, topic(i)); err != nil {
-				return err
+			for _, t := range []string{topic(i), produceTopic(i)} {
+				if _, err := adm.CreateTopic(ctx, 4, 1, nil, t); err != nil {
+					return nil, err
+				}
+				defer func() { _, _ = adm.DeleteTopics(context.Background(), t) }()
 			}
-			defer func() { _, _ = adm.DeleteTopics(context.Background(), topic(i)) }()
 		}
 	}
 
@@ -129,27 +155,34 @@ func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
 		INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
 		SELECT gen_random_uuid(), 'load', 'agg-' || (i % 1000), 'Changed', convert_to(repeat('x', $2), 'UTF8'), '{"k":"v"}'
 		FROM generate_series(1, $1) i`, o.events, o.payload); err != nil {
-		return err
+		return nil, err
 	}
 	log("backlog written in %s", time.Since(start).Round(time.Millisecond))
 	var target string
 	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&target); err != nil {
-		return err
+		return nil, err
 	}
 
-	// (a) The ceiling: PostgreSQL decoding the same rows with the same
-	// options, with nothing downstream.
-	var ceilings []float64
-	for range o.runs {
+	// (a) The ceilings: PostgreSQL decoding the same rows with the same
+	// options, with nothing downstream; franz-go producing the same records
+	// with the relay's producer settings, with no database upstream.
+	var ceilings, produces []float64
+	for i := range o.runs {
 		start := time.Now()
 		var n int64
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
 			'proto_version', '1', 'publication_names', 'ferry', 'binary', 'true')`, ceilingSlot).Scan(&n)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ceilings = append(ceilings, float64(o.events)/time.Since(start).Seconds())
 		log("ceiling: server-side decode %.0f events/s", ceilings[len(ceilings)-1])
+		rate, err := produceOnce(ctx, e, produceTopic(i), o.events, o.payload)
+		if err != nil {
+			return nil, err
+		}
+		produces = append(produces, rate)
+		log("ceiling: franz-go produce %.0f events/s", rate)
 	}
 
 	// (b) The relay draining the backlog into Kafka, as a real process.
@@ -157,7 +190,7 @@ func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
 	for i := range o.runs {
 		rate, peak, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target, o.events)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		drains = append(drains, rate)
 		rss = append(rss, peak)
@@ -167,21 +200,65 @@ func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
 	// (c) Commit-to-ack latency at a steady offered rate, (d) RSS meanwhile.
 	lat, err := latencyPhase(ctx, e, relayBin, url, pool, slot(0), topic(0), o)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return &relayResult{o: o, decode: median(ceilings), produce: median(produces), drain: median(drains), drainRSS: median(rss), lat: lat}, nil
+}
 
-	c, d := median(ceilings), median(drains)
-	fmt.Fprintf(out, "| relay figure (%d-event backlog, %d-byte payloads, median of %d) | value | target |\n|---|---|---|\n", o.events, o.payload, o.runs)
-	fmt.Fprintf(out, "| ceiling: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`) | %.0f events/s | |\n", c)
-	fmt.Fprintf(out, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %.0f events/s | |\n", d)
-	fmt.Fprintf(out, "| drain / ceiling | **%.2f** | >= 0.50 |\n", d/c)
-	fmt.Fprintf(out, "| commit-to-ack p50 at %d events/s (relay histogram) | %.1f ms | |\n", o.rate, lat.histP50*1000)
-	fmt.Fprintf(out, "| commit-to-ack p99 at %d events/s (relay histogram) | **%.1f ms** | <= 20 ms |\n", o.rate, lat.histP99*1000)
-	fmt.Fprintf(out, "| commit-to-consumer p50 / p99 (writer's commit returned to a consumer's fetch) | %.1f / %.1f ms | |\n", lat.e2eP50*1000, lat.e2eP99*1000)
-	fmt.Fprintf(out, "| achieved offered rate | %.0f events/s | |\n", lat.achieved)
-	fmt.Fprintf(out, "| relay peak RSS while draining | **%.1f MB** | <= 150 MB |\n", median(rss))
-	fmt.Fprintf(out, "| relay peak RSS at %d events/s | %.1f MB | |\n", o.rate, lat.rss)
-	return nil
+func (r *relayResult) markdown() string {
+	var b strings.Builder
+	o, lat := r.o, r.lat
+	fmt.Fprintf(&b, "| relay figure (%d-event backlog, %d-byte payloads, median of %d) | value | target |\n|---|---|---|\n", o.events, o.payload, o.runs)
+	fmt.Fprintf(&b, "| ceiling: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`) | %.0f events/s | |\n", r.decode)
+	fmt.Fprintf(&b, "| ceiling: raw franz-go produce of the same records (relay's producer settings) | %.0f events/s | |\n", r.produce)
+	fmt.Fprintf(&b, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %.0f events/s | |\n", r.drain)
+	fmt.Fprintf(&b, "| drain / decode ceiling | **%.2f** | >= 0.50 |\n", r.drain/r.decode)
+	fmt.Fprintf(&b, "| drain / produce ceiling | **%.2f** | |\n", r.drain/r.produce)
+	fmt.Fprintf(&b, "| commit-to-ack p50 at %d events/s (relay histogram) | %.1f ms | |\n", o.rate, lat.histP50*1000)
+	fmt.Fprintf(&b, "| commit-to-ack p99 at %d events/s (relay histogram) | **%.1f ms** | <= 20 ms |\n", o.rate, lat.histP99*1000)
+	fmt.Fprintf(&b, "| commit-to-consumer p50 / p99 (writer's commit returned to a consumer's fetch) | %.1f / %.1f ms | |\n", lat.e2eP50*1000, lat.e2eP99*1000)
+	fmt.Fprintf(&b, "| achieved offered rate | %.0f events/s | |\n", lat.achieved)
+	fmt.Fprintf(&b, "| relay peak RSS while draining | **%.1f MB** | <= 150 MB |\n", r.drainRSS)
+	fmt.Fprintf(&b, "| relay peak RSS at %d events/s | %.1f MB | |\n", o.rate, lat.rss)
+	return b.String()
+}
+
+// produceOnce produces events records shaped like the relay's (key,
+// payload, the four Ferry headers and the row's own) to topic with the
+// relay's producer settings, and returns events/s until the last ack.
+func produceOnce(ctx context.Context, e *env, topic string, events, payload int) (float64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.MaxBufferedRecords(relay.MaxInFlightRecordsDefault+1), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	value := []byte(strings.Repeat("x", payload))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	start := time.Now()
+	for i := range events {
+		agg := []byte("agg-" + strconv.Itoa(i%1000))
+		id, _ := uuid.New().MarshalText()
+		wg.Add(1)
+		cl.Produce(ctx, &kgo.Record{Key: agg, Value: value, Timestamp: time.Now(), Headers: []kgo.RecordHeader{
+			{Key: "id", Value: id}, {Key: "event_type", Value: []byte("Changed")}, {Key: "aggregate_type", Value: []byte("load")},
+			{Key: "aggregate_id", Value: agg}, {Key: "k", Value: []byte("v")},
+		}}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				firstErr = cmp.Or(firstErr, err)
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, fmt.Errorf("produce to %s: %w", topic, firstErr)
+	}
+	return float64(events) / time.Since(start).Seconds(), nil
 }
 
 type relayProc struct {
