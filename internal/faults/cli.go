@@ -128,7 +128,7 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		}
 		out.WriteString("\n" + rep.Markdown())
 		if rep.Lost() > 0 {
-			fmt.Fprintf(&out, "\nThe checker caught the negative control: %d events lost.\n", rep.Lost())
+			fmt.Fprintf(&out, "\nThe checker caught the negative control: %d lost effects over %d consumers.\n", rep.Lost(), len(rep.Consumers))
 		} else {
 			fmt.Fprintf(&out, "\n**The checker did not see the negative control's loss: it proves nothing.**\n")
 			ok = false

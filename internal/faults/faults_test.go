@@ -124,5 +124,5 @@ func TestFaultNegativeControl(t *testing.T) {
 	if rep.Lost() == 0 || rep.OK() {
 		t.Fatalf("the checker did not report the loss of the unsafe relay: %d lost, violations %q", rep.Lost(), rep.Violations())
 	}
-	t.Logf("the checker caught the negative control: %d events lost", rep.Lost())
+	t.Logf("the checker caught the negative control: %d lost effects over %d consumers", rep.Lost(), len(rep.Consumers))
 }

@@ -33,6 +33,9 @@ type Report struct {
 	QuarantineReasons map[string]int64
 	DeadLetterReasons map[string]int64
 
+	// Crashes are processes (relay, workers) that exited by themselves.
+	Crashes []string
+
 	Drained bool
 	// DrainAfterFault is the time from the last fault healing to the
 	// pipeline being drained; DrainAfterLoad from the load generator's end.
@@ -63,6 +66,7 @@ func (r *Report) Violations() []string {
 	if !r.Drained {
 		v = append(v, "the pipeline did not drain within the timeout")
 	}
+	v = append(v, r.Crashes...)
 	if len(r.Consumers) == 0 {
 		v = append(v, "no consumer was checked")
 	}

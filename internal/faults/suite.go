@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/ferryhq/ferry/internal/procs"
 )
 
 func (o *Options) withDefaults() {
@@ -193,6 +195,17 @@ func (p *pipeline) finish(ctx context.Context, r *Report) error {
 		w.scrape()
 		dup, _ := w.counters()
 		r.InboxDuplicates += int64(dup)
+	}
+	// Only the injector kills, and it restarts what it kills: a process
+	// that is not running now exited by itself.
+	running := []*procs.Proc{p.relay}
+	for _, w := range p.workers {
+		running = append(running, w.proc)
+	}
+	for _, pr := range running {
+		if !pr.Alive() {
+			r.Crashes = append(r.Crashes, fmt.Sprintf("%s exited by itself: %v (log %s)", pr.Name(), pr.Err(), pr.LogFile()))
+		}
 	}
 	// Stop cleanly: SIGTERM drains and commits.
 	var errs []error
