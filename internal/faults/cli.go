@@ -19,7 +19,7 @@ const usage = `ferryfaults: Ferry's fault-injection suite.
 
 Usage:
   ferryfaults run [-soak] [-control] [flags]   the suite against the stack in FERRY_STACK_DIR
-  ferryfaults control [flags]                  only the negative control
+  ferryfaults control [flags]                  only the negative controls
   ferryfaults worker -topic T -consumers A,B [-name N] run [worker run flags]
                                                the checker worker (workercmd with the effect handler)
   ferryfaults load [flags]                     the load generator
@@ -57,7 +57,7 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	fs := flag.NewFlagSet("ferryfaults "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	soak := fs.Bool("soak", false, "the long run: 1,000,000 events over 20 minutes, faults in rounds")
-	control := fs.Bool("control", cmd == "control", "also run the negative control (run) ")
+	control := fs.Bool("control", cmd == "control", "also run the negative controls (the unsafe relay, then the unsafe worker)")
 	events := fs.Int("events", 0, "events to commit (default: 24000, or 1000000 with -soak)")
 	duration := fs.Duration("duration", 0, "spread the events over this long (default 80s, or 20m with -soak)")
 	seed := fs.Uint64("seed", 0, "seed of the fault schedule and the load (default: from the clock)")
@@ -120,18 +120,24 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		ok = rep.OK()
 	}
 	if *control {
-		c := ControlOptions(o)
-		rep, err := RunControl(ctx, c)
-		if err != nil {
-			fmt.Fprintln(stderr, "ferryfaults: negative control:", err)
-			return 1
-		}
-		out.WriteString("\n" + rep.Markdown())
-		if rep.Lost() > 0 {
-			fmt.Fprintf(&out, "\nThe checker caught the negative control: %d lost effects over %d consumers.\n", rep.Lost(), len(rep.Consumers))
-		} else {
-			fmt.Fprintf(&out, "\n**The checker did not see the negative control's loss: it proves nothing.**\n")
-			ok = false
+		for _, run := range []func(context.Context, Options) (*Report, error){
+			func(ctx context.Context, o Options) (*Report, error) { return RunControl(ctx, ControlOptions(o)) },
+			func(ctx context.Context, o Options) (*Report, error) {
+				return RunWorkerControl(ctx, WorkerControlOptions(o))
+			},
+		} {
+			rep, err := run(ctx, o)
+			if err != nil {
+				fmt.Fprintln(stderr, "ferryfaults: negative control:", err)
+				return 1
+			}
+			out.WriteString("\n" + rep.Markdown())
+			if rep.Lost() > 0 {
+				fmt.Fprintf(&out, "\nThe checker caught the negative control: %d lost effects over %d consumers.\n", rep.Lost(), len(rep.Consumers))
+			} else {
+				fmt.Fprintf(&out, "\n**The checker did not see the negative control's loss: it proves nothing.**\n")
+				ok = false
+			}
 		}
 	}
 	fmt.Fprint(stdout, out.String())
@@ -148,6 +154,17 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		return 1
 	}
 	return 0
+}
+
+// WorkerControlOptions derives the worker's negative control's options: a
+// short load, one worker whose effects take 20 ms each, so that its batches
+// are always in flight when it is killed.
+func WorkerControlOptions(o Options) Options {
+	c := ControlOptions(o)
+	c.Events, c.LoadDuration = 3000, 10*time.Second
+	c.Warmup = 6 * time.Second
+	c.EffectDelay = 20 * time.Millisecond
+	return c
 }
 
 // ControlOptions derives the negative control's options from a run's: a

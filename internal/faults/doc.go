@@ -25,9 +25,10 @@
 // published to Kafka and blocked by the inbox, lost, double effects, order
 // inversions and the time to drain.
 //
-// RunControl is the negative control: a relay started with
-// --unsafe-confirm-on-send is killed while the broker is down, and the
-// checker must report the loss.
+// RunControl and RunWorkerControl are the negative controls: a relay
+// started with --unsafe-confirm-on-send killed while the broker is down, and
+// a worker started with --unsafe-commit-before-db killed with batches in
+// flight. The checker must report the loss of each.
 //
 // The command is `go run ./internal/faults/cmd/ferryfaults`; `make test`
 // runs the short suite (TestFaultSuite, build tag faults) and `make soak`

@@ -120,9 +120,27 @@ func TestFaultNegativeControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	caught(t, rep)
+}
+
+// The other negative control: a worker that commits offsets before its
+// database transaction, killed with batches in flight, loses effects, and
+// the checker must say so.
+func TestFaultNegativeControlWorker(t *testing.T) {
+	o := setup(t)
+	ctx := ferrytest.Context(t, 5*time.Minute)
+	rep, err := faults.RunWorkerControl(ctx, faults.WorkerControlOptions(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caught(t, rep)
+}
+
+func caught(t *testing.T, rep *faults.Report) {
+	t.Helper()
 	publish(t, rep.Markdown())
 	if rep.Lost() == 0 || rep.OK() {
-		t.Fatalf("the checker did not report the loss of the unsafe relay: %d lost, violations %q", rep.Lost(), rep.Violations())
+		t.Fatalf("the checker did not report the negative control's loss: %d lost, violations %q", rep.Lost(), rep.Violations())
 	}
 	t.Logf("the checker caught the negative control: %d lost effects over %d consumers", rep.Lost(), len(rep.Consumers))
 }

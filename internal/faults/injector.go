@@ -29,6 +29,9 @@ const (
 	// FaultUnsafeRelayKill is the negative control's SIGKILL of a relay
 	// started with --unsafe-confirm-on-send, while the broker is down.
 	FaultUnsafeRelayKill FaultKind = "unsafe-relay-sigkill"
+	// FaultUnsafeWorkerKill is the other negative control's SIGKILL of a
+	// worker started with --unsafe-commit-before-db, with batches in flight.
+	FaultUnsafeWorkerKill FaultKind = "unsafe-worker-sigkill"
 )
 
 // AllFaults are the kinds Run injects by default.

@@ -227,14 +227,7 @@ func (p *pipeline) startWorkers(ctx context.Context, n int, workerArgs func(i in
 			return err
 		}
 		name := fmt.Sprintf("worker-%d", i+1)
-		args := []string{"worker", "-name", name, "-topic", p.topic, "-consumers", strings.Join(p.consumers, ",")}
-		if p.o.EffectDelay > 0 {
-			args = append(args, "-effect-delay", p.o.EffectDelay.String())
-		}
-		args = append(args, "run", "--http-addr", addr, "--prune-interval", "0", "--offset-reset", "earliest")
-		args = append(args, workerArgs(i)...)
-		proc, err := procs.Start(procs.Spec{Name: name, Path: p.o.Bins.Faults, Args: args, Env: p.childEnv(),
-			LogFile: filepath.Join(p.dir, name+".log")})
+		proc, err := procs.Start(p.workerSpec(name, addr, p.o.EffectDelay, workerArgs(i)))
 		if err != nil {
 			return err
 		}
@@ -245,6 +238,32 @@ func (p *pipeline) startWorkers(ctx context.Context, n int, workerArgs func(i in
 			return err
 		}
 	}
+	return nil
+}
+
+// workerSpec is the command line of a checker worker: its effect delay
+// (negative control only) and extra `worker run` flags.
+func (p *pipeline) workerSpec(name, addr string, delay time.Duration, extra []string) procs.Spec {
+	args := []string{"worker", "-name", name, "-topic", p.topic, "-consumers", strings.Join(p.consumers, ",")}
+	if delay > 0 {
+		args = append(args, "-effect-delay", delay.String())
+	}
+	args = append(args, "run", "--http-addr", addr, "--prune-interval", "0", "--offset-reset", "earliest")
+	args = append(args, extra...)
+	return procs.Spec{Name: name, Path: p.o.Bins.Faults, Args: args, Env: p.childEnv(), LogFile: filepath.Join(p.dir, name+".log")}
+}
+
+// replaceWorker kills worker w and starts it again with another command
+// line.
+func (p *pipeline) replaceWorker(w *workerProc, delay time.Duration, extra []string) error {
+	w.scrape()
+	w.proc.Kill()
+	w.rollover()
+	proc, err := procs.Start(p.workerSpec(w.name, w.addr, delay, extra))
+	if err != nil {
+		return err
+	}
+	w.proc = proc
 	return nil
 }
 

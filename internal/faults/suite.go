@@ -154,6 +154,61 @@ func RunControl(ctx context.Context, o Options) (*Report, error) {
 	return r, nil
 }
 
+// RunWorkerControl is the other negative control: a worker started with
+// --unsafe-commit-before-db commits each batch's Kafka offset before its
+// database transaction, and is killed while batches are in flight (a delay
+// in the effect keeps them in flight). The restarted worker, a safe one,
+// resumes after offsets whose effects never committed. The report is
+// expected to fail (Report.Lost > 0).
+func RunWorkerControl(ctx context.Context, o Options) (*Report, error) {
+	o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	stack, err := OpenStack(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPipeline(ctx, &o, stack, "wcontrol")
+	if p != nil {
+		defer func() { p.close(o.Keep) }()
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := p.newReport("Negative control: worker --unsafe-commit-before-db, SIGKILLed with batches in flight", stack)
+	if err := p.startRelay(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.startWorkers(ctx, 1, func(int) []string { return []string{"--unsafe-commit-before-db", "--batch-size", "20"} }); err != nil {
+		return nil, err
+	}
+	sctx, stopScrape := context.WithCancel(ctx)
+	defer stopScrape()
+	go p.scrapeLoop(sctx)
+	if err := p.startLoad(o.Events, o.LoadDuration); err != nil {
+		return nil, err
+	}
+	if err := sleep(ctx, o.Warmup); err != nil {
+		return nil, err
+	}
+	w := p.workers[0]
+	at, pid := time.Since(p.t0), w.proc.Pid()
+	if err := p.replaceWorker(w, 0, []string{"--batch-size", "20"}); err != nil {
+		return nil, err
+	}
+	p.logf("control: unsafe worker pid %d killed with batches in flight; restarted without the unsafe flag", pid)
+	r.Faults = append(r.Faults, Fault{Kind: FaultUnsafeWorkerKill, Target: w.name, At: at, Healed: time.Since(p.t0),
+		Detail: fmt.Sprintf("pid %d; restarted without the unsafe flag", pid)})
+	if err := p.waitLoad(ctx, r); err != nil {
+		return nil, err
+	}
+	if err := p.finish(ctx, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
 func (p *pipeline) newReport(title string, s *Stack) *Report {
 	return &Report{Title: title, Run: p.name, Seed: p.o.Seed, Stack: s.PGVersion + ", Apache Kafka " + s.KafkaVersion}
 }
