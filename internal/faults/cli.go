@@ -61,7 +61,7 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	events := fs.Int("events", 0, "events to commit (default: 24000, or 1000000 with -soak)")
 	duration := fs.Duration("duration", 0, "spread the events over this long (default 80s, or 20m with -soak)")
 	seed := fs.Uint64("seed", 0, "seed of the fault schedule and the load (default: from the clock)")
-	keep := fs.Bool("keep", false, "keep the databases and topics of the runs")
+	keep := fs.Bool("keep", false, "keep the databases, topics and logs of the runs (a failed run keeps them anyway)")
 	report := fs.String("report", "", "also write the markdown report to this file")
 	kinds := fs.String("faults", "", "comma-separated fault kinds to inject (default all: relay-sigkill, worker-sigkill, kafka-stop, pg-restart-immediate, worker-sigstop)")
 	workDir := fs.String("workdir", "", "directory for binaries and logs (default: a new temporary directory)")
@@ -99,8 +99,18 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 			return 1
 		}
 	}
+	ok := true
+	defer func() {
+		// A temporary directory goes when everything passed; logs of a
+		// failure, or of a run asked to keep them, stay.
+		if ok && !*keep && *workDir == "" {
+			_ = os.RemoveAll(dir)
+			return
+		}
+		fmt.Fprintf(stderr, "ferryfaults: logs in %s\n", dir)
+	}()
 	o.WorkDir = dir
-	fmt.Fprintf(stderr, "ferryfaults: building the relay into %s\n", dir)
+	fmt.Fprintf(stderr, "ferryfaults: building the relay and ferryfaults into %s\n", dir)
 	bins, err := BuildBinaries(ctx, dir)
 	if err != nil {
 		fmt.Fprintln(stderr, "ferryfaults:", err)
@@ -109,11 +119,11 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	o.Bins = bins
 
 	var out strings.Builder
-	ok := true
 	if cmd == "run" {
 		rep, err := Run(ctx, o)
 		if err != nil {
 			fmt.Fprintln(stderr, "ferryfaults: suite:", err)
+			ok = false
 			return 1
 		}
 		out.WriteString(rep.Markdown())
@@ -129,6 +139,7 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 			rep, err := run(ctx, o)
 			if err != nil {
 				fmt.Fprintln(stderr, "ferryfaults: negative control:", err)
+				ok = false
 				return 1
 			}
 			out.WriteString("\n" + rep.Markdown())
@@ -146,10 +157,10 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 			time.Now().UTC().Format("2006-01-02 15:04 UTC"), out.String())
 		if err := os.WriteFile(*report, []byte(doc), 0o644); err != nil {
 			fmt.Fprintln(stderr, "ferryfaults:", err)
+			ok = false
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "ferryfaults: logs in %s\n", dir)
 	if !ok {
 		return 1
 	}

@@ -20,9 +20,18 @@ import (
 
 var (
 	buildOnce sync.Once
+	binDir    string
 	bins      faults.Binaries
 	buildErr  error
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // setup builds the binaries once and gives the test options with a work
 // directory that is kept, and named, when the test fails.
@@ -30,12 +39,10 @@ func setup(t *testing.T) faults.Options {
 	t.Helper()
 	ferrytest.AdminURL(t) // fails (or skips with -short) without a stack
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ferry-faults-bin")
-		if err != nil {
-			buildErr = err
-			return
+		binDir, buildErr = os.MkdirTemp("", "ferry-faults-bin")
+		if buildErr == nil {
+			bins, buildErr = faults.BuildBinaries(t.Context(), binDir)
 		}
-		bins, buildErr = faults.BuildBinaries(t.Context(), dir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
