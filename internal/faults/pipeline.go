@@ -248,7 +248,8 @@ func (p *pipeline) workerSpec(name, addr string, delay time.Duration, extra []st
 	if delay > 0 {
 		args = append(args, "-effect-delay", delay.String())
 	}
-	args = append(args, "run", "--http-addr", addr, "--prune-interval", "0", "--offset-reset", "earliest")
+	args = append(args, "run", "--http-addr", addr, "--prune-interval", "0", "--offset-reset", "earliest",
+		"--kafka-session-timeout", p.o.SessionTimeout.String())
 	args = append(args, extra...)
 	return procs.Spec{Name: name, Path: p.o.Bins.Faults, Args: args, Env: p.childEnv(), LogFile: filepath.Join(p.dir, name+".log")}
 }

@@ -19,6 +19,9 @@ func (o *Options) withDefaults() {
 	if len(o.Kinds) == 0 {
 		o.Kinds = AllFaults
 	}
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = 10 * time.Second // the broker accepts 6 s to 5 min
+	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
