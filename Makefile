@@ -43,7 +43,7 @@ test-short: ## unit tests only, no services
 	$(GO) test -short ./...
 
 .PHONY: soak
-soak: ## the long fault-injection run (1,000,000 events, about 30 min) on a stack of its own; report in docs/soak.md
+soak: ## the long fault-injection run (1,000,000 events, about 25 min) on a stack of its own; report in docs/soak.md
 	scripts/faults run -soak -control -report docs/soak.md
 
 .PHONY: bench
