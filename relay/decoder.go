@@ -90,36 +90,36 @@ var errShortInsert = errors.New("truncated pgoutput Insert message")
 // decodeInsert decodes a pgoutput Insert message ('I', relation id, 'N',
 // tuple) without allocating per column. ok is false for tables other than
 // outbox, which a publication may also carry.
-func (rs *relations) decodeInsert(msg []byte) (ev row, ok bool, err error) {
+func (rs *relations) decodeInsert(msg []byte, ev *row) (ok bool, err error) {
 	if len(msg) < 8 || msg[5] != 'N' {
-		return row{}, false, errShortInsert
+		return false, errShortInsert
 	}
 	relID := binary.BigEndian.Uint32(msg[1:5])
 	r := rs.byID[relID]
 	if r == nil {
-		return row{}, false, fmt.Errorf("insert into relation %d before its Relation message", relID)
+		return false, fmt.Errorf("insert into relation %d before its Relation message", relID)
 	}
 	if !r.outbox {
-		return row{}, false, nil
+		return false, nil
 	}
 	n := int(binary.BigEndian.Uint16(msg[6:8]))
 	rs.kinds, rs.datas = rs.kinds[:0], rs.datas[:0]
 	p := 8
 	for range n {
 		if p >= len(msg) {
-			return row{}, true, errShortInsert
+			return true, errShortInsert
 		}
 		kind := msg[p]
 		p++
 		var data []byte
 		if kind == pglogrepl.TupleDataTypeText || kind == pglogrepl.TupleDataTypeBinary {
 			if p+4 > len(msg) {
-				return row{}, true, errShortInsert
+				return true, errShortInsert
 			}
 			l := int(binary.BigEndian.Uint32(msg[p : p+4]))
 			p += 4
 			if p+l > len(msg) {
-				return row{}, true, errShortInsert
+				return true, errShortInsert
 			}
 			data = msg[p : p+l : p+l]
 			p += l
@@ -130,20 +130,20 @@ func (rs *relations) decodeInsert(msg []byte) (ev row, ok bool, err error) {
 	for i, name := range outboxColumns {
 		j := r.index[i]
 		if j >= n {
-			return row{}, true, fmt.Errorf("outbox insert has %d columns, column %q is number %d", n, name, j+1)
+			return true, fmt.Errorf("outbox insert has %d columns, column %q is number %d", n, name, j+1)
 		}
 		kind := rs.kinds[j]
 		if kind == pglogrepl.TupleDataTypeNull || kind == pglogrepl.TupleDataTypeToast {
 			if i == colHeaders {
 				continue
 			}
-			return row{}, true, fmt.Errorf("outbox column %q is NULL", name)
+			return true, fmt.Errorf("outbox column %q is NULL", name)
 		}
-		if err := rs.decodeColumn(&ev, i, r.oids[i], kind == pglogrepl.TupleDataTypeBinary, rs.datas[j]); err != nil {
-			return row{}, true, fmt.Errorf("outbox column %q: %w", name, err)
+		if err := rs.decodeColumn(ev, i, r.oids[i], kind == pglogrepl.TupleDataTypeBinary, rs.datas[j]); err != nil {
+			return true, fmt.Errorf("outbox column %q: %w", name, err)
 		}
 	}
-	return ev, true, nil
+	return true, nil
 }
 
 func (rs *relations) decodeColumn(ev *row, col int, oid uint32, binaryData bool, data []byte) error {

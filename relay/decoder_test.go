@@ -96,7 +96,8 @@ func TestDecodeInsert(t *testing.T) {
 	id[15] = 9
 	ts := binary.BigEndian.AppendUint64(nil, uint64(86_400_000_000)) // 2000-01-02
 	msg := insertMessage(7, id, []byte("order"), []byte("o-1"), []byte("Placed"), []byte{0, 1, 2}, append([]byte{1}, `{"k": "v"}`...), ts)
-	r, ok, err := rs.decodeInsert(msg)
+	var r row
+	ok, err := rs.decodeInsert(msg, &r)
 	if err != nil || !ok {
 		t.Fatalf("decodeInsert = %v, %v", ok, err)
 	}
@@ -108,13 +109,13 @@ func TestDecodeInsert(t *testing.T) {
 
 	// Every truncation is an error, never a panic or a short row.
 	for n := 8; n < len(msg); n++ {
-		if _, _, err := rs.decodeInsert(msg[:n]); !errors.Is(err, errShortInsert) {
+		if _, err := rs.decodeInsert(msg[:n], &row{}); !errors.Is(err, errShortInsert) {
 			t.Fatalf("decodeInsert of %d of %d bytes: %v, want errShortInsert", n, len(msg), err)
 		}
 	}
 	// A NULL in a required column is an error.
 	bad := insertMessage(7, id, []byte("order"), nil, []byte("Placed"), []byte{}, nil, ts)
-	if _, _, err := rs.decodeInsert(bad); err == nil {
+	if _, err := rs.decodeInsert(bad, &row{}); err == nil {
 		t.Fatal("decodeInsert accepted a NULL aggregate_id")
 	}
 	// Another table's inserts are skipped; an unknown relation is an error.
@@ -122,10 +123,10 @@ func TestDecodeInsert(t *testing.T) {
 	if err := rs.add(other); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := rs.decodeInsert(insertMessage(8, []byte("x"))); ok || err != nil {
+	if ok, err := rs.decodeInsert(insertMessage(8, []byte("x")), &row{}); ok || err != nil {
 		t.Fatalf("insert into orders: ok %v, err %v; want skipped", ok, err)
 	}
-	if _, _, err := rs.decodeInsert(insertMessage(9, []byte("x"))); err == nil {
+	if _, err := rs.decodeInsert(insertMessage(9, []byte("x")), &row{}); err == nil {
 		t.Fatal("insert into an unknown relation accepted")
 	}
 }

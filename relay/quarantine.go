@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -39,13 +38,9 @@ func permanentReason(err error) (string, bool) {
 
 // quarantined is a record on its way to outbox_quarantine.
 type quarantined struct {
-	tx     *txn
-	row    *row
-	topic  string
-	size   int
+	p      *inflight
 	reason string
 	err    error
-	lsn    pglogrepl.LSN
 }
 
 // quarantiner writes refused records to outbox_quarantine, retrying until
@@ -69,22 +64,23 @@ func (q *quarantiner) run(ctx context.Context) {
 			if !q.store(ctx, item) {
 				return
 			}
-			q.tracker.ack(item.tx, item.size)
+			q.tracker.ack(item.p.tx, item.p.size)
 		}
 	}
 }
 
 func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
-	lsn := item.lsn.String()
+	r := &item.p.row
+	lsn := item.p.lsn.String()
 	params := dbsqlc.OutboxQuarantineInsertParams{
-		ID:            item.row.ID,
-		AggregateType: string(item.row.AggregateType),
-		AggregateID:   string(item.row.AggregateID),
-		EventType:     string(item.row.EventType),
-		Payload:       item.row.Payload,
-		Headers:       headersJSON(item.row.Headers),
-		CreatedAt:     item.row.CreatedAt,
-		Topic:         item.topic,
+		ID:            r.ID,
+		AggregateType: string(r.AggregateType),
+		AggregateID:   string(r.AggregateID),
+		EventType:     string(r.EventType),
+		Payload:       r.Payload,
+		Headers:       headersJSON(r.Headers),
+		CreatedAt:     r.CreatedAt,
+		Topic:         item.p.rec.Topic,
 		Reason:        item.reason,
 		Error:         item.err.Error(),
 		CommitLsn:     &lsn,
@@ -95,7 +91,7 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 		if err == nil {
 			break
 		}
-		q.logger.Warn("cannot write to outbox_quarantine; retrying", slog.String("id", item.row.ID.String()), slog.String("error", err.Error()))
+		q.logger.Warn("cannot write to outbox_quarantine; retrying", slog.String("id", r.ID.String()), slog.String("error", err.Error()))
 		select {
 		case <-ctx.Done():
 			return false
@@ -106,7 +102,7 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 	q.metrics.quarantined.WithLabelValues(item.reason).Inc()
 	q.metrics.nQuarantined.Add(1)
 	q.logger.Warn("event quarantined: Kafka refuses it for good",
-		slog.String("id", item.row.ID.String()), slog.String("topic", item.topic),
+		slog.String("id", r.ID.String()), slog.String("topic", item.p.rec.Topic),
 		slog.String("reason", item.reason), slog.String("error", item.err.Error()))
 	return true
 }

@@ -72,28 +72,6 @@ func (n *topicNamer) topic(r *row) namedTopic {
 	return t
 }
 
-// record maps an outbox row to a Kafka record: key = aggregate id, value =
-// payload bytes unchanged, Ferry's headers then the row's own, timestamp =
-// created_at.
-func record(topic string, r *row) *kgo.Record {
-	id, _ := r.ID.MarshalText() // cannot fail
-	headers := make([]kgo.RecordHeader, 4, 4+len(r.Headers))
-	headers[0] = kgo.RecordHeader{Key: HeaderID, Value: id}
-	headers[1] = kgo.RecordHeader{Key: HeaderEventType, Value: r.EventType}
-	headers[2] = kgo.RecordHeader{Key: HeaderAggregateType, Value: r.AggregateType}
-	headers[3] = kgo.RecordHeader{Key: HeaderAggregateID, Value: r.AggregateID}
-	for _, h := range r.Headers {
-		headers = append(headers, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
-	}
-	return &kgo.Record{
-		Topic:     topic,
-		Key:       r.AggregateID,
-		Value:     r.Payload,
-		Headers:   headers,
-		Timestamp: r.CreatedAt,
-	}
-}
-
 // recordSize approximates a record's bytes for the in-flight budget.
 func recordSize(rec *kgo.Record) int {
 	n := len(rec.Key) + len(rec.Value) + 64

@@ -46,6 +46,7 @@ type session struct {
 	failOnce sync.Once
 	failed   chan struct{}
 	failErr  error
+	promise  func(*kgo.Record, error) // s.acknowledged, bound once
 
 	received     pglogrepl.LSN // end of the newest WAL data received
 	lastReported pglogrepl.LSN
@@ -109,6 +110,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		received:     start,
 		lastReported: 0,
 	}
+	s.promise = s.acknowledged
 	s.quar = &quarantiner{
 		db: pool, queries: r.queries, tracker: s.tracker, metrics: r.metrics, logger: log,
 		in: make(chan quarantined, r.cfg.MaxInFlightRecords+1),
@@ -290,12 +292,13 @@ func (s *session) handleWAL(data []byte) error {
 		if s.open == nil {
 			return errors.New("insert outside a transaction")
 		}
-		r, ok, err := s.rels.decodeInsert(data)
+		p := &inflight{Context: s.sctx}
+		ok, err := s.rels.decodeInsert(data, &p.row)
 		if err != nil {
 			return err
 		}
 		if ok {
-			s.publish(&r)
+			s.publish(p)
 		}
 		return nil
 	}
@@ -322,40 +325,42 @@ func (s *session) handleWAL(data []byte) error {
 
 // publish hands one event to Kafka, or straight to quarantine when its topic
 // name can never be valid.
-func (s *session) publish(r *row) {
-	tx, commitTime, lsn := s.open, s.openCommit, s.openLSN
-	topic := s.r.namer.topic(r)
-	rec := record(topic.name, r)
-	size := recordSize(rec)
-	s.tracker.produce(tx, size)
+func (s *session) publish(p *inflight) {
+	p.tx, p.commit, p.lsn = s.open, s.openCommit, s.openLSN
+	topic := s.r.namer.topic(&p.row)
+	p.fill(topic.name)
+	s.tracker.produce(p.tx, p.size)
 	if !topic.valid {
-		s.quar.in <- quarantined{tx: tx, row: r, topic: rec.Topic, size: size, reason: ReasonInvalidTopic,
-			err: fmt.Errorf("topic name %q is not valid in Kafka", rec.Topic), lsn: lsn}
+		s.quar.in <- quarantined{p: p, reason: ReasonInvalidTopic, err: fmt.Errorf("topic name %q is not valid in Kafka", topic.name)}
 		return
 	}
 	if s.cfg.unsafeConfirmOnSend {
-		s.sink.Produce(s.sctx, rec, func(*kgo.Record, error) {})
-		s.tracker.ack(tx, size)
+		s.sink.Produce(s.sctx, &p.rec, func(*kgo.Record, error) {})
+		s.tracker.ack(p.tx, p.size)
 		return
 	}
-	s.sink.Produce(s.sctx, rec, func(rec *kgo.Record, err error) {
-		if err == nil {
-			s.r.metrics.published.Inc()
-			s.r.metrics.nPublished.Add(1)
-			s.r.metrics.bytes.Add(float64(len(rec.Value)))
-			s.r.metrics.commitToAck.Observe(time.Since(commitTime).Seconds())
-			s.tracker.ack(tx, size)
-			return
-		}
-		if reason, ok := permanentReason(err); ok {
-			s.quar.in <- quarantined{tx: tx, row: r, topic: rec.Topic, size: size, reason: reason, err: err, lsn: lsn}
-			return
-		}
-		if errors.Is(err, kerr.UnknownTopicOrPartition) {
-			err = fmt.Errorf("%w (create the topic, or let the broker create it: auto.create.topics.enable plus --kafka-auto-create-topics)", err)
-		}
-		s.fail(fmt.Errorf("kafka refused record for topic %s: %w", rec.Topic, err))
-	})
+	s.sink.Produce(s.sctx, &p.rec, s.promise)
+}
+
+// acknowledged is the promise of every record of the session.
+func (s *session) acknowledged(rec *kgo.Record, err error) {
+	p := rec.Context.(*inflight)
+	if err == nil {
+		s.r.metrics.published.Inc()
+		s.r.metrics.nPublished.Add(1)
+		s.r.metrics.bytes.Add(float64(len(rec.Value)))
+		s.r.metrics.commitToAck.Observe(time.Since(p.commit).Seconds())
+		s.tracker.ack(p.tx, p.size)
+		return
+	}
+	if reason, ok := permanentReason(err); ok {
+		s.quar.in <- quarantined{p: p, reason: reason, err: err}
+		return
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		err = fmt.Errorf("%w (create the topic, or let the broker create it: auto.create.topics.enable plus --kafka-auto-create-topics)", err)
+	}
+	s.fail(fmt.Errorf("kafka refused record for topic %s: %w", rec.Topic, err))
 }
 
 // report sends a standby status update. Flush and apply are the confirmed

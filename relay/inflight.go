@@ -1,0 +1,67 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// inflight is one event on its way to Kafka, in a single allocation: the
+// decoded row, the record and its headers, and what the acknowledgement
+// needs. It is also the record's Context (franz-go's field for enriching a
+// record), embedding the session's context, which is how the session's one
+// promise function finds it without a closure per record.
+type inflight struct {
+	context.Context
+	row     row
+	rec     kgo.Record
+	headers [6]kgo.RecordHeader // Ferry's four and room for two of the row's own
+	id      [36]byte
+	tx      *txn
+	size    int
+	commit  time.Time     // PostgreSQL commit time of its transaction
+	lsn     pglogrepl.LSN // commit LSN of its transaction
+}
+
+// fill builds the record from the row: key = aggregate id, value = payload
+// bytes unchanged, Ferry's headers then the row's own, timestamp =
+// created_at.
+func (p *inflight) fill(topic string) {
+	r := &p.row
+	encodeUUID(&p.id, r.ID)
+	hs := append(p.headers[:0],
+		kgo.RecordHeader{Key: HeaderID, Value: p.id[:]},
+		kgo.RecordHeader{Key: HeaderEventType, Value: r.EventType},
+		kgo.RecordHeader{Key: HeaderAggregateType, Value: r.AggregateType},
+		kgo.RecordHeader{Key: HeaderAggregateID, Value: r.AggregateID},
+	)
+	for _, h := range r.Headers {
+		hs = append(hs, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
+	}
+	p.rec = kgo.Record{
+		Topic:     topic,
+		Key:       r.AggregateID,
+		Value:     r.Payload,
+		Headers:   hs,
+		Timestamp: r.CreatedAt,
+		Context:   p,
+	}
+	p.size = recordSize(&p.rec)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// encodeUUID writes the canonical text of a UUID without allocating.
+func encodeUUID(dst *[36]byte, u [16]byte) {
+	j := 0
+	for i, b := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst[j] = '-'
+			j++
+		}
+		dst[j], dst[j+1] = hexDigits[b>>4], hexDigits[b&0x0f]
+		j += 2
+	}
+}
