@@ -30,20 +30,27 @@ func (o *Options) withDefaults() {
 	}
 }
 
+// open checks the options, opens the stack and starts a pipeline named
+// name; a non-nil pipeline must be closed even when err is set.
+func open(ctx context.Context, o *Options, name string) (*pipeline, *Stack, error) {
+	o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, nil, err
+	}
+	stack, err := OpenStack(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := newPipeline(ctx, o, stack, name)
+	return p, stack, err
+}
+
 // Run runs the suite once: it loads the pipeline, injects o.Kinds at random
 // times, waits for the pipeline to drain and checks the invariants. An error
 // means the run could not be carried out; a broken invariant is in the
 // report (Report.OK, Report.Violations).
 func Run(ctx context.Context, o Options) (*Report, error) {
-	o.withDefaults()
-	if err := o.validate(); err != nil {
-		return nil, err
-	}
-	stack, err := OpenStack(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := newPipeline(ctx, &o, stack, "suite")
+	p, stack, err := open(ctx, &o, "suite")
 	var rep *Report
 	if p != nil {
 		defer func() { p.close(o.Keep || rep == nil || !rep.OK()) }()
@@ -89,15 +96,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // had confirmed but not delivered are gone; a checker that does not report
 // them lost proves nothing. The report is expected to fail (Report.Lost > 0).
 func RunControl(ctx context.Context, o Options) (*Report, error) {
-	o.withDefaults()
-	if err := o.validate(); err != nil {
-		return nil, err
-	}
-	stack, err := OpenStack(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := newPipeline(ctx, &o, stack, "control")
+	p, stack, err := open(ctx, &o, "control")
 	if p != nil {
 		defer func() { p.close(o.Keep) }()
 	}
@@ -164,15 +163,7 @@ func RunControl(ctx context.Context, o Options) (*Report, error) {
 // resumes after offsets whose effects never committed. The report is
 // expected to fail (Report.Lost > 0).
 func RunWorkerControl(ctx context.Context, o Options) (*Report, error) {
-	o.withDefaults()
-	if err := o.validate(); err != nil {
-		return nil, err
-	}
-	stack, err := OpenStack(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p, err := newPipeline(ctx, &o, stack, "wcontrol")
+	p, stack, err := open(ctx, &o, "wcontrol")
 	if p != nil {
 		defer func() { p.close(o.Keep) }()
 	}
