@@ -9,6 +9,7 @@ require (
 	github.com/lmittmann/tint v1.2.1
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/sqlc-dev/pqtype v0.3.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/plugin/kslog v1.0.0

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sqlc-dev/pqtype"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
@@ -103,7 +104,8 @@ func (w *Writer) Write(ctx context.Context, tx DBTX, events ...Event) ([]uuid.UU
 
 // WriteSQL inserts events through database/sql in one statement and returns
 // their ids in the order given. It works with any PostgreSQL driver: the
-// columns travel as PostgreSQL array literals in text parameters. When any
+// columns travel as PostgreSQL array literals in text parameters and the
+// headers as one JSON array. When any
 // event is invalid it returns an *EventError and writes nothing.
 func (w *Writer) WriteSQL(ctx context.Context, tx SQLExecer, events ...Event) ([]uuid.UUID, error) {
 	rows, err := w.prepare(events)
@@ -118,24 +120,43 @@ func (w *Writer) WriteSQL(ctx context.Context, tx SQLExecer, events ...Event) ([
 	for i, p := range rows.Payloads {
 		payloads[i] = `\x` + hex.EncodeToString(p)
 	}
-	headers := make([]string, len(rows.Headers))
-	for i, h := range rows.Headers {
-		headers[i] = string(h)
-	}
+	// The headers objects travel as one JSON array: jsonb is the natural
+	// carrier for JSON, and pqtype hands raw JSON to any driver.
+	headers := pqtype.NullRawMessage{RawMessage: jsonArray(rows.Headers), Valid: true}
 	_, err = tx.ExecContext(ctx, insertManySQL,
 		arrayLiteral(ids), arrayLiteral(rows.AggregateTypes), arrayLiteral(rows.AggregateIds),
-		arrayLiteral(rows.EventTypes), arrayLiteral(payloads), arrayLiteral(headers))
+		arrayLiteral(rows.EventTypes), arrayLiteral(payloads), headers)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: insert %d events: %w", len(events), err)
 	}
 	return rows.Ids, nil
 }
 
-// insertManySQL is OutboxInsertMany with every array passed as text, so that
-// database/sql drivers need no array support.
+// insertManySQL is OutboxInsertMany for database/sql: the columns travel as
+// text array literals and the headers as a JSON array, so drivers need no
+// array support.
 const insertManySQL = `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
-SELECT unnest($1::text::uuid[]), unnest($2::text::text[]), unnest($3::text::text[]),
-       unnest($4::text::text[]), unnest($5::text::bytea[]), unnest($6::text::jsonb[])`
+SELECT e.id, e.aggregate_type, e.aggregate_id, e.event_type, e.payload, h.headers
+FROM unnest($1::text::uuid[], $2::text::text[], $3::text::text[], $4::text::text[], $5::text::bytea[])
+     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, event_type, payload, n)
+JOIN jsonb_array_elements($6::jsonb) WITH ORDINALITY AS h(headers, n) USING (n)`
+
+// jsonArray joins JSON objects into one JSON array.
+func jsonArray(objects []json.RawMessage) json.RawMessage {
+	n := 2
+	for _, o := range objects {
+		n += len(o) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, o := range objects {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, o...)
+	}
+	return append(b, ']')
+}
 
 // prepare validates every event, then makes ids and encodes headers. It
 // allocates the columns once for the whole call.
