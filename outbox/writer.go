@@ -105,8 +105,8 @@ func (w *Writer) Write(ctx context.Context, tx DBTX, events ...Event) ([]uuid.UU
 // WriteSQL inserts events through database/sql in one statement and returns
 // their ids in the order given. It works with any PostgreSQL driver: the
 // columns travel as PostgreSQL array literals in text parameters and the
-// headers as one JSON array. When any
-// event is invalid it returns an *EventError and writes nothing.
+// headers as one JSON array. When any event is invalid it returns an
+// *EventError and writes nothing.
 func (w *Writer) WriteSQL(ctx context.Context, tx SQLExecer, events ...Event) ([]uuid.UUID, error) {
 	rows, err := w.prepare(events)
 	if err != nil || len(events) == 0 {
