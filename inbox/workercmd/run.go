@@ -142,13 +142,11 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer, register []
 			"(workercmd.Main(ctx, args, stdout, stderr, register)); see README, \"Writing a worker\"")
 	}
 
-	srv, err := cli.NewHTTPServer(*httpAddr, reg, nil, w.Ready)
+	stopHTTP, err := cli.ServeHTTP(*httpAddr, reg, w.Ready, logger)
 	if err != nil {
 		return err
 	}
-	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	defer stopHTTP()
-	go srv.Run(httpCtx, logger)
 
 	logger.Info("worker starting",
 		slog.String("database", cli.RedactURL(*dbURL)), slog.String("kafka", kc.String()),

@@ -77,3 +77,16 @@ func (s *HTTPServer) Run(ctx context.Context, logger *slog.Logger) {
 		logger.Error("http server stopped", slog.String("error", err.Error()))
 	}
 }
+
+// ServeHTTP listens on addr and serves /metrics, /healthz and /readyz in the
+// background until the returned stop is called. It outlives the engine's
+// context on purpose: the probes answer while the engine drains.
+func ServeHTTP(addr string, gatherer prometheus.Gatherer, ready Probe, logger *slog.Logger) (stop func(), err error) {
+	srv, err := NewHTTPServer(addr, gatherer, nil, ready)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go srv.Run(ctx, logger)
+	return cancel, nil
+}

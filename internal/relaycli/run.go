@@ -98,13 +98,11 @@ func runRelay(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := cli.NewHTTPServer(*httpAddr, reg, nil, r.Ready)
+	stopHTTP, err := cli.ServeHTTP(*httpAddr, reg, r.Ready, logger)
 	if err != nil {
 		return err
 	}
-	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	defer stopHTTP()
-	go srv.Run(httpCtx, logger)
 
 	logger.Info("relay starting",
 		slog.String("database", cli.RedactURL(c.databaseURL)), slog.String("kafka", kc.String()),
