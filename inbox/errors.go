@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
 // Reasons a message goes to the dead-letter topic, in the HeaderDLQReason
@@ -77,7 +77,8 @@ func IsPermanent(err error) bool {
 }
 
 // databaseUnreachable reports whether err means the database, not the
-// message, is the problem: the connection broke or the server refuses
+// message, is the problem: the transaction's connection is closed, or
+// pgerr.Unreachable says the connection broke or the server refuses
 // connections. Such failures are retried without limit and never
 // dead-letter a message.
 func databaseUnreachable(tx pgx.Tx, err error) bool {
@@ -87,23 +88,7 @@ func databaseUnreachable(tx pgx.Tx, err error) bool {
 	if tx != nil && tx.Conn() != nil && tx.Conn().IsClosed() {
 		return true
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"): // connection_exception
-			return true
-		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // admin/crash shutdown, cannot connect now
-			return true
-		case pgErr.Code == "53300": // too_many_connections
-			return true
-		}
-		return false
-	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
-		return true
-	}
-	return pgconn.SafeToRetry(err)
+	return pgerr.Unreachable(err)
 }
 
 // errorText shortens an error for a Kafka header and a log line.

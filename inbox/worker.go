@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
 // Worker consumes Kafka topics for named consumers and applies each message
@@ -229,8 +228,7 @@ func (w *Worker) checkSchemaOnce(ctx context.Context) error {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := w.queries.InboxExists(ctx, tx, dbsqlc.InboxExistsParams{}); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		if pgerr.UndefinedTable(err) {
 			return ErrInboxMissing
 		}
 		return fmt.Errorf("inbox: check the inbox table: %w", err)

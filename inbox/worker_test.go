@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -640,7 +641,7 @@ func (f *flakyDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	}
 	f.mu.Unlock()
 	if fail {
-		return nil, &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"}
+		return nil, &pgconn.PgError{Code: pgerrcode.CannotConnectNow, Message: "the database system is starting up"}
 	}
 	return f.DB.Begin(ctx)
 }

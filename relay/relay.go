@@ -9,11 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
 // State is what a relay is doing.
@@ -170,7 +170,7 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 			}
 			pool.Close()
 		}
-		if permanentConnError(err) {
+		if pgerr.ConnectRefused(err) {
 			return nil, fmt.Errorf("%w: connect to PostgreSQL: %w", ErrFatal, err)
 		}
 		wait := backoff.next()
@@ -179,16 +179,6 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 			return nil, ctx.Err()
 		}
 	}
-}
-
-// permanentConnError is true for refusals that retrying cannot change:
-// authentication and a database that does not exist.
-func permanentConnError(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code[:2] == "28" || pgErr.Code == "3D000"
-	}
-	return false
 }
 
 // producerOpts are the caller's Kafka options plus the relay's own:

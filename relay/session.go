@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
 // promptReport is how soon a moved confirmed position is reported: it
@@ -85,11 +86,10 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		},
 	})
 	if err != nil {
-		var pgErr *pgconn.PgError
 		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == "55006": // object_in_use
-			return fmt.Errorf("%w: %s", errSlotBusy, pgErr.Message)
-		case errors.As(err, &pgErr) && pgErr.Code == "55000" && strings.Contains(pgErr.Message, "no longer"):
+		case pgerr.SlotInUse(err):
+			return fmt.Errorf("%w: %s", errSlotBusy, pgerr.Message(err))
+		case pgerr.SlotInvalidated(err):
 			return slotLostError(r.cfg.Slot)
 		}
 		return fmt.Errorf("start replication on slot %q: %w", r.cfg.Slot, err)
@@ -145,7 +145,7 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg.RuntimeParams["application_name"] = "ferry-relay"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		if permanentConnError(err) {
+		if pgerr.ConnectRefused(err) {
 			return nil, fmt.Errorf("%w: replication connection: %w", ErrFatal, err)
 		}
 		return nil, fmt.Errorf("replication connection: %w", err)
@@ -246,9 +246,9 @@ func (s *session) stream(ctx context.Context) error {
 
 func (s *session) serverError(err *pgconn.PgError) error {
 	switch {
-	case err.Code == "42704" && strings.Contains(err.Message, "publication"):
+	case pgerr.PublicationMissing(err):
 		return fmt.Errorf("%w: %s; recreate it: CREATE PUBLICATION %s FOR TABLE outbox WITH (publish = 'insert')", ErrPublicationMissing, err.Message, s.cfg.Publication)
-	case err.Code == "55000" && strings.Contains(err.Message, "no longer"):
+	case pgerr.SlotInvalidated(err):
 		return slotLostError(s.cfg.Slot)
 	}
 	return fmt.Errorf("replication stream: %w", err)

@@ -7,9 +7,10 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
 // SlotStatus describes the relay's replication slot, as `relay status` shows.
@@ -97,7 +98,7 @@ func ensurePublication(ctx context.Context, db *pgxpool.Pool, cfg *Config) error
 		if cfg.NoCreate {
 			return fmt.Errorf("%w: publication %q does not exist and NoCreate is set; an administrator can create it with: %s", ErrPublicationMissing, pub, create)
 		}
-		if _, err := db.Exec(ctx, create); err != nil && !isCode(err, "42710") { // duplicate_object: another relay won
+		if _, err := db.Exec(ctx, create); err != nil && !pgerr.DuplicateObject(err) { // another relay won
 			return fmt.Errorf("create publication %q: %w", pub, err)
 		}
 		cfg.Logger.Info("created publication", "publication", pub)
@@ -124,7 +125,7 @@ func ensureSlot(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
 		if cfg.NoCreate {
 			return fmt.Errorf("%w: slot %q does not exist and NoCreate is set; an administrator can create it with: SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrSlotMissing, slot, slot)
 		}
-		if _, err := db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil && !isCode(err, "42710") {
+		if _, err := db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil && !pgerr.DuplicateObject(err) {
 			return fmt.Errorf("create replication slot %q: %w", slot, err)
 		}
 		cfg.Logger.Info("created replication slot", "slot", slot)
@@ -152,11 +153,6 @@ func confirmedFlush(ctx context.Context, db *pgxpool.Pool, slot string) (string,
 		return "", fmt.Errorf("slot %q has no confirmed_flush_lsn", slot)
 	}
 	return *lsn, nil
-}
-
-func isCode(err error, code string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
 // Setup creates the publication and the slot when they are missing. The
