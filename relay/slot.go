@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
@@ -34,21 +35,20 @@ type SlotStatus struct {
 // Status reads the slot's state and the quarantine count. It needs only an
 // ordinary connection, so it works while a relay streams.
 func Status(ctx context.Context, db *pgxpool.Pool, slot string) (*SlotStatus, error) {
+	q := dbsqlc.New()
 	st := &SlotStatus{Slot: slot}
-	err := db.QueryRow(ctx, `
-		SELECT plugin, active, coalesce(active_pid, 0), coalesce(confirmed_flush_lsn::text, ''),
-		       coalesce(restart_lsn::text, ''), coalesce(wal_status, ''),
-		       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).
-		Scan(&st.Plugin, &st.Active, &st.ActivePID, &st.ConfirmedFlushLSN, &st.RestartLSN, &st.WALStatus, &st.RetainedWALBytes)
+	row, err := q.ReplicationSlotGet(ctx, db, slot)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return nil, fmt.Errorf("read slot %s: %w", slot, err)
 	default:
 		st.Exists = true
+		st.Plugin, st.Active, st.ActivePID = row.Plugin, row.Active, row.ActivePid
+		st.ConfirmedFlushLSN, st.RestartLSN = row.ConfirmedFlushLsn, row.RestartLsn
+		st.WALStatus, st.RetainedWALBytes = row.WalStatus, row.RetainedWalBytes
 	}
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox_quarantine`).Scan(&st.Quarantined); err != nil {
+	if st.Quarantined, err = q.OutboxQuarantineCount(ctx, db); err != nil {
 		return nil, fmt.Errorf("count quarantined events: %w", err)
 	}
 	return st, nil
@@ -65,15 +65,16 @@ func slotLostError(slot string) error {
 // prepare checks the server and makes sure the publication and slot exist,
 // creating them unless cfg.NoCreate.
 func prepare(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
-	var walLevel string
-	if err := db.QueryRow(ctx, `SHOW wal_level`).Scan(&walLevel); err != nil {
+	q := dbsqlc.New()
+	walLevel, err := q.SettingGet(ctx, db, "wal_level")
+	if err != nil {
 		return fmt.Errorf("read wal_level: %w", err)
 	}
 	if walLevel != "logical" {
 		return fmt.Errorf("%w: it is %q; set wal_level = logical in postgresql.conf and restart PostgreSQL", ErrWALLevel, walLevel)
 	}
-	var outboxExists bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass('outbox') IS NOT NULL`).Scan(&outboxExists); err != nil {
+	outboxExists, err := q.OutboxExists(ctx, db)
+	if err != nil {
 		return fmt.Errorf("look up outbox table: %w", err)
 	}
 	if !outboxExists {
@@ -87,12 +88,10 @@ func prepare(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
 
 func ensurePublication(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
 	pub := cfg.Publication
+	// DDL takes no parameters, so sqlc cannot own this statement: the name
+	// goes in as a quoted identifier (and validate kept it to [a-z0-9_]).
 	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE outbox WITH (publish = 'insert')`, pgx.Identifier{pub}.Sanitize())
-	var inserts, coversOutbox bool
-	err := db.QueryRow(ctx, `
-		SELECT p.pubinsert,
-		       p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = 'outbox'::regclass)
-		FROM pg_publication p WHERE p.pubname = $1`, pub).Scan(&inserts, &coversOutbox)
+	p, err := dbsqlc.New().PublicationGet(ctx, db, pub)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if cfg.NoCreate {
@@ -105,9 +104,9 @@ func ensurePublication(ctx context.Context, db *pgxpool.Pool, cfg *Config) error
 		return nil
 	case err != nil:
 		return fmt.Errorf("read publication %q: %w", pub, err)
-	case !coversOutbox:
+	case !p.CoversOutbox:
 		return fmt.Errorf("%w: publication %q exists but does not include the outbox table: ALTER PUBLICATION %s ADD TABLE outbox", ErrPublicationMissing, pub, pgx.Identifier{pub}.Sanitize())
-	case !inserts:
+	case !p.Pubinsert:
 		return fmt.Errorf("%w: publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", ErrPublicationMissing, pub, pgx.Identifier{pub}.Sanitize())
 	}
 	return nil
@@ -115,28 +114,25 @@ func ensurePublication(ctx context.Context, db *pgxpool.Pool, cfg *Config) error
 
 func ensureSlot(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
 	slot := cfg.Slot
-	var plugin, walStatus string
-	var sameDB bool
-	err := db.QueryRow(ctx, `
-		SELECT coalesce(plugin, ''), coalesce(wal_status, ''), database = current_database()
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &walStatus, &sameDB)
+	q := dbsqlc.New()
+	st, err := q.ReplicationSlotGet(ctx, db, slot)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if cfg.NoCreate {
 			return fmt.Errorf("%w: slot %q does not exist and NoCreate is set; an administrator can create it with: SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrSlotMissing, slot, slot)
 		}
-		if _, err := db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot); err != nil && !pgerr.DuplicateObject(err) {
+		if err := q.ReplicationSlotCreate(ctx, db, slot); err != nil && !pgerr.DuplicateObject(err) {
 			return fmt.Errorf("create replication slot %q: %w", slot, err)
 		}
 		cfg.Logger.Info("created replication slot", "slot", slot)
 		return nil
 	case err != nil:
 		return fmt.Errorf("read replication slot %q: %w", slot, err)
-	case plugin != "pgoutput":
-		return fmt.Errorf("%w: slot %q uses plugin %q, not pgoutput; choose another Config.Slot", ErrFatal, slot, plugin)
-	case !sameDB:
+	case st.Plugin != "pgoutput":
+		return fmt.Errorf("%w: slot %q uses plugin %q, not pgoutput; choose another Config.Slot", ErrFatal, slot, st.Plugin)
+	case !st.SameDatabase:
 		return fmt.Errorf("%w: slot %q belongs to another database; choose another Config.Slot", ErrFatal, slot)
-	case walStatus == "lost":
+	case st.WalStatus == "lost":
 		return slotLostError(slot)
 	}
 	return nil
@@ -144,15 +140,14 @@ func ensureSlot(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
 
 // confirmedFlush returns where PostgreSQL will resume the slot.
 func confirmedFlush(ctx context.Context, db *pgxpool.Pool, slot string) (string, error) {
-	var lsn *string
-	err := db.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lsn)
+	st, err := dbsqlc.New().ReplicationSlotGet(ctx, db, slot)
 	if err != nil {
 		return "", fmt.Errorf("read confirmed_flush_lsn of slot %q: %w", slot, err)
 	}
-	if lsn == nil {
+	if st.ConfirmedFlushLsn == "" {
 		return "", fmt.Errorf("slot %q has no confirmed_flush_lsn", slot)
 	}
-	return *lsn, nil
+	return st.ConfirmedFlushLsn, nil
 }
 
 // Setup creates the publication and the slot when they are missing. The

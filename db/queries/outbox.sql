@@ -9,8 +9,9 @@ SELECT
     unnest(@payloads::bytea[]),
     unnest(@headers::jsonb[]);
 
--- name: OutboxGetByID :one
-SELECT * FROM outbox WHERE id = @id;
+-- name: OutboxExists :one
+-- Whether the migrations created the outbox table.
+SELECT (to_regclass('outbox') IS NOT NULL)::bool AS exists;
 
 -- name: OutboxDeleteBefore :execrows
 -- Deletes at most max_rows of the oldest rows created before the cutoff, so

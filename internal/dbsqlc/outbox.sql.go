@@ -51,23 +51,16 @@ func (q *Queries) OutboxDeleteByIDs(ctx context.Context, db DBTX, ids []uuid.UUI
 	return result.RowsAffected(), nil
 }
 
-const outboxGetByID = `-- name: OutboxGetByID :one
-SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at FROM outbox WHERE id = $1
+const outboxExists = `-- name: OutboxExists :one
+SELECT (to_regclass('outbox') IS NOT NULL)::bool AS exists
 `
 
-func (q *Queries) OutboxGetByID(ctx context.Context, db DBTX, id uuid.UUID) (*Outbox, error) {
-	row := db.QueryRow(ctx, outboxGetByID, id)
-	var i Outbox
-	err := row.Scan(
-		&i.ID,
-		&i.AggregateType,
-		&i.AggregateID,
-		&i.EventType,
-		&i.Payload,
-		&i.Headers,
-		&i.CreatedAt,
-	)
-	return &i, err
+// Whether the migrations created the outbox table.
+func (q *Queries) OutboxExists(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, outboxExists)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
 }
 
 const outboxInsertMany = `-- name: OutboxInsertMany :exec
