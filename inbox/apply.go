@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
 
@@ -95,7 +96,7 @@ func (p *partition) settle(d *delivery) bool {
 		return p.deadLetterDelivery(d, ReasonRetriesExhausted, d.lastErr)
 	case d.failures > 0:
 		p.metrics.retry()
-		if !p.sleep(backoff(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)) {
+		if !p.sleep(backoff.Delay(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)) {
 			return false
 		}
 	}
@@ -126,7 +127,7 @@ func (p *partition) settle(d *delivery) bool {
 			if d.failures >= cfg.MaxAttempts {
 				return p.deadLetterDelivery(d, ReasonRetriesExhausted, err)
 			}
-			wait := backoff(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)
+			wait := backoff.Delay(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)
 			p.log.Warn("handler failed; retrying", slog.String("id", d.m.ID), slog.Int64("offset", d.rec.Offset),
 				slog.Int("attempt", d.m.Attempt), slog.Duration("retry_in", wait), slog.String("error", errorText(err)))
 			p.metrics.retry()
@@ -136,7 +137,7 @@ func (p *partition) settle(d *delivery) bool {
 		default: // outcomeDatabase
 			dbFailures++
 			p.metrics.databaseError()
-			wait := backoff(dbFailures, cfg.RetryBackoff, cfg.RetryBackoffMax)
+			wait := backoff.Delay(dbFailures, cfg.RetryBackoff, cfg.RetryBackoffMax)
 			p.log.Warn("database unavailable; retrying", slog.String("id", d.m.ID), slog.Int64("offset", d.rec.Offset),
 				slog.Duration("retry_in", wait), slog.String("error", errorText(err)))
 			if !p.sleep(wait) {

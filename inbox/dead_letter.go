@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/backoff"
 )
 
 // Headers a dead letter carries next to the original record's headers.
@@ -92,7 +94,7 @@ func (p *partition) deadLetter(rec *kgo.Record, id, reason string, cause error, 
 			return false
 		}
 		p.metrics.deadLetterError()
-		wait := backoff(n, cfg.RetryBackoff, cfg.RetryBackoffMax)
+		wait := backoff.Delay(n, cfg.RetryBackoff, cfg.RetryBackoffMax)
 		p.log.Error("cannot write dead letter; retrying (the message stays uncommitted until it is written)",
 			slog.String("id", id), slog.Int64("offset", rec.Offset), slog.String("dead_letter_topic", topic),
 			slog.Duration("retry_in", wait), slog.String("error", err.Error()))

@@ -10,19 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-func TestBackoffGrowsWithJitterAndCap(t *testing.T) {
-	t.Parallel()
-	base, ceiling := 100*time.Millisecond, time.Second
-	for n, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 5: time.Second, 60: time.Second} {
-		for range 100 {
-			d := backoff(n, base, ceiling)
-			if d > want || d < want/2 {
-				t.Fatalf("backoff(%d) = %s, want within [%s, %s]", n, d, want/2, want)
-			}
-		}
-	}
-}
-
 func TestConfigDefaultsAndValidation(t *testing.T) {
 	t.Parallel()
 	pool := &pgxpool.Pool{}

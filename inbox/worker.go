@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
 )
@@ -209,7 +210,7 @@ func (w *Worker) checkSchema(ctx context.Context) error {
 		if err == nil || errors.Is(err, ErrInboxMissing) || ctx.Err() != nil || !databaseUnreachable(nil, err) {
 			return err
 		}
-		wait := backoff(n, w.cfg.RetryBackoff, w.cfg.RetryBackoffMax)
+		wait := backoff.Delay(n, w.cfg.RetryBackoff, w.cfg.RetryBackoffMax)
 		w.cfg.Logger.Warn("database unreachable at start; retrying", slog.Duration("retry_in", wait), slog.String("error", err.Error()))
 		select {
 		case <-ctx.Done():

@@ -74,8 +74,10 @@ type Config struct {
 	// tries to take it over. Defaults to StandbyPollDefault (1s).
 	StandbyPoll time.Duration
 
-	// ReconnectBackoffMax caps the wait between reconnection attempts.
-	// Defaults to ReconnectBackoffMaxDefault (15s).
+	// ReconnectBackoffMax caps the wait between reconnection attempts. The
+	// first wait is 250ms; each failure in a row doubles it, up to this cap,
+	// with random jitter of up to half the wait. Defaults to
+	// ReconnectBackoffMaxDefault (15s).
 	ReconnectBackoffMax time.Duration
 
 	// ShutdownTimeout bounds how long Run waits, once its context ends, for

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
 
@@ -85,7 +86,7 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 		Error:         item.err.Error(),
 		CommitLsn:     &lsn,
 	}
-	backoff := 100 * time.Millisecond
+	retry := backoff.Sequence{Base: 100 * time.Millisecond, Ceiling: 5 * time.Second}
 	for {
 		_, err := q.queries.OutboxQuarantineInsert(ctx, q.db, params)
 		if err == nil {
@@ -95,9 +96,8 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(backoff):
+		case <-time.After(retry.Next()):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 	q.metrics.quarantined.WithLabelValues(item.reason).Inc()
 	q.metrics.nQuarantined.Add(1)

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
 )
@@ -112,7 +112,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer cancelRun(nil)
 	go r.monitorWAL(runCtx, pool, cancelRun, log)
 
-	backoff := newBackoff(r.cfg.ReconnectBackoffMax)
+	retry := backoff.Sequence{Base: reconnectBackoff, Ceiling: r.cfg.ReconnectBackoffMax}
 	standbyLogged := false
 	for {
 		started := time.Now()
@@ -142,15 +142,19 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.metrics.standby.Set(0)
 		r.state.Store(int32(StateRetrying))
 		if time.Since(started) > time.Minute {
-			backoff.reset()
+			retry.Reset()
 		}
-		wait := backoff.next()
+		wait := retry.Next()
 		log.Warn("replication session ended; reconnecting", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
 		if !sleep(ctx, wait) {
 			return nil
 		}
 	}
 }
+
+// reconnectBackoff is the first wait after a lost connection; each failure
+// in a row doubles it, up to Config.ReconnectBackoffMax.
+const reconnectBackoff = 250 * time.Millisecond
 
 // connect opens the ordinary pool, retrying while PostgreSQL is unreachable
 // but giving up at once on errors a retry cannot fix.
@@ -161,7 +165,7 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 	}
 	pcfg.MaxConns = 4
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "ferry-relay"
-	backoff := newBackoff(r.cfg.ReconnectBackoffMax)
+	retry := backoff.Sequence{Base: reconnectBackoff, Ceiling: r.cfg.ReconnectBackoffMax}
 	for {
 		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err == nil {
@@ -173,7 +177,7 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 		if pgerr.ConnectRefused(err) {
 			return nil, fmt.Errorf("%w: connect to PostgreSQL: %w", ErrFatal, err)
 		}
-		wait := backoff.next()
+		wait := retry.Next()
 		log.Warn("cannot reach PostgreSQL; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
 		if !sleep(ctx, wait) {
 			return nil, ctx.Err()
@@ -216,20 +220,6 @@ func (r *Relay) monitorWAL(ctx context.Context, pool *pgxpool.Pool, stop context
 		}
 	}
 }
-
-// backoff is capped exponential backoff with jitter.
-type backoff struct {
-	cur, max time.Duration
-}
-
-func newBackoff(max time.Duration) *backoff { return &backoff{max: max} }
-
-func (b *backoff) next() time.Duration {
-	b.cur = min(max(2*b.cur, 250*time.Millisecond), b.max)
-	return b.cur/2 + rand.N(b.cur/2+1)
-}
-
-func (b *backoff) reset() { b.cur = 0 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
