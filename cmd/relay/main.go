@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ferryhq/ferry/internal/relaycli"
+	"github.com/ferryhq/ferry/cmd/relay/relaycli"
 )
 
 func main() {

@@ -1,10 +1,11 @@
-// Command worker consumes Ferry's topics and applies each message exactly
-// once through the inbox. See `worker help`.
+// Command worker is Ferry's worker binary for the operations that need no
+// handler: consumer status, inbox pruning, dead-letter listing and redrive,
+// migrations, scaffolding. See `worker help`.
 //
-// `worker run` hosts the handlers of the reserva example (consumers
-// stock.reservation and order.status), so the demo works out of the box.
-// Your own worker is this file with your handlers in place of
-// reserva.Register: `worker scaffold NAME --dir PATH` writes one.
+// The worker that applies your messages is your own binary: the same
+// command line (package workercli) with your handlers and migrations, which
+// adds `run`. `worker scaffold NAME --dir PATH` writes one;
+// examples/reserva/cmd/reserva-worker is reserva's.
 package main
 
 import (
@@ -13,13 +14,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ferryhq/ferry/examples/reserva"
-	"github.com/ferryhq/ferry/inbox/workercmd"
+	"github.com/ferryhq/ferry/cmd/worker/workercli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := workercmd.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, reserva.Register)
+	code := workercli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
 	stop()
 	os.Exit(code)
 }

@@ -33,3 +33,14 @@ RETURNING message_id;
 -- messages whose handler failed, so that they can be applied later.
 DELETE FROM inbox
 WHERE consumer = @consumer AND message_id = ANY(@message_ids::text[]);
+
+-- name: InboxCountByConsumer :one
+-- How many message ids a consumer remembers.
+SELECT count(*) FROM inbox WHERE consumer = @consumer;
+
+-- name: InboxNewestByConsumer :one
+-- When the consumer applied its newest remembered message; no row if none.
+SELECT processed_at FROM inbox
+WHERE consumer = @consumer
+ORDER BY processed_at DESC
+LIMIT 1;

@@ -69,5 +69,5 @@ func (n Names) Register(w *inbox.Worker) error {
 }
 
 // Register adds reserva's two workers to w under DefaultNames. Pass it to
-// workercmd.Main, or call it before w.Run.
+// workercli.Main (cmd/reserva-worker does), or call it before w.Run.
 func Register(w *inbox.Worker) error { return DefaultNames.Register(w) }

@@ -8,16 +8,13 @@ import (
 	"io"
 )
 
-// ErrUsage marks a wrong command line; Dispatch exits 2 for errors that
-// wrap it.
-var ErrUsage = errors.New("usage")
-
 // Command is one subcommand of a binary: args are those after its name.
 type Command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
-// Dispatch runs the subcommand args[0] of prog and returns the exit code: 0
-// on success or help, 1 on failure, 2 on a usage error (no or unknown
-// subcommand, or an error wrapping ErrUsage). Errors are printed as
+// Dispatch runs the subcommand args[0] of prog and returns the exit code,
+// by one rule for every Ferry binary: 0 on success or help; 2 for a wrong
+// command line (no or unknown subcommand, or an error wrapping ErrUsage:
+// see Usage); 1 for every other failure. Errors are printed as
 // "prog sub: error".
 func Dispatch(ctx context.Context, prog, usage string, cmds map[string]Command, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {

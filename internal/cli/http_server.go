@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -76,6 +77,30 @@ func (s *HTTPServer) Run(ctx context.Context, logger *slog.Logger) {
 	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Error("http server stopped", slog.String("error", err.Error()))
 	}
+}
+
+// HTTP is the --http-addr setting: where /metrics, /healthz and /readyz
+// are served.
+type HTTP struct {
+	Addr string
+}
+
+// Register binds the setting to f with the binary's default address.
+func (h *HTTP) Register(f *Flags, def string) {
+	f.StringVar(&h.Addr, "http-addr", def, "address of /metrics, /healthz and /readyz; off disables")
+}
+
+// Serve is ServeHTTP on the configured address.
+func (h *HTTP) Serve(gatherer prometheus.Gatherer, ready Probe, logger *slog.Logger) (stop func(), err error) {
+	return ServeHTTP(h.Addr, gatherer, ready, logger)
+}
+
+// NewRegistry returns a metrics registry with the Go runtime's and the
+// process's collectors, for an engine's Config.Registerer.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // ServeHTTP listens on addr and serves /metrics, /healthz and /readyz in the

@@ -12,40 +12,68 @@ import (
 	"github.com/ferryhq/ferry/migrate"
 )
 
-// Migrate runs `<binary> migrate [up|down|status]` for Ferry's tables.
-func Migrate(ctx context.Context, databaseURL, action string, out io.Writer, logger *slog.Logger) error {
+// Migrate runs `<binary> migrate [up|down|status]`: Ferry's tables first,
+// then each of own in order. down rolls back one migration, of the last set
+// that has one applied.
+func Migrate(ctx context.Context, databaseURL, action string, out io.Writer, logger *slog.Logger, own ...migrate.Set) error {
+	switch action {
+	case "", "up", "down", "status":
+	default:
+		return Usagef("migrate: unknown action %q: want up, down or status", action)
+	}
 	db, err := sql.Open("pgx", databaseURL)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer db.Close()
-	m, err := migrate.New(db, migrate.Ferry, logger)
-	if err != nil {
-		return err
+	sets := append([]migrate.Set{migrate.Ferry}, own...)
+	ms := make([]*migrate.Migrator, len(sets))
+	for i, set := range sets {
+		if ms[i], err = migrate.New(db, set, logger); err != nil {
+			return err
+		}
 	}
 	switch action {
 	case "", "up":
-		res, err := m.Up(ctx)
-		for _, r := range res {
-			fmt.Fprintf(out, "applied %s\n", r.Name)
+		for _, m := range ms {
+			res, err := m.Up(ctx)
+			for _, r := range res {
+				fmt.Fprintf(out, "applied %s\n", r.Name)
+			}
+			if err != nil {
+				return err
+			}
 		}
+	case "down":
+		if err := migrateDown(ctx, ms, out); err != nil {
+			return err
+		}
+	}
+	for i, m := range ms {
+		cur, latest, err := m.Version(ctx)
 		if err != nil {
 			return err
 		}
-	case "down":
-		r, err := m.Down(ctx)
+		fmt.Fprintf(out, "schema version %d of %d (table %s)\n", cur, latest, sets[i].VersionTable)
+	}
+	return nil
+}
+
+func migrateDown(ctx context.Context, ms []*migrate.Migrator, out io.Writer) error {
+	for i := len(ms) - 1; i >= 0; i-- {
+		cur, _, err := ms[i].Version(ctx)
+		if err != nil {
+			return err
+		}
+		if cur == 0 && i > 0 {
+			continue
+		}
+		r, err := ms[i].Down(ctx)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "rolled back %s\n", r.Name)
-	case "status":
-	default:
-		return fmt.Errorf("migrate: unknown action %q: want up, down or status", action)
+		return nil
 	}
-	cur, latest, err := m.Version(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "schema version %d of %d (table %s)\n", cur, latest, migrate.FerryVersionTable)
 	return nil
 }

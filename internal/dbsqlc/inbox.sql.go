@@ -10,6 +10,18 @@ import (
 	"time"
 )
 
+const inboxCountByConsumer = `-- name: InboxCountByConsumer :one
+SELECT count(*) FROM inbox WHERE consumer = $1
+`
+
+// How many message ids a consumer remembers.
+func (q *Queries) InboxCountByConsumer(ctx context.Context, db DBTX, consumer string) (int64, error) {
+	row := db.QueryRow(ctx, inboxCountByConsumer, consumer)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const inboxDeleteBefore = `-- name: InboxDeleteBefore :execrows
 DELETE FROM inbox
 WHERE (consumer, message_id) IN (
@@ -127,4 +139,19 @@ func (q *Queries) InboxInsertMany(ctx context.Context, db DBTX, arg InboxInsertM
 		return nil, err
 	}
 	return items, nil
+}
+
+const inboxNewestByConsumer = `-- name: InboxNewestByConsumer :one
+SELECT processed_at FROM inbox
+WHERE consumer = $1
+ORDER BY processed_at DESC
+LIMIT 1
+`
+
+// When the consumer applied its newest remembered message; no row if none.
+func (q *Queries) InboxNewestByConsumer(ctx context.Context, db DBTX, consumer string) (time.Time, error) {
+	row := db.QueryRow(ctx, inboxNewestByConsumer, consumer)
+	var processed_at time.Time
+	err := row.Scan(&processed_at)
+	return processed_at, err
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferryhq/ferry/inbox/workercmd"
+	"github.com/ferryhq/ferry/cmd/worker/workercli"
 )
 
 const usage = `ferryfaults: Ferry's fault-injection suite.
@@ -21,7 +21,7 @@ Usage:
   ferryfaults run [-soak] [-control] [flags]   the suite against the stack in FERRY_STACK_DIR
   ferryfaults control [flags]                  only the negative controls
   ferryfaults worker -topic T -consumers A,B [-name N] run [worker run flags]
-                                               the checker worker (workercmd with the effect handler)
+                                               the checker worker (workercli with the effect handler)
   ferryfaults load [flags]                     the load generator
 
 run and control stop the stack's broker and restart its PostgreSQL: give them
@@ -207,7 +207,7 @@ func mainWorker(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	e := &Effects{Worker: *name, Delay: *delay}
-	return workercmd.Main(ctx, fs.Args(), stdout, stderr, e.Register(*topic, strings.Split(*consumers, ",")...))
+	return workercli.Main(ctx, fs.Args(), stdout, stderr, &workercli.App{Name: "ferryfaults worker", Register: e.Register(*topic, strings.Split(*consumers, ",")...)})
 }
 
 func mainLoad(ctx context.Context, args []string, stderr io.Writer) int {

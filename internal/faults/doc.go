@@ -4,7 +4,7 @@
 //
 // Run starts, as real OS processes against the real stack (scripts/stack):
 // the relay, two checker workers (this package's effect handler hosted by
-// workercmd.Main, two consumers each) and a load generator that writes
+// workercli.Main, two consumers each) and a load generator that writes
 // versioned events across 1,000 aggregates, some transactions with hundreds
 // of events, some rolled back or failing on purpose, a few poison events (for
 // the dead-letter topic) and a few oversized ones (for the relay's

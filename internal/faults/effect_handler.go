@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ferryhq/ferry/cmd/worker/workercli"
 	"github.com/ferryhq/ferry/inbox"
-	"github.com/ferryhq/ferry/inbox/workercmd"
 )
 
 // Effects is the checker worker's handler: it records every effect in
@@ -26,9 +26,9 @@ type Effects struct {
 	Delay time.Duration
 }
 
-// Register returns the workercmd registration of the handler for topic,
+// Register returns the workercli registration of the handler for topic,
 // under each consumer name.
-func (e *Effects) Register(topic string, consumers ...string) workercmd.Register {
+func (e *Effects) Register(topic string, consumers ...string) workercli.Register {
 	return func(w *inbox.Worker) error {
 		if len(consumers) == 0 {
 			return errors.New("faults: no consumer to register")

@@ -5,7 +5,6 @@ package demo
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,7 +27,8 @@ Usage:
   reserva api [-addr :8080]               the order service: POST /orders, GET /orders/{id}
   reserva demo [-once] [-orders N]        start relay, workers and API, place orders, print a summary
 
-The workers are the worker binary (cmd/worker), which hosts reserva's handlers.
+The workers are reserva's own worker binary (examples/reserva/cmd/reserva-worker),
+Ferry's worker command line hosting reserva's handlers.
 `
 
 // Main runs the reserva command line and returns the exit code.
@@ -59,18 +59,15 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 }
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("reserva migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dbURL := fs.String("database-url", cli.Env("FERRY_DATABASE_URL", ""), "PostgreSQL URL (env FERRY_DATABASE_URL)")
-	if err := fs.Parse(args); err != nil {
+	f := cli.NewFlags("reserva migrate", stderr)
+	var db cli.Database
+	db.Register(f)
+	if err := f.Parse(args); err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return errors.New("--database-url (FERRY_DATABASE_URL) is required")
-	}
-	pool, err := pgxpool.New(ctx, *dbURL)
+	pool, err := db.Pool(ctx)
 	if err != nil {
-		return errors.New("--database-url is not a valid PostgreSQL connection string")
+		return err
 	}
 	defer pool.Close()
 	if err := Migrate(ctx, pool, nil); err != nil {
@@ -81,24 +78,25 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("reserva api", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dbURL := fs.String("database-url", cli.Env("FERRY_DATABASE_URL", ""), "PostgreSQL URL (env FERRY_DATABASE_URL)")
-	addr := fs.String("addr", cli.Env("RESERVA_ADDR", ":8080"), "listen address (env RESERVA_ADDR)")
-	logFormat := fs.String("log-format", cli.Env("FERRY_LOG_FORMAT", cli.LogFormatAuto), "auto, text or json (env FERRY_LOG_FORMAT)")
-	if err := fs.Parse(args); err != nil {
+	f := cli.NewFlags("reserva api", stderr)
+	var db cli.Database
+	db.Register(f)
+	var log cli.Log
+	log.Register(f)
+	addr := f.FlagSet.String("addr", ":8080", "listen address")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return errors.New("--database-url (FERRY_DATABASE_URL) is required")
+	if err := db.Validate(); err != nil {
+		return err
 	}
-	logger, err := cli.NewLogger(stderr, *logFormat, "info")
+	logger, err := log.Logger(stderr)
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, *dbURL)
+	pool, err := db.Pool(ctx)
 	if err != nil {
-		return errors.New("--database-url is not a valid PostgreSQL connection string")
+		return err
 	}
 	defer pool.Close()
 	srv := &http.Server{Addr: *addr, Handler: reserva.NewService(pool, logger).Handler(), ReadHeaderTimeout: 5 * time.Second}
@@ -108,7 +106,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	logger.Info("order API listening", slog.String("addr", *addr), slog.String("database", cli.RedactURL(*dbURL)))
+	logger.Info("order API listening", slog.String("addr", *addr), slog.String("database", db.Redacted()))
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -1,15 +1,15 @@
 // Package relaycli is the command line of the relay binary: `relay run`,
-// `relay migrate`, `relay status`.
+// `relay status`, `relay prune`, `relay quarantine`, `relay migrate`. Its shape is the
+// worker's (cmd/worker/workercli): the settings every Ferry binary shares
+// come from internal/cli, each with one validation, and errors follow one
+// exit-code rule (see cli.Dispatch).
 package relaycli
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-
-	"github.com/jackc/pgx/v5/pgxpool"
+	"log/slog"
 
 	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/relay"
@@ -20,6 +20,7 @@ const usage = `relay publishes Ferry's outbox to Kafka.
 Usage:
   relay run                        publish outbox events to Kafka until SIGTERM
   relay status                     show the slot, confirmed LSN, retained WAL, quarantine
+  relay prune                      delete expired outbox rows the slot has confirmed
   relay quarantine list            events Kafka refused, with their reasons
   relay quarantine requeue --id ID|--all
                                    publish quarantined events again once the cause is fixed
@@ -28,36 +29,56 @@ Usage:
   relay help                       show this text
 
 Settings come from flags or the environment; run "relay <command> -h".
+Exit codes: 0 done, 1 failed, 2 wrong command line.
 `
 
 // Main runs the relay command line and returns the exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return cli.Dispatch(ctx, "relay", usage, map[string]cli.Command{
-		"run": func(ctx context.Context, args []string, _, stderr io.Writer) error {
-			return runRelay(ctx, args, stderr)
-		},
+		"run":        runRelay,
 		"status":     runStatus,
+		"prune":      runPrune,
 		"quarantine": runQuarantine,
 		"migrate":    runMigrate,
 	}, args, stdout, stderr)
 }
 
-func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("relay migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c common
-	c.register(fs)
-	publication := fs.String("publication", cli.Env("FERRY_PUBLICATION", relay.PublicationDefault), "publication on the outbox table (env FERRY_PUBLICATION)")
-	noSlot := fs.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
-	if err := fs.Parse(args); err != nil {
-		return err
+// common are the settings every relay subcommand shares.
+type common struct {
+	db   cli.Database
+	log  cli.Log
+	slot string
+}
+
+func (c *common) register(f *cli.Flags) {
+	c.db.Register(f)
+	c.log.Register(f)
+	f.StringVar(&c.slot, "slot", relay.SlotDefault, "logical replication slot")
+}
+
+// parse parses args and validates the shared settings.
+func (c *common) parse(f *cli.Flags, args []string, stderr io.Writer) (*slog.Logger, error) {
+	if err := f.Parse(args); err != nil {
+		return nil, err
 	}
-	logger, err := c.logger(stderr)
+	if err := c.db.Validate(); err != nil {
+		return nil, err
+	}
+	return c.log.Logger(stderr)
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := cli.NewFlags("relay migrate", stderr)
+	var c common
+	c.register(f)
+	publication := f.String("publication", relay.PublicationDefault, "publication on the outbox table")
+	noSlot := f.FlagSet.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
+	logger, err := c.parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
-	action := fs.Arg(0)
-	if err := cli.Migrate(ctx, c.databaseURL, action, stdout, logger); err != nil {
+	action := f.Arg(0)
+	if err := cli.Migrate(ctx, c.db.URL, action, stdout, logger); err != nil {
 		return err
 	}
 	if *noSlot || (action != "" && action != "up") {
@@ -65,9 +86,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// The slot keeps every transaction that commits after it exists: made
 	// now, before the application's first event, nothing is ever missed.
-	pool, err := pgxpool.New(ctx, c.databaseURL)
+	pool, err := c.db.Pool(ctx)
 	if err != nil {
-		return errors.New("--database-url is not a valid PostgreSQL connection string")
+		return err
 	}
 	defer pool.Close()
 	if err := relay.Setup(ctx, pool, c.slot, *publication, logger); err != nil {

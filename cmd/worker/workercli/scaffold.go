@@ -1,4 +1,4 @@
-package workercmd
+package workercli
 
 import (
 	"flag"
@@ -6,16 +6,17 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/internal/scaffold"
 )
 
 // runScaffold writes a new worker from the reserva pattern:
 // `worker scaffold NAME --dir PATH`.
-func runScaffold(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("worker scaffold", flag.ContinueOnError)
+func runScaffold(name string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(name+" scaffold", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: worker scaffold NAME --dir PATH [--event-type T] [--aggregate-type A] [--ferry-replace CHECKOUT]")
+		fmt.Fprintln(stderr, "Usage: "+name+" scaffold NAME --dir PATH [--event-type T] [--aggregate-type A] [--ferry-replace CHECKOUT]")
 		fs.PrintDefaults()
 	}
 	dir := fs.String("dir", "", "directory to write the worker into (required; files are never overwritten)")
@@ -23,22 +24,22 @@ func runScaffold(args []string, stdout, stderr io.Writer) error {
 	aggregateType := fs.String("aggregate-type", "", `aggregate type whose topic the worker reads (default "order")`)
 	replace := fs.String("ferry-replace", "", "when PATH is in no Go module: make the new go.mod use this Ferry checkout")
 	// NAME may come before or after the flags.
-	var name string
+	var worker string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
+		worker, args = args[0], args[1:]
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return cli.Usage(err)
 	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
+	if worker == "" && fs.NArg() > 0 {
+		worker = fs.Arg(0)
 	}
-	if name == "" || *dir == "" {
+	if worker == "" || *dir == "" {
 		fs.Usage()
-		return usageError{"NAME and --dir are required"}
+		return cli.Usagef("NAME and --dir are required")
 	}
 	res, err := scaffold.Generate(scaffold.Options{
-		Name: name, Dir: *dir, EventType: *eventType, AggregateType: *aggregateType, FerryReplace: *replace,
+		Name: worker, Dir: *dir, EventType: *eventType, AggregateType: *aggregateType, FerryReplace: *replace,
 	})
 	if err != nil {
 		return err

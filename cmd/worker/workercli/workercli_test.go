@@ -1,4 +1,4 @@
-package workercmd_test
+package workercli_test
 
 import (
 	"bytes"
@@ -10,39 +10,89 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/cmd/worker/workercli"
 	"github.com/ferryhq/ferry/inbox"
-	"github.com/ferryhq/ferry/inbox/workercmd"
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/migrate"
 )
 
-func run(ctx context.Context, register []workercmd.Register, args ...string) (code int, stdout, stderr string) {
+func run(ctx context.Context, app *workercli.App, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	code = workercmd.Main(ctx, args, &out, &errOut, register...)
+	code = workercli.Main(ctx, args, &out, &errOut, app)
 	return code, out.String(), errOut.String()
 }
 
+// One exit-code rule: 0 for help, 2 for a wrong command line, with an
+// error that names the setting.
 func TestUsage(t *testing.T) {
-	t.Parallel()
+	t.Setenv("FERRY_DATABASE_URL", "")
+	t.Setenv("FERRY_KAFKA_BROKERS", "")
 	ctx := context.Background()
-	if code, _, stderr := run(ctx, nil); code != 2 || !strings.Contains(stderr, "worker run") {
+	if code, _, stderr := run(ctx, nil); code != 2 || !strings.Contains(stderr, "worker dlq list") {
 		t.Errorf("no command: exit %d, %q", code, stderr)
 	}
 	if code, stdout, _ := run(ctx, nil, "help"); code != 0 || !strings.Contains(stdout, "worker dlq redrive") {
 		t.Errorf("help: exit %d, %q", code, stdout)
 	}
-	if code, _, _ := run(ctx, nil, "bogus"); code != 2 {
-		t.Errorf("unknown command: exit %d, want 2", code)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, "unknown command"},
+		{[]string{"prune"}, "--database-url"},
+		{[]string{"prune", "--database-url", "postgres://x@127.0.0.1:1/x", "--prune-batch-size", "many"}, "prune-batch-size"},
+		{[]string{"prune", "--database-url", "not a url at all: %"}, "--database-url is not a valid PostgreSQL connection string"},
+		{[]string{"migrate", "--database-url", "postgres://x@127.0.0.1:1/x", "sideways"}, "unknown action"},
+		{[]string{"migrate", "--database-url", "postgres://x@127.0.0.1:1/x", "--log-level", "loud"}, "--log-level"},
+		{[]string{"status", "--database-url", "postgres://x@127.0.0.1:1/x", "--kafka-brokers", "h:1"}, "--consumers is required"},
+		{[]string{"status", "--database-url", "postgres://x@127.0.0.1:1/x", "--consumers", "c"}, "--kafka-brokers"},
+		{[]string{"dlq", "redrive", "--topic", "t.dlq", "--kafka-brokers", "localhost:9092"}, "--all"},
+		{[]string{"dlq", "list", "--kafka-brokers", "localhost:9092"}, "--topic is required"},
+		{[]string{"scaffold", "--dir", t.TempDir()}, "NAME and --dir are required"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1:1/x"}, "hosts no handlers"},
 	}
-	if code, _, stderr := run(ctx, nil, "run", "--kafka-brokers", "localhost:9092"); code != 2 || !strings.Contains(stderr, "--database-url") {
-		t.Errorf("run without a database: exit %d, %q", code, stderr)
+	for _, c := range cases {
+		code, _, stderr := run(ctx, nil, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("worker %v: exit %d, stderr %q; want exit 2 naming %q", c.args, code, stderr, c.want)
+		}
 	}
-	if code, _, stderr := run(ctx, nil, "dlq", "redrive", "--topic", "t.dlq", "--kafka-brokers", "localhost:9092"); code != 2 || !strings.Contains(stderr, "--all") {
-		t.Errorf("redrive without a selection: exit %d, %q", code, stderr)
+}
+
+// A malformed environment variable is refused by name, as a flag would be,
+// instead of silently keeping the default.
+func TestEnvironmentIsValidatedByName(t *testing.T) {
+	t.Setenv("FERRY_PRUNE_BATCH_SIZE", "lots")
+	t.Setenv("FERRY_DATABASE_URL", "postgres://x@127.0.0.1:1/x")
+	code, _, stderr := run(context.Background(), nil, "prune")
+	if code != 2 || !strings.Contains(stderr, "FERRY_PRUNE_BATCH_SIZE") {
+		t.Errorf("prune with FERRY_PRUNE_BATCH_SIZE=lots: exit %d, %q; want exit 2 naming the variable", code, stderr)
+	}
+	t.Setenv("FERRY_PRUNE_BATCH_SIZE", "")
+	t.Setenv("FERRY_INBOX_RETENTION", "a fortnight")
+	code, _, stderr = run(context.Background(), nil, "prune")
+	if code != 2 || !strings.Contains(stderr, "FERRY_INBOX_RETENTION") {
+		t.Errorf("prune with FERRY_INBOX_RETENTION='a fortnight': exit %d, %q; want exit 2 naming the variable", code, stderr)
+	}
+}
+
+// Ferry's own binary has no `run`; an application's binary has, under its
+// own name.
+func TestRunBelongsToTheApplication(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if _, stdout, _ := run(ctx, nil, "help"); strings.Contains(stdout, "worker run") {
+		t.Errorf("Ferry's worker help offers run, which needs handlers:\n%s", stdout)
+	}
+	app := &workercli.App{Name: "billing-worker", Register: func(*inbox.Worker) error { return nil }}
+	if _, stdout, _ := run(ctx, app, "help"); !strings.Contains(stdout, "billing-worker run ") || !strings.Contains(stdout, "billing-worker dlq list") {
+		t.Errorf("an application's help lacks its run or its name:\n%s", stdout)
 	}
 }
 
@@ -50,20 +100,30 @@ func TestMigrateAndPrune(t *testing.T) {
 	t.Parallel()
 	ctx := ferrytest.Context(t, time.Minute)
 	db := ferrytest.NewDB(t)
-	code, stdout, stderr := run(ctx, nil, "migrate", "--database-url", db.URL, "--log-level", "warn")
-	if code != 0 || !strings.Contains(stdout, "schema version 1 of 1") {
+	// An application's binary migrates Ferry's tables, then its own; down
+	// rolls back its own first.
+	app := &workercli.App{Migrations: []migrate.Set{{VersionTable: "app_schema_version", FS: fstest.MapFS{
+		"00001_extra.sql": {Data: []byte("-- +goose Up\nCREATE TABLE extra (id int);\n-- +goose Down\nDROP TABLE extra;\n")},
+	}}}}
+	code, stdout, stderr := run(ctx, app, "migrate", "--database-url", db.URL, "--log-level", "warn")
+	if code != 0 || !strings.Contains(stdout, "schema version 1 of 1 (table ferry_schema_version)") ||
+		!strings.Contains(stdout, "schema version 1 of 1 (table app_schema_version)") {
 		t.Fatalf("migrate: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = run(ctx, app, "migrate", "--database-url", db.URL, "--log-level", "warn", "down")
+	if code != 0 || !strings.Contains(stdout, "rolled back 00001_extra.sql") || !strings.Contains(stdout, "schema version 1 of 1 (table ferry_schema_version)") {
+		t.Fatalf("migrate down: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO inbox (consumer, message_id, processed_at)
 		SELECT 'c', 'm' || i, now() - interval '30 days' FROM generate_series(1, 25) i`); err != nil {
 		t.Fatal(err)
 	}
 	code, stdout, stderr = run(ctx, nil, "prune", "--database-url", db.URL, "--inbox-retention", "1h")
-	if code != 1 || !strings.Contains(stderr, "take effect twice") {
+	if code != 2 || !strings.Contains(stderr, "take effect twice") {
 		t.Fatalf("prune with a 1h window: exit %d, %q; want a refusal explaining duplicates", code, stderr)
 	}
 	code, stdout, stderr = run(ctx, nil, "prune", "--database-url", db.URL, "--inbox-retention", "14d", "--prune-batch-size", "10")
-	if code != 0 || !strings.Contains(stdout, "deleted 25 inbox rows and 0 outbox rows in 4 batches") {
+	if code != 0 || !strings.Contains(stdout, "deleted 25 inbox rows in 3 batches") {
 		t.Fatalf("prune: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
@@ -84,7 +144,8 @@ func TestRunHostsRegisteredHandlers(t *testing.T) {
 		})
 		return nil
 	}
-	if code, _, stderr := run(ctx, nil, "run", "--database-url", db.URL, "--kafka-brokers", brokers, "--http-addr", "off"); code != 1 || !strings.Contains(stderr, "no handlers registered") {
+	none := &workercli.App{Register: func(*inbox.Worker) error { return nil }}
+	if code, _, stderr := run(ctx, none, "run", "--database-url", db.URL, "--kafka-brokers", brokers, "--http-addr", "off"); code != 1 || !strings.Contains(stderr, "no handlers registered") {
 		t.Fatalf("run without handlers: exit %d, %q", code, stderr)
 	}
 
@@ -94,8 +155,8 @@ func TestRunHostsRegisteredHandlers(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- workercmd.Main(runCtx, []string{"run", "--database-url", db.URL, "--kafka-brokers", brokers,
-			"--http-addr", addr, "--log-format", "json", "--prune-interval", "0"}, io.Discard, &stderr, register)
+		done <- workercli.Main(runCtx, []string{"run", "--database-url", db.URL, "--kafka-brokers", brokers,
+			"--http-addr", addr, "--log-format", "json", "--prune-interval", "0"}, io.Discard, &stderr, &workercli.App{Register: register})
 	}()
 	producer := ferrytest.Client(t)
 	if err := producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("x"),
@@ -111,6 +172,13 @@ func TestRunHostsRegisteredHandlers(t *testing.T) {
 		t.Fatalf("run exited %d: %s", code, stderr.String())
 	case <-ctx.Done():
 		t.Fatalf("nothing applied: %s", stderr.String())
+	}
+	// status reads the group from Kafka and the inbox row from PostgreSQL.
+	code, stdout, stderr2 := run(ctx, nil, "status", "--database-url", db.URL, "--kafka-brokers", brokers, "--consumers", "cmd-test")
+	if fields := strings.Fields(lastLine(stdout)); code != 0 || len(fields) < 5 || fields[0] != "cmd-test" || fields[1] != "Stable" || fields[2] != "1" {
+		t.Errorf("status: exit %d, want cmd-test Stable with 1 member:\n%s%s", code, stdout, stderr2)
+	} else if rows := fields[len(fields)-2]; rows != "1" {
+		t.Errorf("status: %s inbox rows, want 1:\n%s", rows, stdout)
 	}
 	if body := get(t, ctx, "http://"+addr+"/readyz"); body != "ok\n" {
 		t.Errorf("/readyz: %q", body)
@@ -186,6 +254,11 @@ func TestDeadLetterCommands(t *testing.T) {
 		headers[inbox.HeaderRedrivenFrom] == "" || headers[inbox.HeaderDeadLetterReason] != "" {
 		t.Errorf("redriven record %q=%q headers %v", got.Key, got.Value, headers)
 	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 func freeAddr(t *testing.T) string {

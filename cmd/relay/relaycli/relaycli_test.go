@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryhq/ferry/cmd/relay/relaycli"
 	"github.com/ferryhq/ferry/internal/ferrytest"
-	"github.com/ferryhq/ferry/internal/relaycli"
 )
 
 type lockedBuffer struct {
@@ -39,7 +39,8 @@ func run(t *testing.T, ctx context.Context, args ...string) (code int, stdout, s
 	return code, out.String(), errb.String()
 }
 
-// Every wrong setting is refused at start-up by an error that names it.
+// Every wrong setting is refused at start-up by an error that names it, and
+// exits 2, as every wrong command line of every Ferry binary does.
 func TestSettingsAreValidatedByName(t *testing.T) {
 	t.Setenv("FERRY_DATABASE_URL", "")
 	t.Setenv("FERRY_KAFKA_BROKERS", "")
@@ -60,12 +61,23 @@ func TestSettingsAreValidatedByName(t *testing.T) {
 		{[]string{"quarantine", "requeue", "--database-url", "postgres://x@127.0.0.1:1/x"}, "--all"},
 		{[]string{"quarantine", "requeue", "--database-url", "postgres://x@127.0.0.1:1/x", "--id", "nope"}, "--id"},
 		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"status", "--database-url", "host=/nowhere port=port"}, "--database-url is not a valid PostgreSQL connection string"},
+		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--max-in-flight", "lots"}, "max-in-flight"},
+		{[]string{"prune", "--database-url", "postgres://x@127.0.0.1:1/x", "--outbox-retention", "-1h"}, "Retention"},
+		{[]string{"prune", "--database-url", "postgres://x@127.0.0.1:1/x", "--slot", "Bad-Slot"}, "slot"},
+		{[]string{"migrate", "--database-url", "postgres://x@127.0.0.1:1/x", "sideways"}, "unknown action"},
 	}
 	for _, c := range cases {
 		code, _, stderr := run(t, context.Background(), c.args...)
-		if code == 0 || !strings.Contains(stderr, c.want) {
-			t.Errorf("relay %v: exit %d, stderr %q; want a failure naming %s", c.args, code, stderr, c.want)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("relay %v: exit %d, stderr %q; want exit 2 naming %s", c.args, code, stderr, c.want)
 		}
+	}
+	// The environment is checked as strictly as the flags.
+	t.Setenv("FERRY_STATUS_INTERVAL", "soon")
+	code, _, stderr := run(t, context.Background(), "run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1")
+	if code != 2 || !strings.Contains(stderr, "FERRY_STATUS_INTERVAL") {
+		t.Errorf("relay run with FERRY_STATUS_INTERVAL=soon: exit %d, %q; want exit 2 naming the variable", code, stderr)
 	}
 }
 
@@ -168,5 +180,15 @@ func TestMigrateRunStatus(t *testing.T) {
 	code, out, stderr = run(t, context.Background(), "status")
 	if code != 0 || !strings.Contains(out, slot) || !strings.Contains(out, "wal_status") || !strings.Contains(out, "quarantined") {
 		t.Fatalf("relay status: exit %d\n%s\n%s", code, out, stderr)
+	}
+
+	// An expired row the stopped relay never published stays.
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, created_at)
+		VALUES (gen_random_uuid(), 'a', '1', 'E', '', now() - interval '30 days')`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = run(t, context.Background(), "prune", "--prune-confirm-wait", "200ms")
+	if code != 1 || !strings.Contains(out, "deleted 0 confirmed outbox rows") || !strings.Contains(stderr, "not confirmed") {
+		t.Fatalf("relay prune with an unpublished expired row: exit %d\n%s\n%s", code, out, stderr)
 	}
 }

@@ -1,8 +1,7 @@
-package workercmd
+package workercli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,12 +10,12 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/inbox"
-	"github.com/ferryhq/ferry/internal/kafkaconf"
+	"github.com/ferryhq/ferry/internal/cli"
 )
 
 const dlqUsage = `Usage:
-  worker dlq list --topic T [--id ID,...] [--consumer C] [--since T] [--until T]
-  worker dlq redrive --topic T (--id ID,... | --since T | --until T | --consumer C | --all)
+  %[1]s dlq list --topic T [--id ID,...] [--consumer C] [--since T] [--until T]
+  %[1]s dlq redrive --topic T (--id ID,... | --since T | --until T | --consumer C | --all)
 
 --topic is a dead-letter topic, such as outbox.event.order.dlq. --since and
 --until take an RFC 3339 time or a duration ago (24h, 7d) and compare with
@@ -25,33 +24,29 @@ the time of failure.
 
 // dlqFlags select dead letters.
 type dlqFlags struct {
-	kc       kafkaconf.Config
+	kafka    cli.Kafka
 	topic    *string
 	ids      *string
 	consumer *string
-	since    timeValue
-	until    timeValue
+	since    cli.TimeValue
+	until    cli.TimeValue
 	timeout  *time.Duration
 }
 
-func (d *dlqFlags) register(fs *flag.FlagSet) {
-	d.kc.RegisterFlags(fs, "ferry-worker-dlq")
-	d.topic = fs.String("topic", "", "dead-letter topic (required)")
-	d.ids = fs.String("id", "", "comma-separated message ids")
-	d.consumer = fs.String("consumer", "", "only dead letters of this consumer")
-	fs.Var(&d.since, "since", "failed at or after: RFC 3339 time or duration ago (24h, 7d)")
-	fs.Var(&d.until, "until", "failed before: RFC 3339 time or duration ago")
-	d.timeout = fs.Duration("timeout", time.Minute, "give up reading the topic after this long")
+// register binds the selection; it has no environment variables, since a
+// selection left in the environment would redrive the wrong letters.
+func (d *dlqFlags) register(f *cli.Flags) {
+	d.kafka.Register(f, "ferry-worker-dlq")
+	d.topic = f.FlagSet.String("topic", "", "dead-letter topic (required)")
+	d.ids = f.FlagSet.String("id", "", "comma-separated message ids")
+	d.consumer = f.FlagSet.String("consumer", "", "only dead letters of this consumer")
+	f.FlagSet.Var(&d.since, "since", "failed at or after: RFC 3339 time or duration ago (24h, 7d)")
+	f.FlagSet.Var(&d.until, "until", "failed before: RFC 3339 time or duration ago")
+	d.timeout = f.FlagSet.Duration("timeout", time.Minute, "give up reading the topic after this long")
 }
 
 func (d *dlqFlags) filter() *inbox.DeadLetterFilter {
-	f := &inbox.DeadLetterFilter{Consumer: *d.consumer, Since: d.since.t, Until: d.until.t}
-	for _, id := range strings.Split(*d.ids, ",") {
-		if id = strings.TrimSpace(id); id != "" {
-			f.IDs = append(f.IDs, id)
-		}
-	}
-	return f
+	return &inbox.DeadLetterFilter{Consumer: *d.consumer, Since: d.since.T, Until: d.until.T, IDs: splitList(*d.ids)}
 }
 
 func (d *dlqFlags) empty() bool {
@@ -59,26 +54,25 @@ func (d *dlqFlags) empty() bool {
 	return len(f.IDs) == 0 && f.Consumer == "" && f.Since.IsZero() && f.Until.IsZero()
 }
 
-func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive") {
-		fmt.Fprint(stderr, dlqUsage)
-		return usageError{"want dlq list or dlq redrive"}
+		fmt.Fprintf(stderr, dlqUsage, name)
+		return cli.Usagef("want dlq list or dlq redrive")
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("worker dlq "+action, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	f := cli.NewFlags(name+" dlq "+action, stderr)
 	var d dlqFlags
-	d.register(fs)
-	all := fs.Bool("all", false, "redrive: every dead letter of the topic")
-	if err := fs.Parse(args[1:]); err != nil {
+	d.register(f)
+	all := f.FlagSet.Bool("all", false, "redrive: every dead letter of the topic")
+	if err := f.Parse(args[1:]); err != nil {
 		return err
 	}
 	if *d.topic == "" {
-		return usageError{"--topic is required (a dead-letter topic, such as outbox.event.order.dlq)"}
+		return cli.Usagef("--topic is required (a dead-letter topic, such as outbox.event.order.dlq)")
 	}
-	kopts, err := d.kc.Opts()
+	kopts, err := d.kafka.Opts(nil)
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *d.timeout)
 	defer cancel()
@@ -92,7 +86,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	if d.empty() && !*all {
-		return usageError{"redrive needs a selection (--id, --since, --until, --consumer) or --all"}
+		return cli.Usagef("redrive needs a selection (--id, --since, --until, --consumer) or --all")
 	}
 	res, err := inbox.Redrive(ctx, kopts, *d.topic, d.filter())
 	if res != nil {

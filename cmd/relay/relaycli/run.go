@@ -1,0 +1,131 @@
+package relaycli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/relay"
+)
+
+// HTTPAddrDefault is where `relay run` serves /metrics, /healthz and
+// /readyz unless told otherwise.
+const HTTPAddrDefault = ":9187"
+
+func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
+	f := cli.NewFlags("relay run", stderr)
+	var c common
+	c.register(f)
+	var kafka cli.Kafka
+	kafka.Register(f, "ferry-relay")
+	var http cli.HTTP
+	http.Register(f, HTTPAddrDefault)
+	publication := f.String("publication", relay.PublicationDefault, "publication on the outbox table")
+	noCreate := f.Bool("no-create", false, "fail instead of creating a missing slot or publication")
+	topic := f.String("topic-template", relay.TopicTemplateDefault, "topic of each event; {aggregate_type} and {event_type} are replaced")
+	maxInFlight := f.Int("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
+	status := f.Duration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
+	shutdown := f.Duration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
+	var p pruneFlags
+	p.register(f)
+	pruneInterval := f.Duration("prune-interval", relay.PruneIntervalDefault, "how often to delete expired outbox rows the slot has confirmed; 0 disables")
+	unsafeConfirm := f.FlagSet.Bool("unsafe-confirm-on-send", false, "NEGATIVE CONTROL ONLY: confirm WAL before Kafka acknowledges, which loses events on a crash")
+	logger, err := c.parse(f, args, stderr)
+	if err != nil {
+		return err
+	}
+	kopts, err := kafka.Opts(logger)
+	if err != nil {
+		return err
+	}
+	reg := cli.NewRegistry()
+	cfg := &relay.Config{
+		DatabaseURL:        c.db.URL,
+		Slot:               c.slot,
+		Publication:        *publication,
+		NoCreate:           *noCreate,
+		TopicTemplate:      *topic,
+		MaxInFlightRecords: *maxInFlight,
+		StatusInterval:     *status,
+		ShutdownTimeout:    *shutdown,
+		KafkaOpts:          kopts,
+		Logger:             logger,
+		Registerer:         reg,
+	}
+	if *pruneInterval > 0 {
+		pc := p.config()
+		pc.Interval = *pruneInterval
+		cfg.Prune = &pc
+	}
+	if *unsafeConfirm {
+		relay.UnsafeConfirmOnSend(cfg)
+		logger.Warn("NEGATIVE CONTROL: --unsafe-confirm-on-send confirms WAL before Kafka acknowledges; events will be lost on a crash")
+	}
+	r, err := relay.New(cfg)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	stopHTTP, err := http.Serve(reg, r.Ready, logger)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
+
+	logger.Info("relay starting",
+		slog.String("database", c.db.Redacted()), slog.String("kafka", kafka.String()),
+		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate))
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	st := r.Stats()
+	logger.Info("relay stopped", slog.Int64("published", st.Published), slog.Int64("quarantined", st.Quarantined))
+	return nil
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := cli.NewFlags("relay status", stderr)
+	var c common
+	c.register(f)
+	if _, err := c.parse(f, args, stderr); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	pool, err := c.db.Pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := relay.Status(ctx, pool, c.slot)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "slot\t%s\n", st.Slot)
+	if !st.Exists {
+		fmt.Fprintf(w, "exists\tno (relay run creates it)\n")
+	} else {
+		active := "no"
+		if st.Active {
+			active = fmt.Sprintf("yes (pid %d)", st.ActivePID)
+		}
+		fmt.Fprintf(w, "plugin\t%s\n", st.Plugin)
+		fmt.Fprintf(w, "active\t%s\n", active)
+		fmt.Fprintf(w, "confirmed_flush_lsn\t%s\n", st.ConfirmedFlushLSN)
+		fmt.Fprintf(w, "restart_lsn\t%s\n", st.RestartLSN)
+		fmt.Fprintf(w, "retained_wal_bytes\t%d\n", st.RetainedWALBytes)
+		fmt.Fprintf(w, "wal_status\t%s\n", st.WALStatus)
+	}
+	fmt.Fprintf(w, "quarantined\t%d\n", st.Quarantined)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if st.WALStatus == "lost" {
+		return relay.ErrSlotLost
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package workercli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/inbox"
+	"github.com/ferryhq/ferry/internal/cli"
+)
+
+// HTTPAddrDefault is where `run` serves /metrics, /healthz and /readyz
+// unless told otherwise.
+const HTTPAddrDefault = ":9188"
+
+// SessionTimeoutDefault is --kafka-session-timeout's default, Kafka's own.
+const SessionTimeoutDefault = 45 * time.Second
+
+func runWorker(ctx context.Context, name string, args []string, stderr io.Writer, register Register) error {
+	f := cli.NewFlags(name+" run", stderr)
+	var db cli.Database
+	db.Register(f)
+	var log cli.Log
+	log.Register(f)
+	var kafka cli.Kafka
+	kafka.Register(f, "ferry-worker")
+	var http cli.HTTP
+	http.Register(f, HTTPAddrDefault)
+	consumers := f.String("consumers", "", "comma-separated consumers to run; default all registered")
+	concurrency := f.Int("concurrency", inbox.ConcurrencyDefault, "transactions in flight at once, over all partitions")
+	keyConcurrency := f.Int("key-concurrency", inbox.KeyConcurrencyDefault, "keys of one partition applied at once; 1 keeps offset order")
+	batchSize := f.Int("batch-size", inbox.BatchSizeDefault, "messages per transaction, with a savepoint each")
+	maxAttempts := f.Int("max-attempts", inbox.MaxAttemptsDefault, "handler calls before a message is dead-lettered")
+	backoff := f.Duration("retry-backoff", inbox.RetryBackoffDefault, "wait after the first failure, doubled each time")
+	backoffMax := f.Duration("retry-backoff-max", inbox.RetryBackoffMaxDefault, "longest wait between attempts")
+	handlerTimeout := f.Duration("handler-timeout", inbox.HandlerTimeoutDefault, "longest handler call")
+	drainTimeout := f.Duration("drain-timeout", inbox.DrainTimeoutDefault, "how long revokes and SIGTERM wait for transactions in flight")
+	commitInterval := f.Duration("commit-interval", inbox.CommitIntervalDefault, "how often applied offsets are committed to Kafka")
+	offsetReset := f.String("offset-reset", string(inbox.OffsetResetDefault), "where a partition without a committed offset starts: earliest, latest or none")
+	dlqSuffix := f.String("dlq-suffix", inbox.DeadLetterSuffixDefault, "dead-letter topic = topic + this suffix")
+	hashIDs := f.Bool("id-from-payload-hash", false, "give records without an id header the SHA-256 of key and value as id, instead of dead-lettering them")
+	sessionTimeout := f.Duration("kafka-session-timeout", SessionTimeoutDefault, "how long the group waits for a member that stopped heartbeating (a crashed worker) before giving its partitions to others; the broker allows 6s to 5m by default")
+	var p pruneFlags
+	p.register(f)
+	pruneInterval := f.Duration("prune-interval", inbox.PruneIntervalDefault, "how often to prune expired inbox rows; 0 disables")
+	unsafeCommit := f.FlagSet.Bool("unsafe-commit-before-db", false, "NEGATIVE CONTROL ONLY: commit Kafka offsets before the database transaction, which loses effects on a crash")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	poolCfg, err := db.PoolConfig()
+	if err != nil {
+		return err
+	}
+	logger, err := log.Logger(stderr)
+	if err != nil {
+		return err
+	}
+	if *sessionTimeout <= 0 {
+		return cli.Usagef("--kafka-session-timeout must be positive")
+	}
+	kopts, err := kafka.Opts(logger)
+	if err != nil {
+		return err
+	}
+	// Heartbeat at least three times per session, as Kafka advises.
+	kopts = append(kopts, kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3)))
+
+	if !strings.Contains(db.URL, "pool_max_conns") {
+		// One connection per transaction in flight, and one for pruning.
+		poolCfg.MaxConns = int32(max(*concurrency, 1) + 2)
+	}
+	pool, err := cli.OpenPool(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	reg := cli.NewRegistry()
+	suffix := *dlqSuffix
+	cfg := &inbox.Config{
+		DB:                pool,
+		KafkaOpts:         kopts,
+		Consumers:         splitList(*consumers),
+		Concurrency:       *concurrency,
+		KeyConcurrency:    *keyConcurrency,
+		BatchSize:         *batchSize,
+		MaxAttempts:       *maxAttempts,
+		RetryBackoff:      *backoff,
+		RetryBackoffMax:   *backoffMax,
+		HandlerTimeout:    *handlerTimeout,
+		DrainTimeout:      *drainTimeout,
+		CommitInterval:    *commitInterval,
+		OffsetReset:       inbox.OffsetReset(*offsetReset),
+		DeadLetterTopic:   func(topic string) string { return topic + suffix },
+		IDFromPayloadHash: *hashIDs,
+		Logger:            logger,
+		Registerer:        reg,
+	}
+	if *pruneInterval > 0 {
+		pc := p.config()
+		pc.Interval = *pruneInterval
+		cfg.Prune = &pc
+	}
+	if *unsafeCommit {
+		inbox.UnsafeCommitOffsetsBeforeDB(cfg)
+		logger.Warn("NEGATIVE CONTROL: --unsafe-commit-before-db commits offsets before the database; effects will be lost on a crash")
+	}
+	w, err := inbox.New(cfg)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	if err := register(w); err != nil {
+		return fmt.Errorf("register handlers: %w", err)
+	}
+	if len(w.Consumers()) == 0 {
+		return errors.New("no handlers registered: App.Register added none; see README, \"Writing a worker\"")
+	}
+
+	stopHTTP, err := http.Serve(reg, w.Ready, logger)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
+
+	logger.Info("worker starting",
+		slog.String("database", db.Redacted()), slog.String("kafka", kafka.String()),
+		slog.Any("consumers", consumersOf(w, cfg.Consumers)))
+	return w.Run(ctx)
+}
+
+// consumersOf describes the consumers Run will start and their topics.
+func consumersOf(w *inbox.Worker, only []string) []string {
+	names := only
+	if len(names) == 0 {
+		names = w.Consumers()
+	}
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, n+"<-"+strings.Join(w.Topics(n), "+"))
+	}
+	return out
+}

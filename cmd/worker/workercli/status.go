@@ -1,0 +1,81 @@
+package workercli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ferryhq/ferry/inbox"
+	"github.com/ferryhq/ferry/internal/cli"
+)
+
+func runStatus(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	f := cli.NewFlags(name+" status", stderr)
+	var db cli.Database
+	db.Register(f)
+	var log cli.Log
+	log.Register(f)
+	var kafka cli.Kafka
+	kafka.Register(f, "ferry-worker-status")
+	consumers := f.String("consumers", "", "comma-separated consumers (consumer group names) to describe; required")
+	timeout := f.FlagSet.Duration("timeout", 30*time.Second, "give up after this long")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if err := db.Validate(); err != nil {
+		return err
+	}
+	if _, err := log.Logger(stderr); err != nil {
+		return err
+	}
+	names := splitList(*consumers)
+	if len(names) == 0 {
+		return cli.Usagef("--consumers is required: the consumers to describe, such as stock.reservation,order.status")
+	}
+	kopts, err := kafka.Opts(nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	pool, err := db.Pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	sts, err := inbox.Status(ctx, pool, kopts, names...)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CONSUMER\tGROUP\tMEMBERS\tLAG\tINBOX ROWS\tNEWEST APPLIED")
+	for _, st := range sts {
+		newest := "-"
+		if !st.NewestApplied.IsZero() {
+			newest = st.NewestApplied.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\n", st.Consumer, orDash(st.GroupState), st.Members, lagText(st), st.InboxMessages, newest)
+	}
+	return w.Flush()
+}
+
+// lagText is the total lag with its topics: "12 (orders 10, stock 2)".
+func lagText(st inbox.ConsumerStatus) string {
+	if len(st.Lag) == 0 {
+		return "-"
+	}
+	topics := make([]string, 0, len(st.Lag))
+	for t := range st.Lag {
+		topics = append(topics, t)
+	}
+	slices.Sort(topics)
+	parts := make([]string, len(topics))
+	for i, t := range topics {
+		parts[i] = fmt.Sprintf("%s %d", t, st.Lag[t])
+	}
+	return fmt.Sprintf("%d (%s)", st.TotalLag(), strings.Join(parts, ", "))
+}

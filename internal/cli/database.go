@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Database is the --database-url setting.
+type Database struct {
+	URL string
+}
+
+// Register binds the setting to f.
+func (d *Database) Register(f *Flags) {
+	f.StringVar(&d.URL, "database-url", "", "PostgreSQL URL or key=value connection string")
+}
+
+// PoolConfig validates the setting and parses it, once. Its errors are usage
+// errors that name the flag and never repeat the URL, which may hold a
+// password.
+func (d *Database) PoolConfig() (*pgxpool.Config, error) {
+	if d.URL == "" {
+		return nil, Usagef("--database-url (FERRY_DATABASE_URL) is required")
+	}
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		return nil, Usagef("--database-url is not a valid PostgreSQL connection string")
+	}
+	return cfg, nil
+}
+
+// Validate is PoolConfig without the result.
+func (d *Database) Validate() error {
+	_, err := d.PoolConfig()
+	return err
+}
+
+// Pool opens a pool on the database. It does not wait for a connection.
+func (d *Database) Pool(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := d.PoolConfig()
+	if err != nil {
+		return nil, err
+	}
+	return OpenPool(ctx, cfg)
+}
+
+// OpenPool opens a pool from a parsed configuration.
+func OpenPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	return pool, nil
+}
+
+// Redacted is the URL with its password hidden, for logs. A key=value
+// connection string is replaced whole.
+func (d *Database) Redacted() string { return RedactURL(d.URL) }
+
+// RedactURL hides the password of a postgres:// URL so it can be logged.
+// Key=value connection strings are replaced whole.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" {
+		return "<connection string>"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "redacted")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "redacted")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}

@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"github.com/twmb/franz-go/plugin/kslog"
+)
+
+// SASL mechanisms accepted by Kafka.SASLMechanism.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// SASLPasswordEnv holds the SASL password. It is read from the environment
+// only, so that it never shows in ps, and it is never logged.
+const SASLPasswordEnv = "FERRY_KAFKA_SASL_PASSWORD"
+
+// Kafka is how a binary reaches Kafka: the --kafka-* settings.
+type Kafka struct {
+	Brokers          string // comma-separated host:port list
+	ClientID         string
+	TLS              bool
+	TLSCAFile        string
+	TLSCertFile      string
+	TLSKeyFile       string
+	TLSSkipVerify    bool
+	SASLMechanism    string
+	SASLUsername     string
+	SASLPassword     string // never logged
+	AutoCreateTopics bool
+}
+
+// Register binds the settings to f; clientID is the default client id.
+func (k *Kafka) Register(f *Flags, clientID string) {
+	f.StringVar(&k.Brokers, "kafka-brokers", "", "Kafka seed brokers, host:port[,host:port]")
+	f.StringVar(&k.ClientID, "kafka-client-id", clientID, "Kafka client id")
+	f.BoolVar(&k.TLS, "kafka-tls", false, "connect to Kafka with TLS")
+	f.StringVar(&k.TLSCAFile, "kafka-tls-ca-file", "", "PEM file of CAs that sign the brokers' certificates")
+	f.StringVar(&k.TLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate for mutual TLS")
+	f.StringVar(&k.TLSKeyFile, "kafka-tls-key-file", "", "PEM client key for mutual TLS")
+	f.BoolVar(&k.TLSSkipVerify, "kafka-tls-insecure-skip-verify", false, "do not verify the brokers' certificates")
+	f.StringVar(&k.SASLMechanism, "kafka-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	f.StringVar(&k.SASLUsername, "kafka-sasl-username", "", "SASL user; the password comes from "+SASLPasswordEnv+" only")
+	f.BoolVar(&k.AutoCreateTopics, "kafka-auto-create-topics", false, "let the broker create missing topics (needs auto.create.topics.enable on the broker)")
+	k.SASLPassword = os.Getenv(SASLPasswordEnv)
+}
+
+// SeedBrokers returns the broker list.
+func (k *Kafka) SeedBrokers() []string {
+	var out []string
+	for _, b := range strings.Split(k.Brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Validate reports the first wrong setting by its flag name, as a usage
+// error.
+func (k *Kafka) Validate() error {
+	if len(k.SeedBrokers()) == 0 {
+		return Usagef("--kafka-brokers (FERRY_KAFKA_BROKERS) is required")
+	}
+	for _, b := range k.SeedBrokers() {
+		if !strings.Contains(b, ":") {
+			return Usagef("--kafka-brokers: %q is not host:port", b)
+		}
+	}
+	if (k.TLSCertFile == "") != (k.TLSKeyFile == "") {
+		return Usagef("--kafka-tls-cert-file and --kafka-tls-key-file go together")
+	}
+	if !k.TLS && (k.TLSCAFile != "" || k.TLSCertFile != "" || k.TLSSkipVerify) {
+		return Usagef("--kafka-tls-* settings need --kafka-tls")
+	}
+	switch strings.ToUpper(k.SASLMechanism) {
+	case "":
+		if k.SASLUsername != "" || k.SASLPassword != "" {
+			return Usagef("--kafka-sasl-username and %s need --kafka-sasl-mechanism", SASLPasswordEnv)
+		}
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		if k.SASLUsername == "" || k.SASLPassword == "" {
+			return Usagef("--kafka-sasl-mechanism %s needs --kafka-sasl-username and %s", k.SASLMechanism, SASLPasswordEnv)
+		}
+	default:
+		return Usagef("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.SASLMechanism)
+	}
+	return nil
+}
+
+// Opts validates the settings and returns them as franz-go options. With a
+// logger, franz-go logs through it (component=kafka).
+func (k *Kafka) Opts(logger *slog.Logger) ([]kgo.Opt, error) {
+	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(k.SeedBrokers()...)}
+	if k.ClientID != "" {
+		opts = append(opts, kgo.ClientID(k.ClientID))
+	}
+	if k.TLS {
+		tc, err := k.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	switch strings.ToUpper(k.SASLMechanism) {
+	case SASLPlain:
+		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsMechanism()))
+	case SASLScramSHA256:
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsSha256Mechanism()))
+	case SASLScramSHA512:
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsSha512Mechanism()))
+	}
+	if k.AutoCreateTopics {
+		opts = append(opts, kgo.AllowAutoTopicCreation())
+	}
+	if logger != nil {
+		opts = append(opts, kgo.WithLogger(kslog.New(logger.With(slog.String("component", "kafka")))))
+	}
+	return opts, nil
+}
+
+func (k *Kafka) tlsConfig() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: k.TLSSkipVerify} //nolint:gosec // opt-in flag
+	if k.TLSCAFile != "" {
+		pem, err := os.ReadFile(k.TLSCAFile)
+		if err != nil {
+			return nil, Usagef("--kafka-tls-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, Usagef("--kafka-tls-ca-file %s: no PEM certificate in it", k.TLSCAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if k.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(k.TLSCertFile, k.TLSKeyFile)
+		if err != nil {
+			return nil, Usagef("--kafka-tls-cert-file/--kafka-tls-key-file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// String describes the settings without the password.
+func (k *Kafka) String() string {
+	s := "brokers=" + k.Brokers
+	if k.TLS {
+		s += " tls=on"
+	}
+	if k.SASLMechanism != "" {
+		s += " sasl=" + k.SASLMechanism + " sasl_user=" + k.SASLUsername + " sasl_password=<redacted>"
+	}
+	return s
+}
