@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // Defaults of Config.
@@ -150,8 +152,9 @@ type Config struct {
 	// are then one message. Defaults to false.
 	IDFromPayloadHash bool
 
-	// Prune, when set, makes Run delete expired inbox and outbox rows every
-	// Prune.Interval. Defaults to nil: Run does not prune.
+	// Prune, when set, makes Run delete expired inbox rows every
+	// Prune.Interval; DB must then also run statements (outbox.DBTX), as a
+	// *pgxpool.Pool does. Defaults to nil: Run does not prune.
 	Prune *PruneConfig
 
 	// Logger receives the worker's logs. Defaults to a logger that discards.
@@ -240,6 +243,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("inbox: Config.OffsetReset %q: want earliest, latest or none", c.OffsetReset)
 	}
 	if c.Prune != nil {
+		if _, ok := c.DB.(outbox.DBTX); !ok {
+			return fmt.Errorf("inbox: Config.Prune needs a Config.DB that also runs statements (Exec, Query, QueryRow: outbox.DBTX), "+
+				"such as a *pgxpool.Pool; %T only begins transactions", c.DB)
+		}
 		if err := c.Prune.validate(); err != nil {
 			return err
 		}

@@ -6,29 +6,20 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // Defaults of PruneConfig.
 const (
 	InboxRetentionDefault    = 7 * 24 * time.Hour
 	InboxRetentionMinDefault = 24 * time.Hour
-	OutboxRetentionDefault   = 7 * 24 * time.Hour
 	PruneBatchSizeDefault    = 1000
 	PruneIntervalDefault     = time.Hour
 )
 
-// DBTX runs statements: *pgxpool.Pool, *pgx.Conn and pgx.Tx have it.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// PruneConfig configures retention. The inbox must remember a message for
+// PruneConfig configures inbox retention. (Outbox retention is the
+// relay's: it knows which rows it has confirmed.) The inbox must remember a message for
 // longer than any duplicate of it can arrive: the relay's in-flight window
 // after a crash (seconds), a dead-letter redrive (as long as dead letters
 // are kept), the overlap of a broker migration. A message redelivered after
@@ -44,12 +35,6 @@ type PruneConfig struct {
 	// InboxRetentionMinDefault (24h).
 	InboxRetentionMin time.Duration
 
-	// OutboxRetention deletes outbox rows created longer ago. The relay
-	// reads the WAL, not the table, so this only bounds how long events stay
-	// queryable; a negative value keeps them forever. Defaults to
-	// OutboxRetentionDefault (7 days).
-	OutboxRetention time.Duration
-
 	// BatchSize is how many rows one DELETE removes; each runs in its own
 	// short transaction, so no lock is held for long. Defaults to
 	// PruneBatchSizeDefault (1000).
@@ -64,7 +49,6 @@ type PruneConfig struct {
 func (c PruneConfig) WithDefaults() PruneConfig {
 	c.InboxRetention = cmp.Or(c.InboxRetention, InboxRetentionDefault)
 	c.InboxRetentionMin = cmp.Or(c.InboxRetentionMin, InboxRetentionMinDefault)
-	c.OutboxRetention = cmp.Or(c.OutboxRetention, OutboxRetentionDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, PruneBatchSizeDefault)
 	c.Interval = cmp.Or(c.Interval, PruneIntervalDefault)
 	return c
@@ -90,16 +74,15 @@ func (c PruneConfig) validate() error {
 
 // PruneResult counts what Prune deleted.
 type PruneResult struct {
-	InboxDeleted  int64
-	OutboxDeleted int64
-	Batches       int // DELETE statements run, over both tables
+	InboxDeleted int64
+	Batches      int // DELETE statements run
 }
 
-// Prune deletes inbox rows older than the dedupe window and outbox rows
-// older than the outbox retention, BatchSize rows per statement, until none
-// is left. cfg may be nil for the defaults. A window below the safety
-// minimum is refused before anything is deleted.
-func Prune(ctx context.Context, db DBTX, cfg *PruneConfig) (*PruneResult, error) {
+// Prune deletes inbox rows older than the dedupe window, BatchSize rows per
+// statement, until none is left. cfg may be nil for the defaults. A window
+// below the safety minimum is refused before anything is deleted. The
+// result is nil only when the settings are refused, before anything runs.
+func Prune(ctx context.Context, db outbox.DBTX, cfg *PruneConfig) (*PruneResult, error) {
 	var c PruneConfig
 	if cfg != nil {
 		c = *cfg
@@ -111,51 +94,26 @@ func Prune(ctx context.Context, db DBTX, cfg *PruneConfig) (*PruneResult, error)
 	return prune(ctx, db, &c, nil)
 }
 
-func prune(ctx context.Context, db DBTX, c *PruneConfig, m *metrics) (*PruneResult, error) {
+func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*PruneResult, error) {
 	q := dbsqlc.New()
-	now := time.Now()
-	res := &PruneResult{}
+	before := time.Now().Add(-c.InboxRetention)
 	batch := int32(min(c.BatchSize, 1<<30))
-	n, err := deleteBatches(ctx, res, batch, func() (int64, error) {
-		return q.InboxDeleteBefore(ctx, db, dbsqlc.InboxDeleteBeforeParams{Before: now.Add(-c.InboxRetention), MaxRows: batch})
-	})
-	res.InboxDeleted = n
-	if m != nil {
-		m.pruned.WithLabelValues("inbox").Add(float64(n))
-	}
-	if err != nil {
-		return res, fmt.Errorf("inbox: prune inbox: %w", err)
-	}
-	if c.OutboxRetention < 0 {
-		return res, nil
-	}
-	n, err = deleteBatches(ctx, res, batch, func() (int64, error) {
-		return q.OutboxDeleteBefore(ctx, db, dbsqlc.OutboxDeleteBeforeParams{Before: now.Add(-c.OutboxRetention), MaxRows: batch})
-	})
-	res.OutboxDeleted = n
-	if m != nil {
-		m.pruned.WithLabelValues("outbox").Add(float64(n))
-	}
-	if err != nil {
-		return res, fmt.Errorf("inbox: prune outbox: %w", err)
-	}
-	return res, nil
-}
-
-func deleteBatches(ctx context.Context, res *PruneResult, batch int32, del func() (int64, error)) (int64, error) {
-	var total int64
+	res := &PruneResult{}
 	for {
 		if err := ctx.Err(); err != nil {
-			return total, err
+			return res, err
 		}
-		n, err := del()
+		n, err := q.InboxDeleteBefore(ctx, db, dbsqlc.InboxDeleteBeforeParams{Before: before, MaxRows: batch})
 		if err != nil {
-			return total, err
+			return res, fmt.Errorf("inbox: prune: %w", err)
 		}
 		res.Batches++
-		total += n
+		res.InboxDeleted += n
+		if m != nil {
+			m.pruned.WithLabelValues("inbox").Add(float64(n))
+		}
 		if n < int64(batch) {
-			return total, nil
+			return res, nil
 		}
 	}
 }

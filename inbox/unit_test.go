@@ -1,11 +1,13 @@
 package inbox
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -31,6 +33,9 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		{func(c *Config) { c.RetryBackoffMax = time.Millisecond }, "Config.RetryBackoffMax"},
 		{func(c *Config) { c.OffsetReset = "smallest" }, "Config.OffsetReset"},
 		{func(c *Config) { c.Prune = &PruneConfig{InboxRetention: time.Hour} }, "InboxRetention"},
+		// Pruning runs statements outside a transaction: a DB that can only
+		// begin transactions is refused at start-up, not found out later.
+		{func(c *Config) { c.DB = beginOnly{pool}; c.Prune = &PruneConfig{} }, "Config.Prune needs a Config.DB"},
 	} {
 		c := Config{DB: pool, KafkaOpts: kopts}
 		tc.mutate(&c)
@@ -40,6 +45,11 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		}
 	}
 }
+
+// beginOnly is a DB with nothing but Begin.
+type beginOnly struct{ p *pgxpool.Pool }
+
+func (b beginOnly) Begin(ctx context.Context) (pgx.Tx, error) { return b.p.Begin(ctx) }
 
 // Each reset policy maps to explicit franz-go start and reset offsets: a
 // committed offset that fell out of range resumes at the log start (never

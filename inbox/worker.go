@@ -13,6 +13,7 @@ import (
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // Worker consumes Kafka topics for named consumers and applies each message
@@ -239,11 +240,7 @@ func (w *Worker) checkSchemaOnce(ctx context.Context) error {
 
 func (w *Worker) pruneLoop(ctx context.Context) {
 	cfg := *w.cfg.Prune
-	db, ok := w.cfg.DB.(DBTX)
-	if !ok {
-		w.cfg.Logger.Error("pruning disabled: Config.DB cannot Exec (use a *pgxpool.Pool)")
-		return
-	}
+	db := w.cfg.DB.(outbox.DBTX) // Config.validate made sure
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	for {
@@ -251,8 +248,7 @@ func (w *Worker) pruneLoop(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Error("prune failed", slog.String("error", err.Error()))
 		} else if err == nil {
-			w.cfg.Logger.Info("pruned", slog.Int64("inbox_rows", res.InboxDeleted), slog.Int64("outbox_rows", res.OutboxDeleted),
-				slog.Int("batches", res.Batches))
+			w.cfg.Logger.Info("pruned", slog.Int64("inbox_rows", res.InboxDeleted), slog.Int("batches", res.Batches))
 		}
 		select {
 		case <-ctx.Done():

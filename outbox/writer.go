@@ -22,9 +22,11 @@ import (
 // largest record.
 const MaxPayloadBytesDefault = 1 << 20
 
-// DBTX is what Write needs of pgx: pgx.Tx, *pgx.Conn, *pgxpool.Pool and
-// *pgxpool.Conn all have it. Pass the transaction that writes the business
-// rows; a pool or a bare connection writes in a transaction of its own.
+// DBTX runs statements: pgx.Tx, *pgx.Conn, *pgxpool.Pool and *pgxpool.Conn
+// all have it. It is Ferry's one database interface: Write takes it (pass
+// the transaction that writes the business rows; a pool or a bare
+// connection writes in a transaction of its own), and so do inbox.Prune,
+// inbox.Status and the relay's admin functions.
 type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
