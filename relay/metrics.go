@@ -18,6 +18,7 @@ type metrics struct {
 	commitToAck   prometheus.Histogram
 	sessions      prometheus.Counter
 	standby       prometheus.Gauge
+	pruned        prometheus.Counter
 	nPublished    atomic.Int64
 	nQuarantined  atomic.Int64
 	nSessions     atomic.Int64
@@ -55,10 +56,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		standby: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_relay_standby", Help: "1 while another relay holds the slot and this one waits.",
 		}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_outbox_pruned_rows_total", Help: "Confirmed outbox rows deleted by retention.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.retainedWAL,
-			m.confirmedLSN, m.commitToAck, m.sessions, m.standby)
+			m.confirmedLSN, m.commitToAck, m.sessions, m.standby, m.pruned)
 	}
 	return m
 }

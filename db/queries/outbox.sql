@@ -13,16 +13,20 @@ SELECT
 -- Whether the migrations created the outbox table.
 SELECT (to_regclass('outbox') IS NOT NULL)::bool AS exists;
 
--- name: OutboxDeleteBefore :execrows
--- Deletes at most max_rows of the oldest rows created before the cutoff, so
--- that retention holds short locks and leaves small transactions.
-DELETE FROM outbox
-WHERE id IN (
-    SELECT id FROM outbox
-    WHERE created_at < @before::timestamptz
-    ORDER BY created_at
-    LIMIT @max_rows::int
-);
+-- name: OutboxPruneCandidates :one
+-- At most max_rows ids of the oldest rows created before the cutoff, and
+-- the WAL insert position read after this statement took its snapshot.
+-- Every transaction whose rows the snapshot sees wrote its commit record
+-- below that position, so once the slot confirms it, the relay has
+-- published every one of these rows.
+SELECT
+    pg_current_wal_insert_lsn()::text AS wal_lsn,
+    array(
+        SELECT id FROM outbox
+        WHERE created_at < @before::timestamptz
+        ORDER BY created_at
+        LIMIT @max_rows::int
+    )::uuid[] AS ids;
 
 -- name: OutboxDeleteByIDs :execrows
 -- Deletes are not published (the publication carries inserts only).

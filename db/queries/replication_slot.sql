@@ -19,3 +19,10 @@ WHERE slot_name = @slot_name::text;
 -- name: ReplicationSlotCreate :exec
 -- Fails with duplicate_object when another process created the slot first.
 SELECT pg_create_logical_replication_slot(@slot_name::text, 'pgoutput');
+
+-- name: ReplicationSlotConfirmed :one
+-- Whether the slot confirmed the position, that is the relay published
+-- everything committed below it. No row when the slot does not exist.
+SELECT coalesce(confirmed_flush_lsn >= pg_lsn(@lsn::text), false)::bool AS confirmed
+FROM pg_catalog.pg_replication_slots
+WHERE slot_name = @slot_name::text;

@@ -13,31 +13,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const outboxDeleteBefore = `-- name: OutboxDeleteBefore :execrows
-DELETE FROM outbox
-WHERE id IN (
-    SELECT id FROM outbox
-    WHERE created_at < $1::timestamptz
-    ORDER BY created_at
-    LIMIT $2::int
-)
-`
-
-type OutboxDeleteBeforeParams struct {
-	Before  time.Time
-	MaxRows int32
-}
-
-// Deletes at most max_rows of the oldest rows created before the cutoff, so
-// that retention holds short locks and leaves small transactions.
-func (q *Queries) OutboxDeleteBefore(ctx context.Context, db DBTX, arg OutboxDeleteBeforeParams) (int64, error) {
-	result, err := db.Exec(ctx, outboxDeleteBefore, arg.Before, arg.MaxRows)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const outboxDeleteByIDs = `-- name: OutboxDeleteByIDs :execrows
 DELETE FROM outbox WHERE id = ANY($1::uuid[])
 `
@@ -94,4 +69,37 @@ func (q *Queries) OutboxInsertMany(ctx context.Context, db DBTX, arg OutboxInser
 		arg.Headers,
 	)
 	return err
+}
+
+const outboxPruneCandidates = `-- name: OutboxPruneCandidates :one
+SELECT
+    pg_current_wal_insert_lsn()::text AS wal_lsn,
+    array(
+        SELECT id FROM outbox
+        WHERE created_at < $1::timestamptz
+        ORDER BY created_at
+        LIMIT $2::int
+    )::uuid[] AS ids
+`
+
+type OutboxPruneCandidatesParams struct {
+	Before  time.Time
+	MaxRows int32
+}
+
+type OutboxPruneCandidatesRow struct {
+	WalLsn string
+	Ids    []uuid.UUID
+}
+
+// At most max_rows ids of the oldest rows created before the cutoff, and
+// the WAL insert position read after this statement took its snapshot.
+// Every transaction whose rows the snapshot sees wrote its commit record
+// below that position, so once the slot confirms it, the relay has
+// published every one of these rows.
+func (q *Queries) OutboxPruneCandidates(ctx context.Context, db DBTX, arg OutboxPruneCandidatesParams) (*OutboxPruneCandidatesRow, error) {
+	row := db.QueryRow(ctx, outboxPruneCandidates, arg.Before, arg.MaxRows)
+	var i OutboxPruneCandidatesRow
+	err := row.Scan(&i.WalLsn, &i.Ids)
+	return &i, err
 }

@@ -9,6 +9,26 @@ import (
 	"context"
 )
 
+const replicationSlotConfirmed = `-- name: ReplicationSlotConfirmed :one
+SELECT coalesce(confirmed_flush_lsn >= pg_lsn($1::text), false)::bool AS confirmed
+FROM pg_catalog.pg_replication_slots
+WHERE slot_name = $2::text
+`
+
+type ReplicationSlotConfirmedParams struct {
+	Lsn      string
+	SlotName string
+}
+
+// Whether the slot confirmed the position, that is the relay published
+// everything committed below it. No row when the slot does not exist.
+func (q *Queries) ReplicationSlotConfirmed(ctx context.Context, db DBTX, arg ReplicationSlotConfirmedParams) (bool, error) {
+	row := db.QueryRow(ctx, replicationSlotConfirmed, arg.Lsn, arg.SlotName)
+	var confirmed bool
+	err := row.Scan(&confirmed)
+	return confirmed, err
+}
+
 const replicationSlotCreate = `-- name: ReplicationSlotCreate :exec
 SELECT pg_create_logical_replication_slot($1::text, 'pgoutput')
 `
