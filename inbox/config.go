@@ -164,8 +164,8 @@ type Config struct {
 	// are registered.
 	Registerer prometheus.Registerer
 
-	// unsafeCommitBeforeDB breaks rule 4 on purpose; see
-	// UnsafeCommitOffsetsBeforeDB.
+	// unsafeCommitBeforeDB breaks "commit the offset after the database"
+	// (offset_tracker.go) on purpose; see UnsafeCommitOffsetsBeforeDB.
 	unsafeCommitBeforeDB bool
 
 	// hooks let tests stop the process at exact points.

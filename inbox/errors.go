@@ -10,8 +10,8 @@ import (
 	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
-// Reasons a message goes to the dead-letter topic, in the HeaderDLQReason
-// header.
+// Reasons a message goes to the dead-letter topic, in its
+// HeaderDeadLetterReason header.
 const (
 	// ReasonPermanent: the handler returned an error marked with Permanent.
 	ReasonPermanent = "permanent"

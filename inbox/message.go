@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // Handler applies one message inside tx, the transaction that also records
@@ -36,14 +38,6 @@ func Chain(h Handler, mw ...Middleware) Handler {
 	}
 	return h
 }
-
-// Names of the headers Ferry's relay sets on every record.
-const (
-	HeaderID            = "id"
-	HeaderEventType     = "event_type"
-	HeaderAggregateType = "aggregate_type"
-	HeaderAggregateID   = "aggregate_id"
-)
 
 // MaxIDLength is the longest message id the inbox accepts, in bytes; a
 // longer id header makes the record undecodable.
@@ -123,28 +117,28 @@ func newMessage(consumer string, r *kgo.Record, hashIDs bool, received time.Time
 	var haveID bool
 	for _, h := range r.Headers {
 		switch h.Key {
-		case HeaderID:
+		case outbox.HeaderID:
 			if !haveID {
 				m.ID, haveID = string(h.Value), true
 			}
-		case HeaderEventType:
+		case outbox.HeaderEventType:
 			m.EventType = string(h.Value)
-		case HeaderAggregateType:
+		case outbox.HeaderAggregateType:
 			m.AggregateType = string(h.Value)
-		case HeaderAggregateID:
+		case outbox.HeaderAggregateID:
 			m.AggregateID = string(h.Value)
 		}
 	}
 	switch {
 	case !haveID || m.ID == "":
 		if !hashIDs {
-			return nil, &decodeFailure{ReasonMissingID, fmt.Errorf("record has no %q header", HeaderID)}
+			return nil, &decodeFailure{ReasonMissingID, fmt.Errorf("record has no %q header", outbox.HeaderID)}
 		}
 		m.ID = payloadHashID(r.Key, r.Value)
 	case len(m.ID) > MaxIDLength:
-		return nil, &decodeFailure{ReasonUndecodable, fmt.Errorf("%q header is %d bytes, limit %d", HeaderID, len(m.ID), MaxIDLength)}
+		return nil, &decodeFailure{ReasonUndecodable, fmt.Errorf("%q header is %d bytes, limit %d", outbox.HeaderID, len(m.ID), MaxIDLength)}
 	case !utf8.ValidString(m.ID) || strings.ContainsRune(m.ID, 0):
-		return nil, &decodeFailure{ReasonUndecodable, fmt.Errorf("%q header is not valid UTF-8 text", HeaderID)}
+		return nil, &decodeFailure{ReasonUndecodable, fmt.Errorf("%q header is not valid UTF-8 text", outbox.HeaderID)}
 	}
 	return m, nil
 }

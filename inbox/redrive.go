@@ -11,6 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // DeadLetter is one record of a dead-letter topic, decoded.
@@ -75,7 +77,7 @@ func ParseDeadLetter(r *kgo.Record) (*DeadLetter, error) {
 	for _, h := range r.Headers {
 		v := string(h.Value)
 		switch h.Key {
-		case HeaderID:
+		case outbox.HeaderID:
 			if d.ID == "" {
 				d.ID = v
 			}

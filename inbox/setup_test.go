@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // effectsTable is what the test handlers change. It has no unique
@@ -72,10 +73,10 @@ func (b *bundle) record(id, key string, partition int32, seq int) *kgo.Record {
 		Key:       []byte(key),
 		Value:     []byte(strconv.Itoa(seq)),
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderID, Value: []byte(id)},
-			{Key: HeaderEventType, Value: []byte("Tested")},
-			{Key: HeaderAggregateType, Value: []byte("test")},
-			{Key: HeaderAggregateID, Value: []byte(key)},
+			{Key: outbox.HeaderID, Value: []byte(id)},
+			{Key: outbox.HeaderEventType, Value: []byte("Tested")},
+			{Key: outbox.HeaderAggregateType, Value: []byte("test")},
+			{Key: outbox.HeaderAggregateID, Value: []byte(key)},
 			{Key: "content-type", Value: []byte("text/plain")},
 		},
 	}

@@ -83,4 +83,3 @@ func Status(ctx context.Context, db outbox.DBTX, kafkaOpts []kgo.Opt, consumers 
 	slices.SortFunc(out, func(a, b ConsumerStatus) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return out, nil
 }
-

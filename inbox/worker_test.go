@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // modes are the processing modes every delivery property must hold in.
@@ -237,7 +238,7 @@ func TestFailuresGoToTheDeadLetterTopic(t *testing.T) {
 				for _, h := range d.Headers {
 					got[h.Key] = string(h.Value)
 				}
-				if got[HeaderID] != "m-bad" || got["content-type"] != "text/plain" || got[HeaderEventType] != "Tested" || len(got) != 5 {
+				if got[outbox.HeaderID] != "m-bad" || got["content-type"] != "text/plain" || got[outbox.HeaderEventType] != "Tested" || len(got) != 5 {
 					t.Errorf("dead letter keeps headers %v, want the original five", got)
 				}
 			}

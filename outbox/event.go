@@ -39,9 +39,23 @@ type Event struct {
 	Headers map[string]string
 }
 
+// Names of the Kafka headers the relay sets on every record. They are the
+// event's wire names: the relay writes them, the inbox reads them, and
+// nothing else spells them out.
+const (
+	// HeaderID carries Event.ID, the id consumers deduplicate on.
+	HeaderID = "id"
+	// HeaderEventType carries Event.EventType.
+	HeaderEventType = "event_type"
+	// HeaderAggregateType carries Event.AggregateType.
+	HeaderAggregateType = "aggregate_type"
+	// HeaderAggregateID carries Event.AggregateID (also the record key).
+	HeaderAggregateID = "aggregate_id"
+)
+
 // ReservedHeaders are the Kafka headers the relay sets on every record; an
 // event may not carry its own headers with these names.
-var ReservedHeaders = []string{"id", "event_type", "aggregate_type", "aggregate_id"}
+var ReservedHeaders = []string{HeaderID, HeaderEventType, HeaderAggregateType, HeaderAggregateID}
 
 // Validation errors. A failed Write returns them wrapped in an *EventError, so
 // errors.Is(err, outbox.ErrPayloadTooLarge) tells the cause and errors.As

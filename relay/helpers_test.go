@@ -154,7 +154,7 @@ func consume(t *testing.T, topics []string, want []string, timeout, settle time.
 		fetches := cl.PollFetches(ctx)
 		cancel()
 		fetches.EachRecord(func(r *kgo.Record) {
-			id := header(r, relay.HeaderID)
+			id := header(r, outbox.HeaderID)
 			c.records = append(c.records, r)
 			c.byID[id]++
 			delete(missing, id)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // inflight is one event on its way to Kafka, in a single allocation: the
@@ -32,10 +34,10 @@ func (p *inflight) fill(topic string) {
 	r := &p.row
 	encodeUUID(&p.id, r.ID)
 	hs := append(p.headers[:0],
-		kgo.RecordHeader{Key: HeaderID, Value: p.id[:]},
-		kgo.RecordHeader{Key: HeaderEventType, Value: r.EventType},
-		kgo.RecordHeader{Key: HeaderAggregateType, Value: r.AggregateType},
-		kgo.RecordHeader{Key: HeaderAggregateID, Value: r.AggregateID},
+		kgo.RecordHeader{Key: outbox.HeaderID, Value: p.id[:]},
+		kgo.RecordHeader{Key: outbox.HeaderEventType, Value: r.EventType},
+		kgo.RecordHeader{Key: outbox.HeaderAggregateType, Value: r.AggregateType},
+		kgo.RecordHeader{Key: outbox.HeaderAggregateID, Value: r.AggregateID},
 	)
 	for _, h := range r.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // defaultMaxMessageBytes is franz-go's batch limit, a little under Kafka's
@@ -120,7 +122,7 @@ func (s *kafkaSink) tooLargeAlone(r *kgo.Record) bool {
 	}
 	id := ""
 	for _, h := range r.Headers {
-		if h.Key == HeaderID {
+		if h.Key == outbox.HeaderID {
 			id = string(h.Value)
 		}
 	}

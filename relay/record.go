@@ -7,14 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Kafka headers set on every record.
-const (
-	HeaderID            = "id"
-	HeaderEventType     = "event_type"
-	HeaderAggregateType = "aggregate_type"
-	HeaderAggregateID   = "aggregate_id"
-)
-
 // topicNamer fills the topic template, remembering each name it made. It
 // is used by one session goroutine at a time.
 type topicNamer struct {

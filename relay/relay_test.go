@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/outbox"
-	"github.com/ferryhq/ferry/relay"
 )
 
 // 10,000 events in transactions of 1 to 50 events across 100 aggregates all
@@ -64,8 +63,8 @@ func TestPublishesEveryEventInCommitOrder(t *testing.T) {
 	lastSeq := map[string]int{}
 	for _, rec := range c.records {
 		id := rec.Headers[0]
-		if id.Key != relay.HeaderID {
-			t.Fatalf("first header %q, want %q", id.Key, relay.HeaderID)
+		if id.Key != outbox.HeaderID {
+			t.Fatalf("first header %q, want %q", id.Key, outbox.HeaderID)
 		}
 		s, ok := byID[string(id.Value)]
 		if !ok {
@@ -80,9 +79,9 @@ func TestPublishesEveryEventInCommitOrder(t *testing.T) {
 			t.Fatalf("event %s key %q, want %q", id.Value, rec.Key, ev.AggregateID)
 		case string(rec.Value) != string(ev.Payload):
 			t.Fatalf("event %s value %q, want %q", id.Value, rec.Value, ev.Payload)
-		case header(rec, relay.HeaderEventType) != ev.EventType,
-			header(rec, relay.HeaderAggregateType) != ev.AggregateType,
-			header(rec, relay.HeaderAggregateID) != ev.AggregateID,
+		case header(rec, outbox.HeaderEventType) != ev.EventType,
+			header(rec, outbox.HeaderAggregateType) != ev.AggregateType,
+			header(rec, outbox.HeaderAggregateID) != ev.AggregateID,
 			header(rec, "seq") != ev.Headers["seq"]:
 			t.Fatalf("event %s headers %v do not match %+v", id.Value, rec.Headers, ev)
 		case rec.Timestamp.IsZero() || time.Since(rec.Timestamp) > 10*time.Minute:

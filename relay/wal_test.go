@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
 )
 
@@ -145,7 +146,7 @@ func TestColumnsAreReadByName(t *testing.T) {
 	c := consume(t, []string{topic}, ids, time.Minute, 0)
 	rec := c.records[0]
 	if string(rec.Key) != "o-1" || string(rec.Value) != string(ev.Payload) || header(rec, "seq") != "7" ||
-		header(rec, relay.HeaderEventType) != ev.EventType || header(rec, relay.HeaderAggregateType) != "order" {
+		header(rec, outbox.HeaderEventType) != ev.EventType || header(rec, outbox.HeaderAggregateType) != "order" {
 		t.Fatalf("record %q=%q headers %v, want the event as written", rec.Key, rec.Value, rec.Headers)
 	}
 }

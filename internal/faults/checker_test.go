@@ -102,7 +102,7 @@ func (f *checkerFixture) deadLetter(consumer string, id uuid.UUID) {
 	f.t.Helper()
 	cl := ferrytest.Client(f.t)
 	hs := []kgo.RecordHeader{
-		{Key: inbox.HeaderID, Value: []byte(id.String())},
+		{Key: outbox.HeaderID, Value: []byte(id.String())},
 		{Key: inbox.HeaderDeadLetterReason, Value: []byte(inbox.ReasonPermanent)},
 		{Key: inbox.HeaderDeadLetterConsumer, Value: []byte(consumer)},
 		{Key: inbox.HeaderDeadLetterOriginalTopic, Value: []byte(f.p.topic)},

@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // drain waits until the pipeline has nothing left to do: the relay's slot
@@ -144,7 +146,7 @@ func (p *pipeline) scanTopic(ctx context.Context) (records, distinct int64, err 
 		fs.EachRecord(func(r *kgo.Record) {
 			records++
 			for _, h := range r.Headers {
-				if h.Key == "id" {
+				if h.Key == outbox.HeaderID {
 					if id, perr := uuid.ParseBytes(h.Value); perr == nil {
 						ids[id] = struct{}{}
 					}

@@ -243,8 +243,8 @@ func produceOnce(ctx context.Context, e *env, topic string, events, payload int)
 		id, _ := uuid.New().MarshalText()
 		wg.Add(1)
 		cl.Produce(ctx, &kgo.Record{Key: agg, Value: value, Timestamp: time.Now(), Headers: []kgo.RecordHeader{
-			{Key: "id", Value: id}, {Key: "event_type", Value: []byte("Changed")}, {Key: "aggregate_type", Value: []byte("load")},
-			{Key: "aggregate_id", Value: agg}, {Key: "k", Value: []byte("v")},
+			{Key: outbox.HeaderID, Value: id}, {Key: outbox.HeaderEventType, Value: []byte("Changed")}, {Key: outbox.HeaderAggregateType, Value: []byte("load")},
+			{Key: outbox.HeaderAggregateID, Value: agg}, {Key: "k", Value: []byte("v")},
 		}}, func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
@@ -394,7 +394,7 @@ func latencyPhase(ctx context.Context, e *env, bin, url string, pool *pgxpool.Po
 			now := time.Now()
 			fs.EachRecord(func(r *kgo.Record) {
 				for _, h := range r.Headers {
-					if h.Key == "id" {
+					if h.Key == outbox.HeaderID {
 						if t, ok := committed.Load(string(h.Value)); ok {
 							mu.Lock()
 							e2e = append(e2e, now.Sub(t.(time.Time)).Seconds())

@@ -16,6 +16,7 @@ import (
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // The worker benchmark's shape, as inbox/bench_test.go's: as many partitions
@@ -109,7 +110,7 @@ func benchWorker(ctx context.Context, e *env, batch, n int) (workerResult, error
 		recs = append(recs, &kgo.Record{
 			Topic: topic, Partition: int32(i % workerPartitions), Key: []byte(strconv.Itoa(i % workerAccounts)),
 			Value:   []byte(`{"amount":1}`),
-			Headers: []kgo.RecordHeader{{Key: inbox.HeaderID, Value: []byte("w-" + strconv.Itoa(i))}},
+			Headers: []kgo.RecordHeader{{Key: outbox.HeaderID, Value: []byte("w-" + strconv.Itoa(i))}},
 		})
 		if len(recs) == cap(recs) || i == n-1 {
 			if err := kcl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
