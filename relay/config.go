@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -110,10 +109,11 @@ type Config struct {
 	// are registered.
 	Registerer prometheus.Registerer
 
-	// unsafeConfirmOnSend breaks rule 2 on purpose: it confirms a
-	// transaction once its records are handed to the producer, not when
-	// Kafka acknowledged them. Only the negative control of the fault suite
-	// sets it, to prove the checker sees the loss.
+	// unsafeConfirmOnSend breaks "confirm only behind acks"
+	// (lsn_tracker.go) on purpose: it confirms a transaction once its
+	// records are handed to the producer, not when Kafka acknowledged them.
+	// Only the negative control of the fault suite sets it, to prove the
+	// checker sees the loss.
 	unsafeConfirmOnSend bool
 }
 
@@ -140,19 +140,24 @@ func (c Config) WithDefaults() Config {
 // are quoted, but Ferry keeps both to the safe set.
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
+// checkName applies slotName to a slot or publication name; field names it
+// in the error as the caller knows it.
+func checkName(field, name string) error {
+	if !slotName.MatchString(name) {
+		return fmt.Errorf("relay: %s %q: use 1-63 lower-case letters, digits and underscores", field, name)
+	}
+	return nil
+}
+
 func (c Config) validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("relay: Config.DatabaseURL is required")
 	}
-	if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
-		// pgconn's message can include the URL; name the field only.
-		return errors.New("relay: Config.DatabaseURL is not a valid PostgreSQL connection string")
+	if err := checkName("Config.Slot", c.Slot); err != nil {
+		return err
 	}
-	if !slotName.MatchString(c.Slot) {
-		return fmt.Errorf("relay: Config.Slot %q: use 1-63 lower-case letters, digits and underscores", c.Slot)
-	}
-	if !slotName.MatchString(c.Publication) {
-		return fmt.Errorf("relay: Config.Publication %q: use 1-63 lower-case letters, digits and underscores", c.Publication)
+	if err := checkName("Config.Publication", c.Publication); err != nil {
+		return err
 	}
 	if err := checkTopicTemplate(c.TopicTemplate); err != nil {
 		return err

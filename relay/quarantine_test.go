@@ -9,21 +9,20 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/relay"
 )
 
-func quarantine(t *testing.T, b *bundle) []*dbsqlc.OutboxQuarantine {
+func quarantine(t *testing.T, b *bundle) []relay.QuarantinedEvent {
 	t.Helper()
-	rows, err := dbsqlc.New().OutboxQuarantineList(b.ctx, b.db.Pool, 100)
+	rows, err := relay.Quarantined(b.ctx, b.db.Pool, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rows
 }
 
-func waitQuarantined(t *testing.T, b *bundle, n int) []*dbsqlc.OutboxQuarantine {
+func waitQuarantined(t *testing.T, b *bundle, n int) []relay.QuarantinedEvent {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -62,10 +61,15 @@ func TestOversizedPayloadIsQuarantined(t *testing.T) {
 	rows := waitQuarantined(t, b, 1)
 	q := rows[0]
 	if q.ID.String() != bigID || q.Reason != relay.ReasonMessageTooLarge || q.Topic != topic ||
-		!bytes.Equal(q.Payload, big.Payload) || q.AggregateID != "a" || q.EventType != big.EventType ||
-		!strings.Contains(q.Error, "MESSAGE_TOO_LARGE") || q.CommitLsn == nil {
-		t.Fatalf("quarantine row %+v, want id %s reason %s topic %s with payload, error text and commit LSN",
+		!bytes.Equal(q.Payload, big.Payload) || q.AggregateType != "blob" || q.AggregateID != "a" ||
+		q.EventType != big.EventType || q.Headers["seq"] != "2" || len(q.Headers) != 1 ||
+		!strings.Contains(q.Error, "MESSAGE_TOO_LARGE") || q.CommitLSN == "" ||
+		q.CreatedAt.IsZero() || q.QuarantinedAt.Before(q.CreatedAt) {
+		t.Fatalf("relay.Quarantined = %+v, want id %s reason %s topic %s with the event's fields, error text, commit LSN and times",
 			q, bigID, relay.ReasonMessageTooLarge, topic)
+	}
+	if st, err := relay.Status(b.ctx, b.db.Pool, b.slot); err != nil || st.Quarantined != 1 || !st.Exists {
+		t.Fatalf("relay.Status = %+v, %v; want the slot and 1 quarantined", st, err)
 	}
 	if st := r.Stats(); st.Quarantined != 1 || st.Published < 3 {
 		t.Fatalf("stats %+v, want 1 quarantined and at least 3 published", st)
@@ -90,7 +94,7 @@ func TestInvalidTopicIsQuarantined(t *testing.T) {
 	}
 	// The slot's confirmed position moves past the quarantined event: it
 	// does not stall the relay.
-	waitConfirmedPast(t, b, *rows[0].CommitLsn)
+	waitConfirmedPast(t, b, rows[0].CommitLSN)
 }
 
 func waitConfirmedPast(t *testing.T, b *bundle, lsn string) {

@@ -35,11 +35,14 @@ func (s State) String() string {
 // Relay publishes committed outbox rows to Kafka. Create it with New and
 // call Run.
 type Relay struct {
-	cfg     Config
-	namer   *topicNamer
-	metrics *metrics
-	queries *dbsqlc.Queries
-	state   atomic.Int32
+	cfg Config
+	// dbConfig is Config.DatabaseURL parsed once, by New; the pool and the
+	// replication connection are copies of it.
+	dbConfig *pgxpool.Config
+	namer    *topicNamer
+	metrics  *metrics
+	queries  *dbsqlc.Queries
+	state    atomic.Int32
 }
 
 // New validates cfg and returns a Relay. It connects to nothing yet.
@@ -51,11 +54,18 @@ func New(cfg *Config) (*Relay, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	dbConfig, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		// pgx's message can include the URL; name the field only.
+		return nil, errors.New("relay: Config.DatabaseURL is not a valid PostgreSQL connection string")
+	}
+	dbConfig.ConnConfig.RuntimeParams["application_name"] = "ferry-relay"
 	return &Relay{
-		cfg:     c,
-		namer:   newTopicNamer(c.TopicTemplate),
-		metrics: newMetrics(c.Registerer),
-		queries: dbsqlc.New(),
+		cfg:      c,
+		dbConfig: dbConfig,
+		namer:    newTopicNamer(c.TopicTemplate),
+		metrics:  newMetrics(c.Registerer),
+		queries:  dbsqlc.New(),
 	}, nil
 }
 
@@ -94,7 +104,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	if err := prepare(ctx, pool, &r.cfg); err != nil {
+	if err := prepare(ctx, pool, r.cfg.Slot, r.cfg.Publication, r.cfg.NoCreate, r.cfg.Logger); err != nil {
 		return err
 	}
 
@@ -159,12 +169,8 @@ const reconnectBackoff = 250 * time.Millisecond
 // connect opens the ordinary pool, retrying while PostgreSQL is unreachable
 // but giving up at once on errors a retry cannot fix.
 func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, error) {
-	pcfg, err := pgxpool.ParseConfig(r.cfg.DatabaseURL)
-	if err != nil {
-		return nil, errors.New("relay: Config.DatabaseURL is not a valid PostgreSQL connection string")
-	}
+	pcfg := r.dbConfig.Copy()
 	pcfg.MaxConns = 4
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "ferry-relay"
 	retry := backoff.Sequence{Base: reconnectBackoff, Ceiling: r.cfg.ReconnectBackoffMax}
 	for {
 		pool, err := pgxpool.NewWithConfig(ctx, pcfg)

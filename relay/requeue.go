@@ -6,19 +6,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
 
-// Quarantined lists the events in outbox_quarantine, oldest first, at most
-// limit of them.
-func Quarantined(ctx context.Context, db *pgxpool.Pool, limit int) ([]*dbsqlc.OutboxQuarantine, error) {
-	rows, err := dbsqlc.New().OutboxQuarantineList(ctx, db, int32(limit))
-	if err != nil {
-		return nil, fmt.Errorf("list quarantined events: %w", err)
-	}
-	return rows, nil
+// Beginner begins a transaction, as pgx.BeginFunc needs: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx (whose Begin makes a savepoint) all have it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Requeue moves quarantined events back into the outbox, once their cause
@@ -26,7 +21,10 @@ func Quarantined(ctx context.Context, db *pgxpool.Pool, limit int) ([]*dbsqlc.Ou
 // them again with their original ids, so consumers that somehow saw one
 // still apply it once. ids nil requeues every quarantined event. It returns
 // how many moved.
-func Requeue(ctx context.Context, db *pgxpool.Pool, ids []uuid.UUID) (int64, error) {
+//
+// The move is one transaction begun on db: a *pgxpool.Pool or *pgx.Conn
+// begins its own, a pgx.Tx makes it a savepoint of the caller's transaction.
+func Requeue(ctx context.Context, db Beginner, ids []uuid.UUID) (int64, error) {
 	q := dbsqlc.New()
 	var moved int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {

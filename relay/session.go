@@ -58,7 +58,7 @@ type session struct {
 }
 
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log *slog.Logger) error {
-	if err := prepare(ctx, pool, &r.cfg); err != nil {
+	if err := prepare(ctx, pool, r.cfg.Slot, r.cfg.Publication, r.cfg.NoCreate, r.cfg.Logger); err != nil {
 		return err
 	}
 	text, err := confirmedFlush(ctx, pool, r.cfg.Slot)
@@ -137,12 +137,8 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 }
 
 func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
-	cfg, err := pgconn.ParseConfig(r.cfg.DatabaseURL)
-	if err != nil {
-		return nil, errors.New("relay: Config.DatabaseURL is not a valid PostgreSQL connection string")
-	}
+	cfg := r.dbConfig.ConnConfig.Config.Copy()
 	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "ferry-relay"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		if pgerr.ConnectRefused(err) {

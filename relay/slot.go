@@ -1,17 +1,17 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // SlotStatus describes the relay's replication slot, as `relay status` shows.
@@ -33,8 +33,9 @@ type SlotStatus struct {
 }
 
 // Status reads the slot's state and the quarantine count. It needs only an
-// ordinary connection, so it works while a relay streams.
-func Status(ctx context.Context, db *pgxpool.Pool, slot string) (*SlotStatus, error) {
+// ordinary connection (a pool, a connection or a transaction), so it works
+// while a relay streams.
+func Status(ctx context.Context, db outbox.DBTX, slot string) (*SlotStatus, error) {
 	q := dbsqlc.New()
 	st := &SlotStatus{Slot: slot}
 	row, err := q.ReplicationSlotGet(ctx, db, slot)
@@ -63,8 +64,8 @@ func slotLostError(slot string) error {
 }
 
 // prepare checks the server and makes sure the publication and slot exist,
-// creating them unless cfg.NoCreate.
-func prepare(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
+// creating them unless noCreate.
+func prepare(ctx context.Context, db dbsqlc.DBTX, slot, publication string, noCreate bool, log *slog.Logger) error {
 	q := dbsqlc.New()
 	walLevel, err := q.SettingGet(ctx, db, "wal_level")
 	if err != nil {
@@ -80,27 +81,26 @@ func prepare(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
 	if !outboxExists {
 		return fmt.Errorf("%w: run `relay migrate` first", ErrOutboxMissing)
 	}
-	if err := ensurePublication(ctx, db, cfg); err != nil {
+	if err := ensurePublication(ctx, db, publication, noCreate, log); err != nil {
 		return err
 	}
-	return ensureSlot(ctx, db, cfg)
+	return ensureSlot(ctx, db, slot, noCreate, log)
 }
 
-func ensurePublication(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
-	pub := cfg.Publication
+func ensurePublication(ctx context.Context, db dbsqlc.DBTX, pub string, noCreate bool, log *slog.Logger) error {
 	// DDL takes no parameters, so sqlc cannot own this statement: the name
-	// goes in as a quoted identifier (and validate kept it to [a-z0-9_]).
+	// goes in as a quoted identifier (and checkName kept it to [a-z0-9_]).
 	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE outbox WITH (publish = 'insert')`, pgx.Identifier{pub}.Sanitize())
 	p, err := dbsqlc.New().PublicationGet(ctx, db, pub)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		if cfg.NoCreate {
+		if noCreate {
 			return fmt.Errorf("%w: publication %q does not exist and NoCreate is set; an administrator can create it with: %s", ErrPublicationMissing, pub, create)
 		}
 		if _, err := db.Exec(ctx, create); err != nil && !pgerr.DuplicateObject(err) { // another relay won
 			return fmt.Errorf("create publication %q: %w", pub, err)
 		}
-		cfg.Logger.Info("created publication", "publication", pub)
+		log.Info("created publication", slog.String("publication", pub))
 		return nil
 	case err != nil:
 		return fmt.Errorf("read publication %q: %w", pub, err)
@@ -112,26 +112,25 @@ func ensurePublication(ctx context.Context, db *pgxpool.Pool, cfg *Config) error
 	return nil
 }
 
-func ensureSlot(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
-	slot := cfg.Slot
+func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool, log *slog.Logger) error {
 	q := dbsqlc.New()
 	st, err := q.ReplicationSlotGet(ctx, db, slot)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		if cfg.NoCreate {
+		if noCreate {
 			return fmt.Errorf("%w: slot %q does not exist and NoCreate is set; an administrator can create it with: SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrSlotMissing, slot, slot)
 		}
 		if err := q.ReplicationSlotCreate(ctx, db, slot); err != nil && !pgerr.DuplicateObject(err) {
 			return fmt.Errorf("create replication slot %q: %w", slot, err)
 		}
-		cfg.Logger.Info("created replication slot", "slot", slot)
+		log.Info("created replication slot", slog.String("slot", slot))
 		return nil
 	case err != nil:
 		return fmt.Errorf("read replication slot %q: %w", slot, err)
 	case st.Plugin != "pgoutput":
-		return fmt.Errorf("%w: slot %q uses plugin %q, not pgoutput; choose another Config.Slot", ErrFatal, slot, st.Plugin)
+		return fmt.Errorf("%w: slot %q uses plugin %q, not pgoutput; choose another slot name", ErrFatal, slot, st.Plugin)
 	case !st.SameDatabase:
-		return fmt.Errorf("%w: slot %q belongs to another database; choose another Config.Slot", ErrFatal, slot)
+		return fmt.Errorf("%w: slot %q belongs to another database; choose another slot name", ErrFatal, slot)
 	case st.WalStatus == "lost":
 		return slotLostError(slot)
 	}
@@ -139,7 +138,7 @@ func ensureSlot(ctx context.Context, db *pgxpool.Pool, cfg *Config) error {
 }
 
 // confirmedFlush returns where PostgreSQL will resume the slot.
-func confirmedFlush(ctx context.Context, db *pgxpool.Pool, slot string) (string, error) {
+func confirmedFlush(ctx context.Context, db dbsqlc.DBTX, slot string) (string, error) {
 	st, err := dbsqlc.New().ReplicationSlotGet(ctx, db, slot)
 	if err != nil {
 		return "", fmt.Errorf("read confirmed_flush_lsn of slot %q: %w", slot, err)
@@ -154,16 +153,23 @@ func confirmedFlush(ctx context.Context, db *pgxpool.Pool, slot string) (string,
 // slot keeps every transaction that commits after it exists, so creating it
 // before the application writes its first event (as `relay migrate` does)
 // means no event is ever missed, even before the relay first runs.
-func Setup(ctx context.Context, db *pgxpool.Pool, slot, publication string, logger *slog.Logger) error {
-	cfg := Config{Slot: slot, Publication: publication, Logger: logger, DatabaseURL: "postgres://unused", Sink: noSink{}}.WithDefaults()
-	if err := cfg.validate(); err != nil {
+//
+// Setup needs no Kafka settings: only db, on which it checks wal_level and
+// the outbox table and creates what is missing, and the two names. Pass a
+// pool or a connection, not a transaction: PostgreSQL creates no slot in a
+// transaction that has written (the publication). An empty slot or
+// publication means SlotDefault or PublicationDefault; a nil logger
+// discards.
+func Setup(ctx context.Context, db outbox.DBTX, slot, publication string, logger *slog.Logger) error {
+	slot, publication = cmp.Or(slot, SlotDefault), cmp.Or(publication, PublicationDefault)
+	if err := checkName("slot", slot); err != nil {
 		return err
 	}
-	return prepare(ctx, db, &cfg)
+	if err := checkName("publication", publication); err != nil {
+		return err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return prepare(ctx, db, slot, publication, false, logger)
 }
-
-// noSink satisfies validation for Setup, which publishes nothing.
-type noSink struct{}
-
-func (noSink) Produce(context.Context, *kgo.Record, func(*kgo.Record, error)) {}
-func (noSink) AbortBufferedRecords(context.Context) error                     { return nil }

@@ -1,0 +1,68 @@
+package relay_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/relay"
+)
+
+func publicationExists(t *testing.T, db *ferrytest.DB, name string) bool {
+	t.Helper()
+	var exists bool
+	err := db.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, name).Scan(&exists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exists
+}
+
+// Setup needs a database and two names, nothing of Kafka: it creates the
+// publication and a pgoutput slot, and a second call changes nothing.
+func TestSetupNeedsNoKafka(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t) // no brokers, no relay.Config
+	slot := "ferry_" + ferrytest.Suffix()
+	for range 2 {
+		if err := relay.Setup(ctx, db.Pool, slot, "ferry_setup", nil); err != nil {
+			t.Fatalf("Setup: %v", err)
+		}
+	}
+	st, err := relay.Status(ctx, db.Pool, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Exists || st.Plugin != "pgoutput" || st.ConfirmedFlushLSN == "" || st.Quarantined != 0 {
+		t.Fatalf("after Setup, Status = %+v; want a pgoutput slot with a confirmed position", st)
+	}
+	if !publicationExists(t, db, "ferry_setup") {
+		t.Fatal("Setup did not create publication ferry_setup")
+	}
+}
+
+// Setup rejects a name PostgreSQL would refuse (or Ferry could not quote
+// safely) before touching the database, and its error names the argument
+// and the value.
+func TestSetupRejectsBadNames(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	for _, tc := range []struct{ slot, publication, want string }{
+		{"Bad-Slot", "ferry_ok", `slot "Bad-Slot"`},
+		{"ferry_" + ferrytest.Suffix(), "pub; DROP TABLE outbox", `publication "pub; DROP TABLE outbox"`},
+	} {
+		err := relay.Setup(ctx, db.Pool, tc.slot, tc.publication, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("Setup(%q, %q) = %v, want an error naming %s", tc.slot, tc.publication, err, tc.want)
+		}
+		if st, err := relay.Status(ctx, db.Pool, tc.slot); err != nil || st.Exists {
+			t.Fatalf("after a refused Setup, Status = %+v, %v; want no slot", st, err)
+		}
+	}
+	if publicationExists(t, db, "ferry_ok") {
+		t.Fatal("a refused Setup created the publication")
+	}
+}
