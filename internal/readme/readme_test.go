@@ -16,15 +16,17 @@ import (
 // commands are the binaries README shows and the subcommands whose -h lists
 // their flags.
 var commands = map[string][][]string{
-	"relay":   {{"run"}, {"status"}, {"migrate"}, {"quarantine", "list"}, {"quarantine", "requeue"}},
-	"worker":  {{"run"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}, {"scaffold"}},
-	"reserva": {{"demo"}, {"api"}, {"migrate"}},
+	"relay":          {{"run"}, {"status"}, {"prune"}, {"migrate"}, {"quarantine", "list"}, {"quarantine", "requeue"}},
+	"worker":         {{"status"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}, {"scaffold"}},
+	"reserva-worker": {{"run"}, {"status"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}},
+	"reserva":        {{"demo"}, {"api"}, {"migrate"}},
 }
 
 var pkgs = map[string]string{
-	"relay":   "github.com/ferryhq/ferry/cmd/relay",
-	"worker":  "github.com/ferryhq/ferry/cmd/worker",
-	"reserva": "github.com/ferryhq/ferry/examples/reserva/cmd/reserva",
+	"relay":          "github.com/ferryhq/ferry/cmd/relay",
+	"worker":         "github.com/ferryhq/ferry/cmd/worker",
+	"reserva-worker": "github.com/ferryhq/ferry/examples/reserva/cmd/reserva-worker",
+	"reserva":        "github.com/ferryhq/ferry/examples/reserva/cmd/reserva",
 }
 
 type fixture struct {
