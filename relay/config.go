@@ -109,6 +109,11 @@ type Config struct {
 	// are registered.
 	Registerer prometheus.Registerer
 
+	// Prune, when set, makes Run delete outbox rows older than
+	// Prune.Retention that the slot has confirmed, every Prune.Interval.
+	// Defaults to nil: Run does not prune.
+	Prune *PruneConfig
+
 	// unsafeConfirmOnSend breaks "confirm only behind acks"
 	// (lsn_tracker.go) on purpose: it confirms a transaction once its
 	// records are handed to the producer, not when Kafka acknowledged them.
@@ -132,6 +137,10 @@ func (c Config) WithDefaults() Config {
 	c.TopicConfigRefresh = cmp.Or(c.TopicConfigRefresh, TopicConfigRefreshDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Prune != nil {
+		p := c.Prune.WithDefaults()
+		c.Prune = &p
 	}
 	return c
 }
@@ -182,6 +191,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay: Config.TopicConfigRefresh is %s: must be positive", c.TopicConfigRefresh)
 	case c.WALMonitorInterval <= 0:
 		return fmt.Errorf("relay: Config.WALMonitorInterval is %s: must be positive", c.WALMonitorInterval)
+	}
+	if c.Prune != nil {
+		return c.Prune.validate()
 	}
 	return nil
 }

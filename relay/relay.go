@@ -121,6 +121,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	go r.monitorWAL(runCtx, pool, cancelRun, log)
+	if r.cfg.Prune != nil {
+		go r.pruneLoop(runCtx, pool, log)
+	}
 
 	retry := backoff.Sequence{Base: reconnectBackoff, Ceiling: r.cfg.ReconnectBackoffMax}
 	standbyLogged := false
