@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -76,4 +78,29 @@ func RedactURL(s string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()
+}
+
+// Base is what every subcommand that talks to PostgreSQL shares: the
+// --database-url and --log-* settings.
+type Base struct {
+	DB  Database
+	Log Log
+}
+
+// Register binds the settings to f.
+func (b *Base) Register(f *Flags) {
+	b.DB.Register(f)
+	b.Log.Register(f)
+}
+
+// Parse parses args, validates both settings and returns the logger,
+// which writes to stderr.
+func (b *Base) Parse(f *Flags, args []string, stderr io.Writer) (*slog.Logger, error) {
+	if err := f.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := b.DB.Validate(); err != nil {
+		return nil, err
+	}
+	return b.Log.Logger(stderr)
 }

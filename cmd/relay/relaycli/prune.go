@@ -17,17 +17,30 @@ type pruneFlags struct {
 	retention *time.Duration
 	batchSize *int
 	wait      *time.Duration
+	interval  *time.Duration // run only
 }
 
-func (p *pruneFlags) register(f *cli.Flags) {
+// register binds the settings; scheduled adds --prune-interval.
+func (p *pruneFlags) register(f *cli.Flags, scheduled bool) {
 	p.retention = f.Duration("outbox-retention", relay.OutboxRetentionDefault,
 		"outbox rows older than this are deleted once the slot confirmed them")
 	p.batchSize = f.Int("prune-batch-size", relay.PruneBatchSizeDefault, "rows per DELETE statement")
 	p.wait = f.Duration("prune-confirm-wait", relay.ConfirmWaitDefault, "how long to wait for the slot to confirm expired rows before leaving them for the next round")
+	if scheduled {
+		p.interval = f.Duration("prune-interval", relay.PruneIntervalDefault, "how often to delete expired outbox rows the slot has confirmed; 0 disables")
+	}
 }
 
-func (p *pruneFlags) config() relay.PruneConfig {
-	return relay.PruneConfig{Retention: *p.retention, BatchSize: *p.batchSize, ConfirmWait: *p.wait}
+// config is the retention to apply; nil when --prune-interval is 0.
+func (p *pruneFlags) config() *relay.PruneConfig {
+	c := &relay.PruneConfig{Retention: *p.retention, BatchSize: *p.batchSize, ConfirmWait: *p.wait}
+	if p.interval != nil {
+		if *p.interval <= 0 {
+			return nil
+		}
+		c.Interval = *p.interval
+	}
+	return c
 }
 
 func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -35,17 +48,16 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var c common
 	c.register(f)
 	var p pruneFlags
-	p.register(f)
-	if _, err := c.parse(f, args, stderr); err != nil {
+	p.register(f, false)
+	if _, err := c.Parse(f, args, stderr); err != nil {
 		return err
 	}
-	pool, err := c.db.Pool(ctx)
+	pool, err := c.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	cfg := p.config()
-	res, err := relay.Prune(ctx, pool, c.slot, &cfg)
+	res, err := relay.Prune(ctx, pool, c.slot, p.config())
 	if res == nil {
 		return cli.Usage(err) // the settings were refused before anything ran
 	}

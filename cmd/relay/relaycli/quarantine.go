@@ -23,7 +23,7 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 	limit := f.FlagSet.Int("limit", 100, "list at most this many events")
 	ids := f.FlagSet.String("id", "", "requeue these event ids (comma-separated)")
 	all := f.FlagSet.Bool("all", false, "requeue every quarantined event")
-	if _, err := c.parse(f, args[1:], stderr); err != nil {
+	if _, err := c.Parse(f, args[1:], stderr); err != nil {
 		return err
 	}
 	var list []uuid.UUID
@@ -33,7 +33,7 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return err
 		}
 	}
-	pool, err := c.db.Pool(ctx)
+	pool, err := c.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 
 	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/relay"
@@ -45,26 +44,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // common are the settings every relay subcommand shares.
 type common struct {
-	db   cli.Database
-	log  cli.Log
+	cli.Base
 	slot string
 }
 
 func (c *common) register(f *cli.Flags) {
-	c.db.Register(f)
-	c.log.Register(f)
+	c.Base.Register(f)
 	f.StringVar(&c.slot, "slot", relay.SlotDefault, "logical replication slot")
-}
-
-// parse parses args and validates the shared settings.
-func (c *common) parse(f *cli.Flags, args []string, stderr io.Writer) (*slog.Logger, error) {
-	if err := f.Parse(args); err != nil {
-		return nil, err
-	}
-	if err := c.db.Validate(); err != nil {
-		return nil, err
-	}
-	return c.log.Logger(stderr)
 }
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -73,12 +59,12 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	c.register(f)
 	publication := f.String("publication", relay.PublicationDefault, "publication on the outbox table")
 	noSlot := f.FlagSet.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
-	logger, err := c.parse(f, args, stderr)
+	logger, err := c.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
 	action := f.Arg(0)
-	if err := cli.Migrate(ctx, c.db.URL, action, stdout, logger); err != nil {
+	if err := cli.Migrate(ctx, c.DB.URL, action, stdout, logger); err != nil {
 		return err
 	}
 	if *noSlot || (action != "" && action != "up") {
@@ -86,7 +72,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// The slot keeps every transaction that commits after it exists: made
 	// now, before the application's first event, nothing is ever missed.
-	pool, err := c.db.Pool(ctx)
+	pool, err := c.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}

@@ -31,10 +31,9 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	status := f.Duration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
 	shutdown := f.Duration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
 	var p pruneFlags
-	p.register(f)
-	pruneInterval := f.Duration("prune-interval", relay.PruneIntervalDefault, "how often to delete expired outbox rows the slot has confirmed; 0 disables")
+	p.register(f, true)
 	unsafeConfirm := f.FlagSet.Bool("unsafe-confirm-on-send", false, "NEGATIVE CONTROL ONLY: confirm WAL before Kafka acknowledges, which loses events on a crash")
-	logger, err := c.parse(f, args, stderr)
+	logger, err := c.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -44,7 +43,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	reg := cli.NewRegistry()
 	cfg := &relay.Config{
-		DatabaseURL:        c.db.URL,
+		DatabaseURL:        c.DB.URL,
 		Slot:               c.slot,
 		Publication:        *publication,
 		NoCreate:           *noCreate,
@@ -53,13 +52,9 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 		StatusInterval:     *status,
 		ShutdownTimeout:    *shutdown,
 		KafkaOpts:          kopts,
+		Prune:              p.config(),
 		Logger:             logger,
 		Registerer:         reg,
-	}
-	if *pruneInterval > 0 {
-		pc := p.config()
-		pc.Interval = *pruneInterval
-		cfg.Prune = &pc
 	}
 	if *unsafeConfirm {
 		relay.UnsafeConfirmOnSend(cfg)
@@ -76,7 +71,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	defer stopHTTP()
 
 	logger.Info("relay starting",
-		slog.String("database", c.db.Redacted()), slog.String("kafka", kafka.String()),
+		slog.String("database", c.DB.Redacted()), slog.String("kafka", kafka.String()),
 		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate))
 	if err := r.Run(ctx); err != nil {
 		return err
@@ -90,12 +85,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f := cli.NewFlags("relay status", stderr)
 	var c common
 	c.register(f)
-	if _, err := c.parse(f, args, stderr); err != nil {
+	if _, err := c.Parse(f, args, stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	pool, err := c.db.Pool(ctx)
+	pool, err := c.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}

@@ -17,45 +17,52 @@ type pruneFlags struct {
 	inboxRetention    *time.Duration
 	inboxRetentionMin *time.Duration
 	batchSize         *int
+	interval          *time.Duration // run only
 }
 
-func (p *pruneFlags) register(f *cli.Flags) {
+// register binds the settings; scheduled adds --prune-interval.
+func (p *pruneFlags) register(f *cli.Flags, scheduled bool) {
 	p.inboxRetention = f.Duration("inbox-retention", inbox.InboxRetentionDefault,
 		"dedupe window: inbox rows older than this are deleted; must exceed the time any duplicate can arrive")
 	p.inboxRetentionMin = f.Duration("inbox-retention-min", inbox.InboxRetentionMinDefault,
 		"safety minimum: a shorter --inbox-retention is refused")
 	p.batchSize = f.Int("prune-batch-size", inbox.PruneBatchSizeDefault, "rows per DELETE statement")
+	if scheduled {
+		p.interval = f.Duration("prune-interval", inbox.PruneIntervalDefault, "how often to prune expired inbox rows; 0 disables")
+	}
 }
 
-func (p *pruneFlags) config() inbox.PruneConfig {
-	return inbox.PruneConfig{
+// config is the retention to apply; nil when --prune-interval is 0.
+func (p *pruneFlags) config() *inbox.PruneConfig {
+	c := &inbox.PruneConfig{
 		InboxRetention:    *p.inboxRetention,
 		InboxRetentionMin: *p.inboxRetentionMin,
 		BatchSize:         *p.batchSize,
 	}
+	if p.interval != nil {
+		if *p.interval <= 0 {
+			return nil
+		}
+		c.Interval = *p.interval
+	}
+	return c
 }
 
 func runPrune(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	f := cli.NewFlags(name+" prune", stderr)
-	var db cli.Database
-	db.Register(f)
-	var log cli.Log
-	log.Register(f)
+	var base cli.Base
+	base.Register(f)
 	var p pruneFlags
-	p.register(f)
-	if err := f.Parse(args); err != nil {
+	p.register(f, false)
+	if _, err := base.Parse(f, args, stderr); err != nil {
 		return err
 	}
-	if _, err := log.Logger(stderr); err != nil {
-		return err
-	}
-	pool, err := db.Pool(ctx)
+	pool, err := base.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	cfg := p.config()
-	res, err := inbox.Prune(ctx, pool, &cfg)
+	res, err := inbox.Prune(ctx, pool, p.config())
 	if res == nil {
 		return cli.Usage(err) // the settings were refused before anything ran
 	}

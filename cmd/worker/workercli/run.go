@@ -24,10 +24,8 @@ const SessionTimeoutDefault = 45 * time.Second
 
 func runWorker(ctx context.Context, name string, args []string, stderr io.Writer, register Register) error {
 	f := cli.NewFlags(name+" run", stderr)
-	var db cli.Database
-	db.Register(f)
-	var log cli.Log
-	log.Register(f)
+	var base cli.Base
+	base.Register(f)
 	var kafka cli.Kafka
 	kafka.Register(f, "ferry-worker")
 	var http cli.HTTP
@@ -47,17 +45,13 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	hashIDs := f.Bool("id-from-payload-hash", false, "give records without an id header the SHA-256 of key and value as id, instead of dead-lettering them")
 	sessionTimeout := f.Duration("kafka-session-timeout", SessionTimeoutDefault, "how long the group waits for a member that stopped heartbeating (a crashed worker) before giving its partitions to others; the broker allows 6s to 5m by default")
 	var p pruneFlags
-	p.register(f)
-	pruneInterval := f.Duration("prune-interval", inbox.PruneIntervalDefault, "how often to prune expired inbox rows; 0 disables")
+	p.register(f, true)
 	unsafeCommit := f.FlagSet.Bool("unsafe-commit-before-db", false, "NEGATIVE CONTROL ONLY: commit Kafka offsets before the database transaction, which loses effects on a crash")
-	if err := f.Parse(args); err != nil {
-		return err
-	}
-	poolCfg, err := db.PoolConfig()
+	logger, err := base.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
-	logger, err := log.Logger(stderr)
+	poolCfg, err := base.DB.PoolConfig()
 	if err != nil {
 		return err
 	}
@@ -71,7 +65,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	// Heartbeat at least three times per session, as Kafka advises.
 	kopts = append(kopts, kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3)))
 
-	if !strings.Contains(db.URL, "pool_max_conns") {
+	if !strings.Contains(base.DB.URL, "pool_max_conns") {
 		// One connection per transaction in flight, and one for pruning.
 		poolCfg.MaxConns = int32(max(*concurrency, 1) + 2)
 	}
@@ -99,13 +93,9 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		OffsetReset:       inbox.OffsetReset(*offsetReset),
 		DeadLetterTopic:   func(topic string) string { return topic + suffix },
 		IDFromPayloadHash: *hashIDs,
+		Prune:             p.config(),
 		Logger:            logger,
 		Registerer:        reg,
-	}
-	if *pruneInterval > 0 {
-		pc := p.config()
-		pc.Interval = *pruneInterval
-		cfg.Prune = &pc
 	}
 	if *unsafeCommit {
 		inbox.UnsafeCommitOffsetsBeforeDB(cfg)
@@ -129,7 +119,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	defer stopHTTP()
 
 	logger.Info("worker starting",
-		slog.String("database", db.Redacted()), slog.String("kafka", kafka.String()),
+		slog.String("database", base.DB.Redacted()), slog.String("kafka", kafka.String()),
 		slog.Any("consumers", consumersOf(w, cfg.Consumers)))
 	return w.Run(ctx)
 }

@@ -15,21 +15,13 @@ import (
 
 func runStatus(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	f := cli.NewFlags(name+" status", stderr)
-	var db cli.Database
-	db.Register(f)
-	var log cli.Log
-	log.Register(f)
+	var base cli.Base
+	base.Register(f)
 	var kafka cli.Kafka
 	kafka.Register(f, "ferry-worker-status")
 	consumers := f.String("consumers", "", "comma-separated consumers (consumer group names) to describe; required")
 	timeout := f.FlagSet.Duration("timeout", 30*time.Second, "give up after this long")
-	if err := f.Parse(args); err != nil {
-		return err
-	}
-	if err := db.Validate(); err != nil {
-		return err
-	}
-	if _, err := log.Logger(stderr); err != nil {
+	if _, err := base.Parse(f, args, stderr); err != nil {
 		return err
 	}
 	names := splitList(*consumers)
@@ -42,7 +34,7 @@ func runStatus(ctx context.Context, name string, args []string, stdout, stderr i
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	pool, err := db.Pool(ctx)
+	pool, err := base.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}

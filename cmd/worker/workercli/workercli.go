@@ -113,21 +113,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 
 func runMigrate(ctx context.Context, name string, args []string, stdout, stderr io.Writer, own []migrate.Set) error {
 	f := cli.NewFlags(name+" migrate", stderr)
-	var db cli.Database
-	db.Register(f)
-	var log cli.Log
-	log.Register(f)
-	if err := f.Parse(args); err != nil {
-		return err
-	}
-	if err := db.Validate(); err != nil {
-		return err
-	}
-	logger, err := log.Logger(stderr)
+	var base cli.Base
+	base.Register(f)
+	logger, err := base.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
-	return cli.Migrate(ctx, db.URL, f.Arg(0), stdout, logger, own...)
+	return cli.Migrate(ctx, base.DB.URL, f.Arg(0), stdout, logger, own...)
 }
 
 // splitList reads a comma-separated flag, dropping empty items.

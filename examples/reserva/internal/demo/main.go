@@ -79,22 +79,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	f := cli.NewFlags("reserva api", stderr)
-	var db cli.Database
-	db.Register(f)
-	var log cli.Log
-	log.Register(f)
+	var base cli.Base
+	base.Register(f)
 	addr := f.FlagSet.String("addr", ":8080", "listen address")
-	if err := f.Parse(args); err != nil {
-		return err
-	}
-	if err := db.Validate(); err != nil {
-		return err
-	}
-	logger, err := log.Logger(stderr)
+	logger, err := base.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
-	pool, err := db.Pool(ctx)
+	pool, err := base.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}
@@ -106,7 +98,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	logger.Info("order API listening", slog.String("addr", *addr), slog.String("database", db.Redacted()))
+	logger.Info("order API listening", slog.String("addr", *addr), slog.String("database", base.DB.Redacted()))
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
