@@ -358,9 +358,9 @@ func (d *demo) follow(ctx context.Context, placing <-chan error) error {
 		if err != nil {
 			continue // PostgreSQL busy; try again next second
 		}
-		d.say("   %5.1fs placed %d/%d · reserved %d · rejected %d · waiting %d · dead letters %d",
-			time.Since(d.start).Seconds(), placed, d.o.orders, st.reserved, st.rejected, st.waiting, st.deadLetters)
-		if placingDone && st.waiting == 0 && st.deadLetters >= d.o.malformed {
+		d.say("   %5.1fs placed %d/%d · reserved %d · rejected %d · waiting %d · dead-lettered messages %d",
+			time.Since(d.start).Seconds(), placed, d.o.orders, st.reserved, st.rejected, st.waiting, st.deadLettered)
+		if placingDone && st.waiting == 0 && st.deadLettered >= d.o.malformed {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -370,7 +370,7 @@ func (d *demo) follow(ctx context.Context, placing <-chan error) error {
 }
 
 type status struct {
-	reserved, rejected, waiting, deadLetters int
+	reserved, rejected, waiting, deadLettered int
 }
 
 func (d *demo) status(ctx context.Context) (status, error) {
@@ -381,35 +381,21 @@ func (d *demo) status(ctx context.Context) (status, error) {
 		return st, err
 	}
 	dls, err := d.deadLetters(ctx)
-	st.deadLetters = distinctIDs(dls)
+	st.deadLettered = countDeadLetters(dls).messages
 	return st, err
 }
 
 func (d *demo) deadLetters(ctx context.Context) ([]inbox.DeadLetter, error) {
 	var out []inbox.DeadLetter
 	for _, t := range []string{reserva.TopicOrders + ".dlq", reserva.TopicStock + ".dlq"} {
-		dls, err := inbox.ListDeadLetters(ctx, d.kopts, t, nil)
+		// The topics outlive the demo database: count this run's only.
+		dls, err := inbox.ListDeadLetters(ctx, d.kopts, t, &inbox.DeadLetterFilter{Since: d.start})
 		if err != nil {
 			return nil, err
 		}
-		for _, dl := range dls {
-			if !dl.FailedAt.Before(d.start) {
-				out = append(out, dl)
-			}
-		}
+		out = append(out, dls...)
 	}
 	return out, nil
-}
-
-// distinctIDs counts the messages behind dead letters: a worker killed after
-// writing a dead letter and before committing the offset writes it again
-// when the message comes back (redrive of either applies it once).
-func distinctIDs(dls []inbox.DeadLetter) int {
-	ids := map[string]bool{}
-	for _, dl := range dls {
-		ids[dl.ID] = true
-	}
-	return len(ids)
 }
 
 // summary prints the figures of the run and reports whether every order
@@ -462,21 +448,16 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	row("records relayed to Kafka", fmt.Sprintf("%d (%d more than events: republished after the relay was killed)", onKafka, onKafka-int64(outboxRows)))
 	row("effects applied", fmt.Sprintf("%d reservations + %d order status changes", outcomes, decided))
 	row("duplicates blocked by the inbox", fmt.Sprintf("at least %d (ferry_worker_duplicates_skipped_total)", d.dups.total()))
-	row("dead-lettered messages", fmt.Sprintf("%d (%d dead-letter records)", distinctIDs(dls), len(dls)))
-	reasons := map[string]int{}
-	for _, dl := range dls {
-		reasons[dl.Reason]++
+	dl := countDeadLetters(dls)
+	row("dead-lettered messages", strconv.Itoa(dl.messages))
+	for _, r := range dl.reasons() {
+		row("  "+r, fmt.Sprintf("%d, e.g. %q", dl.byReason[r], trim(dl.example[r], 80)))
 	}
-	for _, r := range sortedKeys(reasons) {
-		example := ""
-		for _, dl := range dls {
-			if dl.Reason == r {
-				example = dl.Error
-				break
-			}
-		}
-		row("  "+r, fmt.Sprintf("%d, e.g. %q", reasons[r], trim(example, 80)))
+	records := strconv.Itoa(dl.records)
+	if extra := dl.extra(); extra != "" {
+		records += " (" + extra + ")"
 	}
+	row("dead-letter records", records)
 	row("quarantined events", strconv.Itoa(quarantined))
 	if quarantined > 0 {
 		rows, err := d.pool.Query(ctx, `SELECT reason, count(*) FROM outbox_quarantine GROUP BY reason ORDER BY reason`)
@@ -498,15 +479,6 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	row("metrics", fmt.Sprintf("relay http://%s/metrics · workers http://%s/metrics http://%s/metrics", d.o.relayAddr, d.o.workerAddrs[0], d.o.workerAddrs[1]))
 	row("logs", d.dir)
 	return ok, nil
-}
-
-func sortedKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func trim(s string, n int) string {
