@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -38,13 +39,21 @@ import (
 const demoDatabase = "reserva_demo"
 
 type options struct {
-	adminURL, brokers, binDir  string
-	orders, malformed, clients int
-	once, chaos                bool
-	apiAddr, relayAddr         string
-	workerAddrs                [2]string
-	timeout                    time.Duration
+	adminURL, brokers, binDir        string
+	orders, rate, malformed, clients int
+	once, chaos                      bool
+	apiAddr, relayAddr               string
+	workerAddrs                      [2]string
+	timeout                          time.Duration
 }
+
+// rateDefault is the pace of orders (a second) that a 2-core machine keeps
+// up with while it also runs the relay, two workers, PostgreSQL and Kafka,
+// so that the latency measures Ferry rather than a queue of orders.
+const rateDefault = 100
+
+// rateMax keeps the ticker's interval at a microsecond or more.
+const rateMax = 1_000_000
 
 // skus are the demo's products: plum and fig are scarce, so some orders are
 // rejected for stock.
@@ -62,8 +71,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&o.brokers, "kafka-brokers", cli.Env("FERRY_TEST_KAFKA_BROKERS", cli.Env("FERRY_KAFKA_BROKERS", "")), "Kafka seed brokers (env FERRY_TEST_KAFKA_BROKERS)")
 	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding the relay, worker and reserva binaries; empty builds them")
 	fs.IntVar(&o.orders, "orders", 3000, "orders placed through the HTTP API")
+	fs.IntVar(&o.rate, "rate", rateDefault, "orders placed a second, at a steady pace")
 	fs.IntVar(&o.malformed, "malformed", 5, "malformed OrderPlaced events written straight to the outbox, as a broken producer would")
-	fs.IntVar(&o.clients, "clients", 8, "concurrent HTTP clients placing orders")
+	fs.IntVar(&o.clients, "clients", 8, "most orders in flight at once; when all are waiting for the API the pace falls behind --rate")
 	fs.BoolVar(&o.once, "once", false, "exit when every order is decided, instead of running until Ctrl-C")
 	fs.BoolVar(&o.chaos, "chaos", true, "SIGKILL the relay and a worker mid-run (and restart them) to show that nothing is lost or applied twice")
 	fs.StringVar(&o.apiAddr, "api-addr", "127.0.0.1:8080", "order API address")
@@ -79,8 +89,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errors.New("--admin-url (FERRY_TEST_DATABASE_URL) is required: run it through `make demo`, or after `eval \"$(scripts/stack up)\"`")
 	case o.brokers == "":
 		return errors.New("--kafka-brokers (FERRY_TEST_KAFKA_BROKERS) is required")
-	case o.orders < 1 || o.clients < 1 || o.malformed < 0:
-		return errors.New("--orders and --clients must be positive, --malformed not negative")
+	case o.orders < 1:
+		return fmt.Errorf("--orders must be positive, not %d", o.orders)
+	case o.rate < 1 || o.rate > rateMax:
+		return fmt.Errorf("--rate must be between 1 and %d orders a second, not %d", rateMax, o.rate)
+	case o.clients < 1:
+		return fmt.Errorf("--clients must be positive, not %d", o.clients)
+	case o.malformed < 0:
+		return fmt.Errorf("--malformed must be 0 or more, not %d", o.malformed)
+	case o.timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, not %s", o.timeout)
 	}
 	d := &demo{o: o, out: stdout, start: time.Now()}
 	defer d.stopAll()
@@ -99,8 +117,11 @@ type demo struct {
 	workers [2]*procs.Proc
 	api     *procs.Proc
 	faults  []string
+	// firstFault is when the first fault was injected; zero without --chaos.
+	firstFault time.Time
 
 	placed, failed atomic.Int64
+	pace           pace
 	dups           dupCounter
 	kafkaStart     int64
 }
@@ -119,7 +140,8 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.startProcesses(ctx); err != nil {
 		return err
 	}
-	d.say("== placing %d orders through http://%s/orders (%d clients), plus %d malformed events", d.o.orders, d.o.apiAddr, d.o.clients, d.o.malformed)
+	d.say("== placing %d orders through http://%s/orders at %d a second (at most %d in flight), plus %d malformed events",
+		d.o.orders, d.o.apiAddr, d.o.rate, d.o.clients, d.o.malformed)
 	placing := make(chan error, 1)
 	go func() { placing <- d.placeOrders(ctx) }()
 	if err := d.follow(ctx, placing); err != nil {
@@ -260,43 +282,12 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
 	}
 }
 
-// placeOrders sends the orders over HTTP and writes the malformed events.
+// placeOrders writes the malformed events, then sends the orders over HTTP
+// at --rate a second. One ticker paces them and up to --clients requests
+// are in flight; when every client is still waiting for the API, the next
+// order waits for one and the ticker drops the ticks it misses, so the pace
+// falls behind (d.pace says by how much) instead of catching up in a burst.
 func (d *demo) placeOrders(ctx context.Context) error {
-	names := make([]string, 0, len(skus))
-	for s := range skus {
-		names = append(names, s)
-	}
-	sort.Strings(names)
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	errs := make(chan error, d.o.clients)
-	client := &http.Client{Timeout: 30 * time.Second}
-	for c := range d.o.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c), 42))
-			for next.Add(1) <= int64(d.o.orders) && ctx.Err() == nil {
-				req := reserva.PlaceOrderRequest{Customer: fmt.Sprintf("customer-%d", rng.IntN(500))}
-				for _, j := range rng.Perm(len(names))[:1+rng.IntN(3)] {
-					req.Items = append(req.Items, reserva.Item{SKU: names[j], Qty: 1 + rng.IntN(3)})
-				}
-				body, _ := json.Marshal(req)
-				resp, err := client.Post("http://"+d.o.apiAddr+"/orders", "application/json", bytes.NewReader(body))
-				if err != nil {
-					d.failed.Add(1)
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusCreated {
-					errs <- fmt.Errorf("POST /orders answered %d", resp.StatusCode)
-					return
-				}
-				d.placed.Add(1)
-			}
-		}()
-	}
 	// A broken producer writes OrderPlaced events the workers cannot use.
 	for i := range d.o.malformed {
 		id := uuid.New()
@@ -309,9 +300,63 @@ func (d *demo) placeOrders(ctx context.Context) error {
 			return err
 		}
 	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	orders := make(chan []byte) // unbuffered: an order is handed to an idle client
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 30 * time.Second}
+	for range d.o.clients {
+		wg.Go(func() {
+			for body := range orders {
+				resp, err := client.Post("http://"+d.o.apiAddr+"/orders", "application/json", bytes.NewReader(body))
+				if err != nil {
+					d.failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					cancel(fmt.Errorf("POST /orders answered %d", resp.StatusCode))
+					return
+				}
+				d.placed.Add(1)
+			}
+		})
+	}
+
+	names := make([]string, 0, len(skus))
+	for s := range skus {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	rng := rand.New(rand.NewPCG(1, 42))
+	interval := time.Second / time.Duration(d.o.rate)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	d.pace.begin(time.Now(), interval)
+	for i := range d.o.orders {
+		req := reserva.PlaceOrderRequest{Customer: fmt.Sprintf("customer-%d", rng.IntN(500))}
+		for _, j := range rng.Perm(len(names))[:1+rng.IntN(3)] {
+			req.Items = append(req.Items, reserva.Item{SKU: names[j], Qty: 1 + rng.IntN(3)})
+		}
+		body, _ := json.Marshal(req)
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+		select {
+		case <-ctx.Done():
+		case orders <- body:
+			d.pace.send(i, time.Now())
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(orders)
 	wg.Wait()
-	close(errs)
-	return <-errs
+	return context.Cause(ctx)
 }
 
 // follow prints progress once a second, injects the chaos, and returns once
@@ -339,7 +384,7 @@ func (d *demo) follow(ctx context.Context, placing <-chan error) error {
 		if !relayKilled && placed >= int64(d.o.orders)*4/10 {
 			relayKilled = true
 			d.relay.Kill()
-			d.faults = append(d.faults, fmt.Sprintf("relay SIGKILL after %d orders", placed))
+			d.fault("relay SIGKILL", placed)
 			d.say("   chaos: relay killed with SIGKILL after %d orders; restarting it", placed)
 			if err := d.relay.Restart(); err != nil {
 				return err
@@ -348,7 +393,7 @@ func (d *demo) follow(ctx context.Context, placing <-chan error) error {
 		if !workerKilled && placed >= int64(d.o.orders)*6/10 {
 			workerKilled = true
 			d.workers[1].Kill()
-			d.faults = append(d.faults, fmt.Sprintf("worker-2 SIGKILL after %d orders", placed))
+			d.fault("worker-2 SIGKILL", placed)
 			d.say("   chaos: worker-2 killed with SIGKILL after %d orders; restarting it", placed)
 			if err := d.workers[1].Restart(); err != nil {
 				return err
@@ -358,9 +403,13 @@ func (d *demo) follow(ctx context.Context, placing <-chan error) error {
 		if err != nil {
 			continue // PostgreSQL busy; try again next second
 		}
-		d.say("   %5.1fs placed %d/%d · reserved %d · rejected %d · waiting %d · dead-lettered messages %d",
-			time.Since(d.start).Seconds(), placed, d.o.orders, st.reserved, st.rejected, st.waiting, st.deadLettered)
-		if placingDone && st.waiting == 0 && st.deadLettered >= d.o.malformed {
+		late := ""
+		if behind := d.pace.behind(); !placingDone && behind >= behindShown {
+			late = fmt.Sprintf(" (%.1fs behind --rate: every client is waiting for the API)", behind.Seconds())
+		}
+		d.say("   %5.1fs placed %d/%d%s · backlog %d · reserved %d · rejected %d · dead-lettered messages %d",
+			time.Since(d.start).Seconds(), placed, d.o.orders, late, st.backlog, st.reserved, st.rejected, st.deadLettered)
+		if placingDone && st.backlog == 0 && st.deadLettered >= d.o.malformed {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -369,14 +418,29 @@ func (d *demo) follow(ctx context.Context, placing <-chan error) error {
 	}
 }
 
+// behindShown is how far behind --rate the placing must fall before the
+// progress lines and the summary say so; a few late ticks are noise.
+const behindShown = 500 * time.Millisecond
+
+// fault records a fault injected now, for the summary.
+func (d *demo) fault(what string, placed int64) {
+	now := time.Now()
+	if d.firstFault.IsZero() {
+		d.firstFault = now
+	}
+	d.faults = append(d.faults, fmt.Sprintf("%s at %.1fs after %d orders", what, now.Sub(d.start).Seconds(), placed))
+}
+
+// status is the demo's state at one moment. The backlog is the orders
+// placed but not decided yet.
 type status struct {
-	reserved, rejected, waiting, deadLettered int
+	reserved, rejected, backlog, deadLettered int
 }
 
 func (d *demo) status(ctx context.Context) (status, error) {
 	var st status
 	err := d.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'reserved'), count(*) FILTER (WHERE status = 'rejected'),
-		count(*) FILTER (WHERE status = 'placed') FROM orders`).Scan(&st.reserved, &st.rejected, &st.waiting)
+		count(*) FILTER (WHERE status = 'placed') FROM orders`).Scan(&st.reserved, &st.rejected, &st.backlog)
 	if err != nil {
 		return st, err
 	}
@@ -402,18 +466,36 @@ func (d *demo) deadLetters(ctx context.Context) ([]inbox.DeadLetter, error) {
 // has exactly one reservation outcome.
 func (d *demo) summary(ctx context.Context) (bool, error) {
 	var orders, outcomes, decided, badOutcomes, quarantined, outboxRows int
-	var p50, p99 float64
 	err := d.pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM orders),
 		       (SELECT count(*) FROM reservations r JOIN orders o ON o.id = r.order_id),
 		       (SELECT count(*) FROM orders WHERE status <> 'placed'),
 		       (SELECT count(*) FROM orders o LEFT JOIN reservations r ON r.order_id = o.id WHERE r.outcome IS DISTINCT FROM o.status),
 		       (SELECT count(*) FROM outbox_quarantine),
-		       (SELECT count(*) FROM outbox),
-		       coalesce((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM decided_at - created_at)) FROM orders WHERE decided_at IS NOT NULL), 0),
-		       coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM decided_at - created_at)) FROM orders WHERE decided_at IS NOT NULL), 0)`).
-		Scan(&orders, &outcomes, &decided, &badOutcomes, &quarantined, &outboxRows, &p50, &p99)
+		       (SELECT count(*) FROM outbox)`).
+		Scan(&orders, &outcomes, &decided, &badOutcomes, &quarantined, &outboxRows)
 	if err != nil {
+		return false, err
+	}
+	all, err := d.latency(ctx, time.Time{})
+	if err != nil {
+		return false, err
+	}
+	calm, err := d.latency(ctx, d.firstFault)
+	if err != nil {
+		return false, err
+	}
+	// The backlog at any moment is the orders placed minus those decided by
+	// then: replay both timestamps in order and keep the peak.
+	var peak int
+	var peakAt time.Time
+	err = d.pool.QueryRow(ctx, `
+		SELECT backlog, at FROM (
+			SELECT at, sum(delta) OVER (ORDER BY at, delta ROWS UNBOUNDED PRECEDING) AS backlog
+			FROM (SELECT created_at AS at, 1 AS delta FROM orders
+			      UNION ALL SELECT decided_at, -1 FROM orders WHERE decided_at IS NOT NULL) e) b
+		ORDER BY backlog DESC, at LIMIT 1`).Scan(&peak, &peakAt)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return false, err
 	}
 	st, err := d.status(ctx)
@@ -436,7 +518,11 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	defer w.Flush()
 	row := func(label, value string) { fmt.Fprintf(w, "  %-36s %s\n", label, value) }
 	fmt.Fprintf(w, "\n== reserva demo summary (%s)\n", time.Since(d.start).Round(time.Second))
-	row("orders placed (HTTP 201)", strconv.Itoa(orders))
+	placing := fmt.Sprintf("%d, at %.0f a second (--rate %d)", orders, d.pace.rate(), d.o.rate)
+	if behind := d.pace.behind(); behind >= behindShown {
+		placing += fmt.Sprintf(": %.1fs behind, every client waiting for the API", behind.Seconds())
+	}
+	row("orders placed (HTTP 201)", placing)
 	row("  reserved", strconv.Itoa(st.reserved))
 	row("  rejected (not enough stock)", strconv.Itoa(st.rejected))
 	verdict := "yes"
@@ -472,13 +558,46 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 			rows.Close()
 		}
 	}
-	row("order placed -> decided latency", fmt.Sprintf("p50 %.0f ms · p99 %.0f ms", p50*1000, p99*1000))
+	row("order placed -> decided latency", all.String())
+	if !d.firstFault.IsZero() {
+		row("  decided before the first fault", fmt.Sprintf("%s (%d orders)", calm, calm.orders))
+	}
+	row("backlog (placed, not yet decided)", fmt.Sprintf("max %d orders, at %.1fs; %d at the end", peak, peakAt.Sub(d.start).Seconds(), st.backlog))
 	if len(d.faults) > 0 {
 		row("faults injected", strings.Join(d.faults, "; "))
 	}
 	row("metrics", fmt.Sprintf("relay http://%s/metrics · workers http://%s/metrics http://%s/metrics", d.o.relayAddr, d.o.workerAddrs[0], d.o.workerAddrs[1]))
 	row("logs", d.dir)
 	return ok, nil
+}
+
+// latency is how long orders took from placed to decided, in seconds.
+type latency struct {
+	orders          int
+	p50, p99, worst float64
+}
+
+func (l latency) String() string {
+	return fmt.Sprintf("p50 %.0f ms · p99 %.0f ms · max %.0f ms", l.p50*1000, l.p99*1000, l.worst*1000)
+}
+
+// latency measures the orders decided before the given time, or all of
+// them when it is zero.
+func (d *demo) latency(ctx context.Context, before time.Time) (latency, error) {
+	var until *time.Time
+	if !before.IsZero() {
+		until = &before
+	}
+	var l latency
+	err := d.pool.QueryRow(ctx, `
+		SELECT count(*),
+		       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY s), 0),
+		       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY s), 0),
+		       coalesce(max(s), 0)
+		FROM (SELECT extract(epoch FROM decided_at - created_at)::float8 AS s FROM orders
+		      WHERE decided_at IS NOT NULL AND ($1::timestamptz IS NULL OR decided_at < $1)) o`, until).
+		Scan(&l.orders, &l.p50, &l.p99, &l.worst)
+	return l, err
 }
 
 func trim(s string, n int) string {
