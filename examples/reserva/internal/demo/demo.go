@@ -3,6 +3,7 @@ package demo
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,7 +30,6 @@ import (
 
 	"github.com/ferryhq/ferry/examples/reserva"
 	"github.com/ferryhq/ferry/inbox"
-	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/procs"
 	"github.com/ferryhq/ferry/outbox"
@@ -67,9 +67,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("reserva demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.StringVar(&o.adminURL, "admin-url", cli.Env("FERRY_TEST_DATABASE_URL", cli.Env("FERRY_DATABASE_URL", "")), "PostgreSQL URL of a role that may create the demo's database "+demoDatabase+" (env FERRY_TEST_DATABASE_URL)")
-	fs.StringVar(&o.brokers, "kafka-brokers", cli.Env("FERRY_TEST_KAFKA_BROKERS", cli.Env("FERRY_KAFKA_BROKERS", "")), "Kafka seed brokers (env FERRY_TEST_KAFKA_BROKERS)")
-	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding the relay, worker and reserva binaries; empty builds them")
+	fs.StringVar(&o.adminURL, "admin-url", cmp.Or(os.Getenv("FERRY_TEST_DATABASE_URL"), os.Getenv("FERRY_DATABASE_URL")), "PostgreSQL URL of a role that may create the demo's database "+demoDatabase+" (env FERRY_TEST_DATABASE_URL)")
+	fs.StringVar(&o.brokers, "kafka-brokers", cmp.Or(os.Getenv("FERRY_TEST_KAFKA_BROKERS"), os.Getenv("FERRY_KAFKA_BROKERS")), "Kafka seed brokers (env FERRY_TEST_KAFKA_BROKERS)")
+	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding the relay, reserva-worker and reserva binaries; empty builds them")
 	fs.IntVar(&o.orders, "orders", 3000, "orders placed through the HTTP API")
 	fs.IntVar(&o.rate, "rate", rateDefault, "orders placed a second, at a steady pace")
 	fs.IntVar(&o.malformed, "malformed", 5, "malformed OrderPlaced events written straight to the outbox, as a broken producer would")
@@ -224,14 +224,14 @@ func (d *demo) kafkaRecords(ctx context.Context) (int64, error) {
 func (d *demo) startProcesses(ctx context.Context) error {
 	bins := map[string]string{}
 	if d.o.binDir == "" {
-		d.say("== building relay, worker and reserva")
-		paths, err := procs.Build(ctx, d.dir, "github.com/ferryhq/ferry/cmd/relay", "github.com/ferryhq/ferry/cmd/worker", "github.com/ferryhq/ferry/examples/reserva/cmd/reserva")
+		d.say("== building relay, reserva-worker and reserva")
+		paths, err := procs.Build(ctx, d.dir, "github.com/ferryhq/ferry/cmd/relay", "github.com/ferryhq/ferry/examples/reserva/cmd/reserva-worker", "github.com/ferryhq/ferry/examples/reserva/cmd/reserva")
 		if err != nil {
 			return err
 		}
-		bins["relay"], bins["worker"], bins["reserva"] = paths[0], paths[1], paths[2]
+		bins["relay"], bins["reserva-worker"], bins["reserva"] = paths[0], paths[1], paths[2]
 	} else {
-		for _, b := range []string{"relay", "worker", "reserva"} {
+		for _, b := range []string{"relay", "reserva-worker", "reserva"} {
 			bins[b] = filepath.Join(d.o.binDir, b)
 		}
 	}
@@ -244,7 +244,7 @@ func (d *demo) startProcesses(ctx context.Context) error {
 		return err
 	}
 	for i := range d.workers {
-		if d.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), bins["worker"], "run", "--http-addr", d.o.workerAddrs[i],
+		if d.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), bins["reserva-worker"], "run", "--http-addr", d.o.workerAddrs[i],
 			"--retry-backoff", "50ms", "--max-attempts", "5", "--kafka-session-timeout", "6s"); err != nil {
 			return err
 		}
