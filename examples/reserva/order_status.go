@@ -37,7 +37,12 @@ func UpdateOrderStatus(ctx context.Context, tx pgx.Tx, m *inbox.Message) error {
 			return err
 		}
 		if !exists {
-			return inbox.Permanent(fmt.Errorf("order %s does not exist", d.OrderID))
+			// Not Permanent: the decision can arrive a moment before the
+			// order's transaction is visible here (PostgreSQL decodes a
+			// commit once it is flushed, just before other sessions see
+			// it). Retried, it applies; an order that never appears ends
+			// in the dead-letter topic as retries_exhausted.
+			return fmt.Errorf("order %s does not exist (yet)", d.OrderID)
 		}
 		// Already decided: the stock worker decides once per order.
 	}

@@ -94,7 +94,7 @@ func (b *bundle) runInBackground(t *testing.T, name string, run func(context.Con
 	})
 }
 
-func (b *bundle) startWorker(t *testing.T) {
+func (b *bundle) startWorker(t *testing.T) *inbox.Worker {
 	t.Helper()
 	w, err := inbox.New(&inbox.Config{DB: b.db.Pool, KafkaOpts: b.kopts, RetryBackoff: 50 * time.Millisecond})
 	if err != nil {
@@ -104,6 +104,7 @@ func (b *bundle) startWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.runInBackground(t, "worker", w.Run)
+	return w
 }
 
 func (b *bundle) count(t *testing.T, query string, args ...any) int {
@@ -302,6 +303,43 @@ func TestMalformedOrderIsDeadLettered(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM reservations WHERE order_id = $1`, bad); n != 0 {
 		t.Fatalf("the malformed order has %d reservations", n)
+	}
+}
+
+// A stock decision can reach the order-status worker before the order's
+// transaction is visible to it: PostgreSQL hands a commit to logical
+// decoding once its commit record is flushed, a moment before other
+// sessions see it (seen in make demo under load: "order ... does not
+// exist", dead-lettered, the order never decided). The handler retries
+// instead, and applies the decision once the order is there.
+func TestStockDecisionBeforeItsOrderIsVisible(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.startWorker(t)
+	orderID := uuid.New()
+	payload, err := json.Marshal(reserva.StockDecision{OrderID: orderID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Write(b.ctx, b.db.Pool, outbox.Event{AggregateType: "stock", AggregateID: orderID.String(),
+		EventType: reserva.EventStockReserved, Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the order-status worker to try the decision", func() bool {
+		st := w.Stats()
+		return st.Retries > 0 || st.DeadLettered > 0
+	})
+	if st := w.Stats(); st.DeadLettered > 0 {
+		t.Fatalf("the decision was dead-lettered (%+v): an order not visible yet was taken for one that never exists", st)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO orders (id, customer) VALUES ($1, 'late')`, orderID); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the order to be reserved", func() bool {
+		return b.count(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'reserved'`, orderID) == 1
+	})
+	if st := w.Stats(); st.DeadLettered > 0 {
+		t.Fatalf("dead letters after the order appeared: %+v", st)
 	}
 }
 
