@@ -43,4 +43,3 @@ func TestFlagsReadTheEnvironment(t *testing.T) {
 		t.Errorf("unknown flag: %v, want a usage error", err)
 	}
 }
-
