@@ -68,6 +68,19 @@ func Unreachable(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
+// Transient reports whether the server gave up on the transaction because
+// of the transactions running beside it, not because of what it does: a
+// deadlock (40P01, deadlock_detected) or a serialization failure (40001,
+// serialization_failure). The same work run again, in a new transaction,
+// normally succeeds. The other codes of class 40 are not this.
+func Transient(err error) bool {
+	switch Code(err) {
+	case pgerrcode.DeadlockDetected, pgerrcode.SerializationFailure:
+		return true
+	}
+	return false
+}
+
 // ConnectRefused reports whether the server refused a connection in a way
 // that retrying cannot change: authentication failed (class 28) or the
 // database does not exist (3D000).

@@ -55,7 +55,8 @@ func TestPredicates(t *testing.T) {
 	inUse := predicate{"SlotInUse", pgerr.SlotInUse}
 	invalidated := predicate{"SlotInvalidated", pgerr.SlotInvalidated}
 	noPublication := predicate{"PublicationMissing", pgerr.PublicationMissing}
-	all := []predicate{unreachable, refused, duplicate, undefinedTable, inUse, invalidated, noPublication}
+	transient := predicate{"Transient", pgerr.Transient}
+	all := []predicate{unreachable, refused, duplicate, undefinedTable, inUse, invalidated, noPublication, transient}
 
 	for _, tc := range []struct {
 		name string
@@ -83,6 +84,10 @@ func TestPredicates(t *testing.T) {
 		{"other prerequisite state", pgError(pgerrcode.ObjectNotInPrerequisiteState, `logical decoding requires wal_level >= logical`), nil},
 		{"publication missing", pgError(pgerrcode.UndefinedObject, `publication "ferry" does not exist`), []predicate{noPublication}},
 		{"other undefined object", pgError(pgerrcode.UndefinedObject, `type "nope" does not exist`), nil},
+		{"serialization failure", pgError(pgerrcode.SerializationFailure, "could not serialize access due to concurrent update"), []predicate{transient}},
+		{"deadlock", pgError(pgerrcode.DeadlockDetected, "deadlock detected"), []predicate{transient}},
+		{"transaction integrity constraint violation", pgError(pgerrcode.TransactionIntegrityConstraintViolation, "transaction integrity constraint violation"), nil},
+		{"other transaction rollback", pgError(pgerrcode.TransactionRollback, "transaction rollback"), nil},
 		{"unique violation", pgError(pgerrcode.UniqueViolation, "duplicate key value"), nil},
 		{"syntax error", pgError(pgerrcode.SyntaxError, "syntax error"), nil},
 	} {
