@@ -19,7 +19,7 @@ import (
 type delivery struct {
 	m         *Message
 	rec       *kgo.Record
-	failures  int   // handler failures so far (database failures do not count)
+	failures  int   // handler failures so far (databaseAtFault failures do not count)
 	lastErr   error // the last handler failure
 	permanent error // a Permanent error the handler returned inside a batch
 }
@@ -31,7 +31,7 @@ const (
 	outcomeApplied   outcome = iota // committed with the effect
 	outcomeDuplicate                // the inbox had the message: committed without the handler
 	outcomeFailed                   // the handler (or its commit) failed: counts as an attempt
-	outcomeDatabase                 // the database failed: retried without counting
+	outcomeDatabase                 // the database failed (databaseAtFault): retried without counting
 	outcomeBroken                   // a batch transaction cannot go on: apply one by one
 	outcomeStopped                  // the partition was cancelled
 )
@@ -85,8 +85,9 @@ func (p *partition) applyEach(ds []*delivery) bool {
 }
 
 // settle applies d in its own transaction, retrying handler failures with
-// backoff up to MaxAttempts and database failures without limit, and
-// dead-letters it when it cannot succeed.
+// backoff up to MaxAttempts and database failures (unreachable, deadlock,
+// serialization failure) without limit, and dead-letters it when it cannot
+// succeed.
 func (p *partition) settle(d *delivery) bool {
 	cfg := &p.w.cfg
 	switch {
@@ -138,8 +139,8 @@ func (p *partition) settle(d *delivery) bool {
 			dbFailures++
 			p.metrics.databaseError()
 			wait := backoff.Delay(dbFailures, cfg.RetryBackoff, cfg.RetryBackoffMax)
-			p.log.Warn("database unavailable; retrying", slog.String("id", d.m.ID), slog.Int64("offset", d.rec.Offset),
-				slog.Duration("retry_in", wait), slog.String("error", errorText(err)))
+			p.log.Warn(databaseFailure(err)+"; retrying without counting an attempt", slog.String("id", d.m.ID),
+				slog.Int64("offset", d.rec.Offset), slog.Duration("retry_in", wait), slog.String("error", errorText(err)))
 			if !p.sleep(wait) {
 				return false
 			}
@@ -178,7 +179,7 @@ func (p *partition) applyOne(d *delivery) (outcome, error) {
 		if ctx.Err() != nil {
 			return outcomeStopped, err
 		}
-		if !errors.Is(err, errHandlerTimeout) && databaseUnreachable(tx, err) {
+		if !errors.Is(err, errHandlerTimeout) && databaseAtFault(tx, err) {
 			return outcomeDatabase, err
 		}
 		return outcomeFailed, err
@@ -191,7 +192,8 @@ func (p *partition) applyOne(d *delivery) (outcome, error) {
 		if ctx.Err() != nil {
 			return outcomeStopped, err
 		}
-		if databaseUnreachable(tx, err) {
+		// A serializable transaction may learn of its conflict only here.
+		if databaseAtFault(tx, err) {
 			return outcomeDatabase, err
 		}
 		// A deferred constraint the effect broke fails at commit: the
@@ -238,7 +240,7 @@ func (p *partition) applyBatch(ds []*delivery) bool {
 		return false
 	case outcomeDatabase:
 		p.metrics.databaseError()
-		p.log.Warn("database unavailable during a batch; applying its messages one by one", slog.String("error", errorText(err)))
+		p.log.Warn(databaseFailure(err)+" during a batch; applying its messages one by one", slog.String("error", errorText(err)))
 	default:
 		p.log.Warn("batch transaction failed; applying its messages one by one", slog.String("error", errorText(err)))
 	}
@@ -310,7 +312,12 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 		if ctx.Err() != nil {
 			return res, outcomeStopped, herr
 		}
-		if !errors.Is(herr, errHandlerTimeout) && databaseUnreachable(tx, herr) {
+		// A deadlock or a serialization failure is about the whole
+		// transaction (its snapshot, the locks its earlier messages
+		// hold), not this message's savepoint: the batch rolls back and
+		// its messages are applied one per transaction, none of them
+		// charged an attempt.
+		if !errors.Is(herr, errHandlerTimeout) && databaseAtFault(tx, herr) {
 			return res, outcomeDatabase, herr
 		}
 		if IsPermanent(herr) {
@@ -342,7 +349,7 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 		if ctx.Err() != nil {
 			return res, outcomeStopped, err
 		}
-		if databaseUnreachable(tx, err) {
+		if databaseAtFault(tx, err) {
 			return res, outcomeDatabase, err
 		}
 		return res, outcomeBroken, fmt.Errorf("commit: %w", err)

@@ -97,8 +97,11 @@ type Config struct {
 
 	// MaxAttempts is how many times a handler may fail on a message before
 	// the message is dead-lettered with reason "retries_exhausted". Failures
-	// caused by an unreachable database are retried without limit and do
-	// not count. Defaults to MaxAttemptsDefault (10).
+	// caused by the database are retried without limit and do not count: an
+	// unreachable database, and a transaction the server aborted for a
+	// deadlock (40P01) or a serialization failure (40001), whether the
+	// handler's statement or the commit met it. Defaults to
+	// MaxAttemptsDefault (10).
 	MaxAttempts int
 
 	// RetryBackoff is the wait after the first failure; each further failure

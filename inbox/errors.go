@@ -91,6 +91,24 @@ func databaseUnreachable(tx pgx.Tx, err error) bool {
 	return pgerr.Unreachable(err)
 }
 
+// databaseAtFault reports whether a failed transaction is the database's
+// doing rather than the message's: the database is unreachable, or the
+// server aborted the transaction for a deadlock or a serialization failure
+// (pgerr.Transient), which the same work in a new transaction normally
+// escapes. Such failures are retried with backoff, without limit; they are
+// not attempts and never dead-letter a message.
+func databaseAtFault(tx pgx.Tx, err error) bool {
+	return databaseUnreachable(tx, err) || pgerr.Transient(err)
+}
+
+// databaseFailure names a failure databaseAtFault accepted, for a log line.
+func databaseFailure(err error) string {
+	if pgerr.Transient(err) {
+		return "transaction aborted by a deadlock or a serialization failure"
+	}
+	return "database unavailable"
+}
+
 // errorText shortens an error for a Kafka header and a log line.
 func errorText(err error) string {
 	const limit = 4 << 10

@@ -55,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ferry_worker_dead_letter_errors_total", Help: "Failed attempts to write a dead letter (each is retried; none is dropped).",
 		}, ct),
 		databaseErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ferry_worker_database_errors_total", Help: "Transactions that failed because of the database rather than the handler; retried without limit.",
+			Name: "ferry_worker_database_errors_total", Help: "Transactions that failed because of the database rather than the handler (unreachable, deadlock, serialization failure); retried without limit.",
 		}, ct),
 		commitErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_offset_commit_errors_total", Help: "Kafka offset commits that failed (retried at the next interval).",
@@ -155,7 +155,7 @@ type Stats struct {
 	Retries             int64 // handler failures retried after a backoff
 	DeadLettered        int64 // messages written to a dead-letter topic
 	DeadLetterErrors    int64 // failed dead-letter writes (each retried)
-	DatabaseErrors      int64 // transactions failed by the database, retried without limit
+	DatabaseErrors      int64 // transactions failed by the database (unreachable, deadlock, serialization failure), retried without limit
 	CommitErrors        int64 // failed Kafka offset commits
 	PartitionsRevoked   int64 // partitions given up in a rebalance
 	PartitionsLost      int64 // partitions lost with the group membership
