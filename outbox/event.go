@@ -65,6 +65,7 @@ var (
 	ErrEmptyAggregateID   = errors.New("aggregate id is empty")
 	ErrEmptyEventType     = errors.New("event type is empty")
 	ErrPayloadTooLarge    = errors.New("payload is too large")
+	ErrRecordTooLarge     = errors.New("event is too large for one Kafka record")
 	ErrInvalidHeader      = errors.New("invalid header")
 	ErrInvalidText        = errors.New("text is not valid UTF-8 or contains a NUL byte")
 )
@@ -73,7 +74,7 @@ var (
 // Nothing of that call was written.
 type EventError struct {
 	Index int    // position of the event in the call
-	Field string // "aggregate_type", "aggregate_id", "event_type", "payload" or "headers"
+	Field string // "aggregate_type", "aggregate_id", "event_type", "payload", "headers", or "record" for the event as a whole
 	Err   error  // one of the ErrXxx values, possibly wrapped with detail
 }
 
@@ -115,6 +116,11 @@ func validate(i int, ev *Event, maxPayload int) error {
 		case !validText(v):
 			return fail("headers", fmt.Errorf("%w: value of %q: %w", ErrInvalidHeader, k, ErrInvalidText))
 		}
+	}
+	// Subtracting keeps a limit near math.MaxInt from overflowing.
+	if n := recordBatchBytes(ev); n-RecordReserveBytes > maxPayload {
+		return fail("record", fmt.Errorf("%w: %d bytes with its key and headers, limit %d (the payload limit plus %d)",
+			ErrRecordTooLarge, n, maxPayload+RecordReserveBytes, RecordReserveBytes))
 	}
 	return nil
 }

@@ -18,9 +18,24 @@ import (
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
 
-// MaxPayloadBytesDefault is the default payload limit: 1 MiB, Kafka's default
-// largest record.
-const MaxPayloadBytesDefault = 1 << 20
+// KafkaMaxMessageBytesDefault is Kafka's default max.message.bytes (the
+// broker's message.max.bytes): the largest record batch a topic accepts
+// unless it is configured otherwise, counted as Kafka counts it, 61 bytes of
+// batch header plus the records. The writer's default limit is derived from
+// it, and the relay produces up to it until it has read a topic's own limit.
+const KafkaMaxMessageBytesDefault = 1_048_588
+
+// RecordReserveBytes is the part of a record limit kept for what a Kafka
+// record carries beside its payload: the key (the aggregate id), the headers
+// (Ferry's four and the event's own) and the framing.
+const RecordReserveBytes = 16 << 10
+
+// MaxPayloadBytesDefault is the default payload limit, 1,032,204 bytes:
+// Kafka's default max.message.bytes less RecordReserveBytes, so that the
+// relay publishes every event the default writer accepts to a topic with
+// Kafka's default limit. (1 MiB would not fit: Kafka's default limit leaves
+// a record 1,048,527 bytes, key and headers included.)
+const MaxPayloadBytesDefault = KafkaMaxMessageBytesDefault - RecordReserveBytes
 
 // DBTX runs statements: pgx.Tx, *pgx.Conn, *pgxpool.Pool and *pgxpool.Conn
 // all have it. It is Ferry's one database interface: Write takes it (pass
@@ -42,7 +57,14 @@ type SQLExecer interface {
 // Config tunes a Writer. The zero value is ready to use.
 type Config struct {
 	// MaxPayloadBytes refuses larger payloads before anything is written.
-	// Defaults to MaxPayloadBytesDefault (1 MiB).
+	// It also bounds the whole Kafka record the relay makes of an event
+	// (payload, key, headers and framing, in a batch of its own) to
+	// MaxPayloadBytes + RecordReserveBytes: with the default, exactly Kafka's
+	// default max.message.bytes, so the relay can publish every event the
+	// writer accepts. For topics whose max.message.bytes is raised, set it to
+	// that limit less RecordReserveBytes; for topics with a smaller limit,
+	// lower it likewise, or larger events end in the relay's quarantine.
+	// Defaults to MaxPayloadBytesDefault (1,032,204 bytes).
 	MaxPayloadBytes int
 }
 

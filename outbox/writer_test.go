@@ -279,6 +279,9 @@ func TestInvalidEventWritesNothing(t *testing.T) {
 		{"empty aggregate id", func(e *outbox.Event) { e.AggregateID = "" }, "aggregate_id", outbox.ErrEmptyAggregateID},
 		{"empty event type", func(e *outbox.Event) { e.EventType = "" }, "event_type", outbox.ErrEmptyEventType},
 		{"payload over limit", func(e *outbox.Event) { e.Payload = make([]byte, 11) }, "payload", outbox.ErrPayloadTooLarge},
+		{"record over limit", func(e *outbox.Event) {
+			e.Headers = map[string]string{"big": strings.Repeat("x", outbox.RecordReserveBytes)}
+		}, "record", outbox.ErrRecordTooLarge},
 		{"NUL in aggregate id", func(e *outbox.Event) { e.AggregateID = "a\x00b" }, "aggregate_id", outbox.ErrInvalidText},
 		{"invalid UTF-8 event type", func(e *outbox.Event) { e.EventType = "\xff" }, "event_type", outbox.ErrInvalidText},
 		{"empty header name", func(e *outbox.Event) { e.Headers = map[string]string{"": "v"} }, "headers", outbox.ErrInvalidHeader},
