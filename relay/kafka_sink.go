@@ -17,17 +17,31 @@ import (
 	"github.com/ferryhq/ferry/outbox"
 )
 
-// defaultMaxMessageBytes is franz-go's batch limit, a little under Kafka's
-// default message.max.bytes; it applies until a topic's own limit is known.
-const defaultMaxMessageBytes = 1_000_012
+// defaultMaxMessageBytes is Kafka's default max.message.bytes, the limit the
+// writer's default payload limit is derived from: it applies until a topic's
+// own limit is known, and when it cannot be read. (franz-go's own default,
+// 1,000,012 bytes, would quarantine every event above about 977 KiB.)
+const defaultMaxMessageBytes = outbox.KafkaMaxMessageBytesDefault
+
+// franzBatchPrefix is what franz-go counts in a batch beyond what Kafka
+// checks against max.message.bytes: the 4-byte length of the records in the
+// produce request. The client's batch limit is the topic's limit plus it, so
+// the client refuses exactly the records the broker would.
+const franzBatchPrefix = 4
+
+// franz-go's bounds for a batch limit.
+const (
+	minBatchBytes = 512
+	maxBatchBytes = 1 << 30
+)
 
 // errBatchTooLarge is a transient error: the broker refused a batch as too
 // large and this record, small enough on its own, was in it.
 var errBatchTooLarge = errors.New("the broker refused a batch as too large")
 
 // kafkaSink is the relay's own Sink: a franz-go client that learns each
-// topic's max.message.bytes before producing to it and never builds a batch
-// above it. An oversized record then fails alone, before it is batched with
+// topic's max.message.bytes before producing to it and builds batches up to
+// it, never above. An oversized record then fails alone, before it is batched with
 // others, and only it is quarantined. Should the broker still refuse a batch
 // (the limit changed), the records in it fail with errBatchTooLarge, the
 // session restarts, and the client is rebuilt with fresh limits.
@@ -64,7 +78,13 @@ func (s *kafkaSink) newClient() (*kgo.Client, error) {
 	return kgo.NewClient(append(append([]kgo.Opt{}, s.opts...), kgo.ProducerBatchMaxBytesFn(s.limit))...)
 }
 
+// limit is the client's batch limit for a topic.
 func (s *kafkaSink) limit(topic string) int32 {
+	return s.maxMessageBytes(topic) + franzBatchPrefix
+}
+
+// maxMessageBytes is a topic's max.message.bytes as last learnt.
+func (s *kafkaSink) maxMessageBytes(topic string) int32 {
 	if v, ok := s.limits.Load(topic); ok {
 		return v.(topicLimit).bytes
 	}
@@ -90,7 +110,7 @@ func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) {
 		for _, c := range rcs[0].Configs {
 			if c.Key == "max.message.bytes" && c.Value != nil {
 				if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil {
-					limit = min(int32(n), defaultMaxMessageBytes)
+					limit = int32(min(max(n, minBatchBytes), maxBatchBytes-franzBatchPrefix))
 				}
 			}
 		}
@@ -117,7 +137,7 @@ func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*
 // culprit: its own bytes exceed the topic's limit, or the broker refused it
 // a second time, after a rebuild put it in a batch of its own.
 func (s *kafkaSink) tooLargeAlone(r *kgo.Record) bool {
-	if userSize(r) > int(s.limit(r.Topic)) {
+	if userSize(r) > int(s.maxMessageBytes(r.Topic)) {
 		return true
 	}
 	id := ""
