@@ -180,6 +180,7 @@ type hooks struct {
 	beforeDBCommit func(*Message)
 	afterDBCommit  func(*Message)
 	stopped        func() // partitions being released were told to stop
+	periodicCommit func() // the commit loop's tick, before it commits
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.

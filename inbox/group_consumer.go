@@ -37,11 +37,14 @@ type groupConsumer struct {
 	log      *slog.Logger
 	joined   atomic.Bool
 
-	mu    sync.Mutex // guards parts
-	parts map[topicPartition]*partition
+	mu    sync.Mutex                    // guards parts
+	parts map[topicPartition]*partition // the partitions the member owns
 
 	// commitMu orders every offset commit of this consumer, so that a
-	// periodic commit never lands after the final commit of a revoke.
+	// periodic commit never lands after the final commit of a revoke. It
+	// is taken before mu: a partition leaves parts (take) only under both,
+	// and a periodic commit reads parts and commits under commitMu, so it
+	// never carries a partition the member gave up.
 	commitMu sync.Mutex
 }
 
@@ -189,8 +192,11 @@ func (g *groupConsumer) onLost(_ context.Context, _ *kgo.Client, lost map[string
 }
 
 // take removes partitions from the owned set, so that no later periodic
-// commit includes them.
+// commit includes them. A periodic commit in flight ends first: until take
+// returns, the member still owns them.
 func (g *groupConsumer) take(tps map[string][]int32) []*partition {
+	g.commitMu.Lock()
+	defer g.commitMu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []*partition
@@ -207,6 +213,8 @@ func (g *groupConsumer) take(tps map[string][]int32) []*partition {
 }
 
 func (g *groupConsumer) takeAll() []*partition {
+	g.commitMu.Lock()
+	defer g.commitMu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make([]*partition, 0, len(g.parts))
@@ -274,17 +282,30 @@ func (g *groupConsumer) commitLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		g.mu.Lock()
-		parts := make([]*partition, 0, len(g.parts))
-		for _, p := range g.parts {
-			parts = append(parts, p)
+		if h := g.w.cfg.hooks.periodicCommit; h != nil {
+			h()
 		}
-		g.mu.Unlock()
-		g.commit(ctx, parts)
-		for _, p := range parts {
+		for _, p := range g.commitOwned(ctx) {
 			p.updateLag()
 		}
 	}
+}
+
+// commitOwned commits the finished offsets of the partitions the member
+// owns at this moment, and returns them. It reads the owned set under
+// commitMu, not before: a set read earlier may hold a partition revoked or
+// lost since, whose work another member may own and commit by now.
+func (g *groupConsumer) commitOwned(ctx context.Context) []*partition {
+	g.commitMu.Lock()
+	defer g.commitMu.Unlock()
+	g.mu.Lock()
+	parts := make([]*partition, 0, len(g.parts))
+	for _, p := range g.parts {
+		parts = append(parts, p)
+	}
+	g.mu.Unlock()
+	g.commitLocked(ctx, parts)
+	return parts
 }
 
 // commit commits the finished offsets of parts that moved since their last
