@@ -143,11 +143,11 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 				return 1
 			}
 			out.WriteString("\n" + rep.Markdown())
-			if rep.Lost() > 0 {
-				fmt.Fprintf(&out, "\nThe checker caught the negative control: %d lost effects over %d consumers.\n", rep.Lost(), len(rep.Consumers))
-			} else {
-				fmt.Fprintf(&out, "\n**The checker did not see the negative control's loss: it proves nothing.**\n")
+			if err := rep.ControlCaught(); err != nil {
+				fmt.Fprintf(&out, "\n**The negative control was not caught: %v. It proves nothing.**\n", err)
 				ok = false
+			} else {
+				fmt.Fprintf(&out, "\nThe checker caught the negative control: %d lost effects over %d consumers.\n", rep.Lost(), len(rep.Consumers))
 			}
 		}
 	}

@@ -28,7 +28,8 @@
 // RunControl and RunWorkerControl are the negative controls: a relay
 // started with --unsafe-confirm-on-send killed while the broker is down, and
 // a worker started with --unsafe-commit-before-db killed with batches in
-// flight. The checker must report the loss of each.
+// flight. The checker must report the loss of each, on a run that drained:
+// before that, events on their way look lost (Report.ControlCaught).
 //
 // The command is `go run ./internal/faults/cmd/ferryfaults`; `make test`
 // runs the short suite (TestFaultSuite, build tag faults) and `make soak`

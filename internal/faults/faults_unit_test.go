@@ -77,3 +77,23 @@ func TestACleanReportPassesAndAnUndrainedOneFails(t *testing.T) {
 		t.Fatal("versions that do not add up pass")
 	}
 }
+
+// A negative control is caught only by a run that drained and in which the
+// checker reported the loss: on a run that never finished draining, events
+// still on their way count as lost, and the checker's verdict means nothing.
+func TestAControlIsCaughtOnlyWhenItsRunDrained(t *testing.T) {
+	t.Parallel()
+	r := &Report{Title: "control", Drained: true, Consumers: []ConsumerFigures{{Consumer: "c", Effects: 840, Lost: 160}},
+		Committed: CommittedFigures{Events: 1000}}
+	if err := r.ControlCaught(); err != nil {
+		t.Fatalf("a drained control with 160 lost events is not caught: %v", err)
+	}
+	r.Drained = false
+	if r.ControlCaught() == nil {
+		t.Error("a control whose run did not drain counts as caught")
+	}
+	r.Drained, r.Consumers = true, []ConsumerFigures{{Consumer: "c", Effects: 1000}}
+	if r.ControlCaught() == nil {
+		t.Error("a control in which the checker reported nothing lost counts as caught")
+	}
+}

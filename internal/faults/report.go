@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -97,6 +98,21 @@ func (r *Report) Violations() []string {
 
 // OK reports whether every invariant held.
 func (r *Report) OK() bool { return len(r.Violations()) == 0 }
+
+// ControlCaught says whether a negative control's run shows the checker
+// catching the loss the control causes: nil when the run drained and the
+// checker reported lost events, otherwise why not. On a run that never
+// finished draining, events still on their way count as lost: its verdict
+// says nothing about the checker.
+func (r *Report) ControlCaught() error {
+	switch {
+	case !r.Drained:
+		return errors.New("the run did not drain, so its lost events may only be late: the checker's verdict means nothing")
+	case r.Lost() == 0:
+		return errors.New("the checker reported no lost event: it did not see the control's loss")
+	}
+	return nil
+}
 
 // Markdown renders the report.
 func (r *Report) Markdown() string {

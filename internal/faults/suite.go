@@ -94,7 +94,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // --unsafe-confirm-on-send, which confirms WAL positions before Kafka
 // acknowledged them, and is killed while the broker is down. The records it
 // had confirmed but not delivered are gone; a checker that does not report
-// them lost proves nothing. The report is expected to fail (Report.Lost > 0).
+// them lost proves nothing. The report is expected to drain and fail with
+// lost events (Report.ControlCaught).
 func RunControl(ctx context.Context, o Options) (*Report, error) {
 	p, stack, err := open(ctx, &o, "control")
 	if p != nil {
@@ -161,7 +162,7 @@ func RunControl(ctx context.Context, o Options) (*Report, error) {
 // database transaction, and is killed while batches are in flight (a delay
 // in the effect keeps them in flight). The restarted worker, a safe one,
 // resumes after offsets whose effects never committed. The report is
-// expected to fail (Report.Lost > 0).
+// expected to drain and fail with lost events (Report.ControlCaught).
 func RunWorkerControl(ctx context.Context, o Options) (*Report, error) {
 	p, stack, err := open(ctx, &o, "wcontrol")
 	if p != nil {
