@@ -2,6 +2,7 @@ package relay
 
 import (
 	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -9,6 +10,7 @@ import (
 // txn is one decoded transaction whose records are in flight.
 type txn struct {
 	end       pglogrepl.LSN // end of the commit record; set when Commit arrives
+	at        time.Time     // commit time; set when Commit arrives
 	committed bool          // Commit has been decoded
 	pending   int           // records produced and not yet acknowledged
 }
@@ -25,6 +27,9 @@ type lsnTracker struct {
 	mu        sync.Mutex
 	queue     []*txn // oldest first; queue[0] is the oldest unconfirmed
 	confirmed pglogrepl.LSN
+	// confirmedAt is the commit time of the newest confirmed transaction
+	// (zero before the first): how far back a recovery must republish.
+	confirmedAt time.Time
 	inFlight  int   // records produced, not yet acknowledged
 	bytes     int64 // their size
 	space     chan struct{}
@@ -52,10 +57,10 @@ func (t *lsnTracker) produce(x *txn, size int) {
 	t.mu.Unlock()
 }
 
-// commit marks x fully decoded, ending at end.
-func (t *lsnTracker) commit(x *txn, end pglogrepl.LSN) {
+// commit marks x fully decoded, ending at end, committed at at.
+func (t *lsnTracker) commit(x *txn, end pglogrepl.LSN, at time.Time) {
 	t.mu.Lock()
-	x.end = end
+	x.end, x.at = end, at
 	x.committed = true
 	t.advanceLocked()
 	t.mu.Unlock()
@@ -81,6 +86,9 @@ func (t *lsnTracker) advanceLocked() {
 		if t.queue[n].end > t.confirmed {
 			t.confirmed = t.queue[n].end
 		}
+		if t.queue[n].at.After(t.confirmedAt) {
+			t.confirmedAt = t.queue[n].at
+		}
 		t.queue[n] = nil
 		n++
 	}
@@ -99,6 +107,14 @@ func (t *lsnTracker) idle(walEnd pglogrepl.LSN) {
 		t.confirmed = walEnd
 	}
 	t.mu.Unlock()
+}
+
+// confirmedCommit returns the confirmable LSN and the commit time of the
+// newest confirmed transaction.
+func (t *lsnTracker) confirmedCommit() (pglogrepl.LSN, time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.confirmed, t.confirmedAt
 }
 
 // position returns the confirmable LSN, records and bytes in flight, and

@@ -2,9 +2,13 @@ package relay
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
+
+// at is a commit time that grows with the commit's LSN.
+func at(lsn int) time.Time { return time.Unix(int64(lsn), 0) }
 
 func confirmed(t *lsnTracker) pglogrepl.LSN {
 	c, _, _, _ := t.position()
@@ -17,9 +21,9 @@ func TestTrackerConfirmsOnlyFullyAckedPrefix(t *testing.T) {
 	a, b := tr.begin(), tr.begin()
 	tr.produce(a, 10)
 	tr.produce(a, 10)
-	tr.commit(a, 200)
+	tr.commit(a, 200, at(200))
 	tr.produce(b, 10)
-	tr.commit(b, 300)
+	tr.commit(b, 300, at(300))
 
 	// b's only record is acked first (another partition answered sooner).
 	tr.ack(b, 10)
@@ -30,9 +34,16 @@ func TestTrackerConfirmsOnlyFullyAckedPrefix(t *testing.T) {
 	if got := confirmed(tr); got != 100 {
 		t.Fatalf("with one record of the older transaction unacked: confirmed %d, want 100", got)
 	}
+	if _, when := tr.confirmedCommit(); !when.IsZero() {
+		t.Fatalf("commit time %s confirmed before any transaction was", when)
+	}
 	tr.ack(a, 10)
 	if got := confirmed(tr); got != 300 {
 		t.Fatalf("after every record acked: confirmed %d, want 300", got)
+	}
+	// The commit time recovery starts from is the newest confirmed one.
+	if _, when := tr.confirmedCommit(); !when.Equal(at(300)) {
+		t.Fatalf("confirmed commit time %s, want %s", when, at(300))
 	}
 	_, inFlight, bytes, busy := tr.position()
 	if inFlight != 0 || bytes != 0 || busy {
@@ -53,7 +64,7 @@ func TestTrackerWaitsForCommitOfAckedTransaction(t *testing.T) {
 	if got := confirmed(tr); got != 100 {
 		t.Fatalf("keepalive during an open transaction moved confirmed to %d, want 100", got)
 	}
-	tr.commit(a, 150)
+	tr.commit(a, 150, at(150))
 	if got := confirmed(tr); got != 150 {
 		t.Fatalf("confirmed %d, want 150", got)
 	}
@@ -72,7 +83,7 @@ func TestTrackerIdleAdvancesOnlyWhenNothingPending(t *testing.T) {
 	}
 	a := tr.begin()
 	tr.produce(a, 1)
-	tr.commit(a, 450)
+	tr.commit(a, 450, at(450))
 	tr.idle(900)
 	if got := confirmed(tr); got != 400 {
 		t.Fatalf("keepalive with a record in flight: confirmed %d, want 400", got)
@@ -83,7 +94,7 @@ func TestTrackerEmptyTransactionConfirmsAtCommit(t *testing.T) {
 	t.Parallel()
 	tr := newLSNTracker(10)
 	a := tr.begin()
-	tr.commit(a, 20)
+	tr.commit(a, 20, at(20))
 	if got := confirmed(tr); got != 20 {
 		t.Fatalf("confirmed %d, want 20", got)
 	}

@@ -72,20 +72,7 @@ func (q *quarantiner) run(ctx context.Context) {
 
 func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 	r := &item.p.row
-	lsn := item.p.lsn.String()
-	params := dbsqlc.OutboxQuarantineInsertParams{
-		ID:            r.ID,
-		AggregateType: string(r.AggregateType),
-		AggregateID:   string(r.AggregateID),
-		EventType:     string(r.EventType),
-		Payload:       r.Payload,
-		Headers:       headersJSON(r.Headers),
-		CreatedAt:     r.CreatedAt,
-		Topic:         item.p.rec.Topic,
-		Reason:        item.reason,
-		Error:         item.err.Error(),
-		CommitLsn:     &lsn,
-	}
+	params := quarantineParams(item.p, item.reason, item.err)
 	retry := backoff.Sequence{Base: 100 * time.Millisecond, Ceiling: 5 * time.Second}
 	for {
 		_, err := q.queries.OutboxQuarantineInsert(ctx, q.db, params)
@@ -105,4 +92,27 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 		slog.String("id", r.ID.String()), slog.String("topic", item.p.rec.Topic),
 		slog.String("reason", item.reason), slog.String("error", item.err.Error()))
 	return true
+}
+
+// quarantineParams is the outbox_quarantine row of a refused record. The
+// commit LSN is unknown (nil) for a record a recovery republished.
+func quarantineParams(p *inflight, reason string, err error) dbsqlc.OutboxQuarantineInsertParams {
+	r := &p.row
+	params := dbsqlc.OutboxQuarantineInsertParams{
+		ID:            r.ID,
+		AggregateType: string(r.AggregateType),
+		AggregateID:   string(r.AggregateID),
+		EventType:     string(r.EventType),
+		Payload:       r.Payload,
+		Headers:       headersJSON(r.Headers),
+		CreatedAt:     r.CreatedAt,
+		Topic:         p.rec.Topic,
+		Reason:        reason,
+		Error:         err.Error(),
+	}
+	if p.lsn != 0 {
+		lsn := p.lsn.String()
+		params.CommitLsn = &lsn
+	}
+	return params
 }

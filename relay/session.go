@@ -39,6 +39,7 @@ type session struct {
 	sink    Sink
 	tracker *lsnTracker
 	quar    *quarantiner
+	record  *slotRecorder
 	rels    *relations
 	// sctx is the context of produced records. It outlives a shutdown
 	// request so that in-flight records can still be acknowledged.
@@ -118,6 +119,11 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	quarDone := make(chan struct{})
 	go func() { defer close(quarDone); s.quar.run(sctx) }()
 	defer func() { cancel(); <-quarDone }()
+	s.record = &slotRecorder{db: pool, slot: r.cfg.Slot, log: log}
+	recCtx, recCancel := context.WithCancel(context.Background())
+	recDone := make(chan struct{})
+	go func() { defer close(recDone); s.record.run(recCtx) }()
+	defer func() { recCancel(); <-recDone }()
 
 	r.metrics.sessions.Inc()
 	r.metrics.nSessions.Add(1)
@@ -313,7 +319,7 @@ func (s *session) handleWAL(data []byte) error {
 		if s.open == nil {
 			return errors.New("commit without begin")
 		}
-		s.tracker.commit(s.open, m.TransactionEndLSN)
+		s.tracker.commit(s.open, m.TransactionEndLSN, m.CommitTime)
 		s.open = nil
 	}
 	return nil
@@ -383,6 +389,10 @@ func (s *session) report() error {
 	s.lastReport = time.Now()
 	if confirmed != s.lastReported {
 		s.lastReported = confirmed
+		if s.record != nil {
+			_, at := s.tracker.confirmedCommit()
+			s.record.note(confirmed, at)
+		}
 		s.r.metrics.confirmedLSN.Set(float64(confirmed))
 		s.r.metrics.lastConfirmed.Store(uint64(confirmed))
 		s.log.Debug("confirmed", slog.String("lsn", confirmed.String()), slog.Int("in_flight", n))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -59,13 +60,24 @@ func Status(ctx context.Context, db outbox.DBTX, slot string) (*SlotStatus, erro
 func slotLostError(slot string) error {
 	return fmt.Errorf("%w: slot %q has wal_status = lost: PostgreSQL removed WAL the relay had not confirmed, "+
 		"so outbox events written meanwhile may be missing from Kafka. Ferry does not recreate the slot by itself. "+
-		"Raise max_slot_wal_keep_size, then drop the slot (SELECT pg_drop_replication_slot('%s')), start the relay "+
-		"to create a new one, and republish outbox rows created since the relay last ran", ErrSlotLost, slot, slot)
+		"Raise max_slot_wal_keep_size, then run `relay recover`: it replaces the slot and republishes the outbox rows "+
+		"committed since the relay last confirmed", ErrSlotLost, slot)
 }
 
 // prepare checks the server and makes sure the publication and slot exist,
 // creating them unless noCreate.
 func prepare(ctx context.Context, db dbsqlc.DBTX, slot, publication string, noCreate bool, log *slog.Logger) error {
+	if err := checkServer(ctx, db); err != nil {
+		return err
+	}
+	if err := ensurePublication(ctx, db, publication, noCreate, log); err != nil {
+		return err
+	}
+	return ensureSlot(ctx, db, slot, noCreate, log)
+}
+
+// checkServer checks wal_level and the outbox table.
+func checkServer(ctx context.Context, db dbsqlc.DBTX) error {
 	q := dbsqlc.New()
 	walLevel, err := q.SettingGet(ctx, db, "wal_level")
 	if err != nil {
@@ -81,10 +93,7 @@ func prepare(ctx context.Context, db dbsqlc.DBTX, slot, publication string, noCr
 	if !outboxExists {
 		return fmt.Errorf("%w: run `relay migrate` first", ErrOutboxMissing)
 	}
-	if err := ensurePublication(ctx, db, publication, noCreate, log); err != nil {
-		return err
-	}
-	return ensureSlot(ctx, db, slot, noCreate, log)
+	return nil
 }
 
 func ensurePublication(ctx context.Context, db dbsqlc.DBTX, pub string, noCreate bool, log *slog.Logger) error {
@@ -112,19 +121,38 @@ func ensurePublication(ctx context.Context, db dbsqlc.DBTX, pub string, noCreate
 	return nil
 }
 
+// ensureSlot makes sure the slot exists, creating it unless noCreate. A slot
+// Ferry published from (recorded in ferry_relay_slot) that is gone, lost or
+// on another server is never created again: that would skip what happened
+// in between (ErrSlotGone, ErrSlotLost).
 func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool, log *slog.Logger) error {
 	q := dbsqlc.New()
+	rec, err := readSlotRecord(ctx, db, slot)
+	if err != nil {
+		return err
+	}
+	sysid, err := q.SystemIdentifier(ctx, db)
+	if err != nil {
+		return fmt.Errorf("read the server's system identifier: %w", err)
+	}
 	st, err := q.ReplicationSlotGet(ctx, db, slot)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		if rec != nil {
+			return slotGoneError(slot, rec, sysid, false)
+		}
 		if noCreate {
 			return fmt.Errorf("%w: slot %q does not exist and NoCreate is set; an administrator can create it with: SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrSlotMissing, slot, slot)
 		}
-		if err := q.ReplicationSlotCreate(ctx, db, slot); err != nil && !pgerr.DuplicateObject(err) {
+		lsn, err := q.ReplicationSlotCreate(ctx, db, slot)
+		if pgerr.DuplicateObject(err) {
+			return nil // another relay created it, and records it
+		}
+		if err != nil {
 			return fmt.Errorf("create replication slot %q: %w", slot, err)
 		}
-		log.Info("created replication slot", slog.String("slot", slot))
-		return nil
+		log.Info("created replication slot", slog.String("slot", slot), slog.String("lsn", lsn))
+		return recordSlot(ctx, db, slot, lsn)
 	case err != nil:
 		return fmt.Errorf("read replication slot %q: %w", slot, err)
 	case st.Plugin != "pgoutput":
@@ -133,6 +161,16 @@ func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool,
 		return fmt.Errorf("%w: slot %q belongs to another database; choose another slot name", ErrFatal, slot)
 	case st.WalStatus == "lost":
 		return slotLostError(slot)
+	case rec != nil && rec.RecoveringSince != nil:
+		return fmt.Errorf("%w: a recovery of slot %q (republishing the outbox since %s) did not finish: run `relay recover` again",
+			ErrSlotGone, slot, rec.RecoveringSince.UTC().Format(time.RFC3339Nano))
+	case rec != nil && rec.SystemIdentifier != sysid:
+		return slotGoneError(slot, rec, sysid, true)
+	case rec == nil:
+		// Created by an administrator (or by a relay that stopped before
+		// recording it): Ferry knows it from now on.
+		log.Info("recording replication slot", slog.String("slot", slot), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLsn))
+		return recordSlot(ctx, db, slot, st.ConfirmedFlushLsn)
 	}
 	return nil
 }

@@ -181,8 +181,9 @@ func TestNoCreateReportsMissingPublication(t *testing.T) {
 }
 
 // The least-privilege role the README documents is enough: REPLICATION,
-// SELECT on outbox, SELECT and INSERT on outbox_quarantine, with the slot
-// and publication made beforehand by relay.Setup.
+// SELECT on outbox, SELECT and INSERT on outbox_quarantine, SELECT, INSERT
+// and UPDATE on ferry_relay_slot, with the slot and publication made
+// beforehand by relay.Setup.
 func TestLeastPrivilegeRoleRelays(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -192,6 +193,7 @@ func TestLeastPrivilegeRoleRelays(t *testing.T) {
 		`CREATE ROLE ` + role + ` LOGIN REPLICATION`,
 		`GRANT SELECT ON outbox TO ` + role,
 		`GRANT SELECT, INSERT ON outbox_quarantine TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON ferry_relay_slot TO ` + role,
 	} {
 		if _, err := b.db.Pool.Exec(b.ctx, stmt); err != nil {
 			t.Fatal(err)

@@ -31,3 +31,18 @@ SELECT
 -- name: OutboxDeleteByIDs :execrows
 -- Deletes are not published (the publication carries inserts only).
 DELETE FROM outbox WHERE id = ANY(@ids::uuid[]);
+
+-- name: OutboxCreatedBefore :one
+-- Whether any row older than the cutoff is left: if none is, retention may
+-- have deleted rows from a window that must be republished.
+SELECT EXISTS (SELECT 1 FROM outbox WHERE created_at < @before::timestamptz) AS found;
+
+-- name: OutboxPage :many
+-- One page of rows created at or after the start, in (created_at, id)
+-- order, after the last row of the previous page.
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+FROM outbox
+WHERE created_at >= @since::timestamptz
+  AND (created_at, id) > (@after_created_at::timestamptz, @after_id::uuid)
+ORDER BY created_at, id
+LIMIT @max_rows::int;

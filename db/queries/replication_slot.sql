@@ -16,9 +16,10 @@ SELECT
 FROM pg_catalog.pg_replication_slots
 WHERE slot_name = @slot_name::text;
 
--- name: ReplicationSlotCreate :exec
--- Fails with duplicate_object when another process created the slot first.
-SELECT pg_create_logical_replication_slot(@slot_name::text, 'pgoutput');
+-- name: ReplicationSlotCreate :one
+-- Returns the position the slot starts at. Fails with duplicate_object when
+-- another process created the slot first.
+SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot(@slot_name::text, 'pgoutput');
 
 -- name: ReplicationSlotConfirmed :one
 -- Whether the slot confirmed the position, that is the relay published
@@ -26,3 +27,7 @@ SELECT pg_create_logical_replication_slot(@slot_name::text, 'pgoutput');
 SELECT coalesce(confirmed_flush_lsn >= pg_lsn(@lsn::text), false)::bool AS confirmed
 FROM pg_catalog.pg_replication_slots
 WHERE slot_name = @slot_name::text;
+
+-- name: ReplicationSlotDrop :exec
+-- Fails when a process streams from the slot.
+SELECT pg_drop_replication_slot(@slot_name::text);

@@ -11,6 +11,17 @@ import (
 	"github.com/google/uuid"
 )
 
+type FerryRelaySlot struct {
+	SlotName          string
+	SystemIdentifier  string
+	CreatedLsn        interface{}
+	CreatedAt         time.Time
+	ConfirmedLsn      interface{}
+	ConfirmedCommitAt *time.Time
+	RecoveringSince   *time.Time
+	UpdatedAt         time.Time
+}
+
 type Inbox struct {
 	Consumer    string
 	MessageID   string

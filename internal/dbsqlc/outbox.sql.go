@@ -13,6 +13,19 @@ import (
 	"github.com/google/uuid"
 )
 
+const outboxCreatedBefore = `-- name: OutboxCreatedBefore :one
+SELECT EXISTS (SELECT 1 FROM outbox WHERE created_at < $1::timestamptz) AS found
+`
+
+// Whether any row older than the cutoff is left: if none is, retention may
+// have deleted rows from a window that must be republished.
+func (q *Queries) OutboxCreatedBefore(ctx context.Context, db DBTX, before time.Time) (bool, error) {
+	row := db.QueryRow(ctx, outboxCreatedBefore, before)
+	var found bool
+	err := row.Scan(&found)
+	return found, err
+}
+
 const outboxDeleteByIDs = `-- name: OutboxDeleteByIDs :execrows
 DELETE FROM outbox WHERE id = ANY($1::uuid[])
 `
@@ -69,6 +82,57 @@ func (q *Queries) OutboxInsertMany(ctx context.Context, db DBTX, arg OutboxInser
 		arg.Headers,
 	)
 	return err
+}
+
+const outboxPage = `-- name: OutboxPage :many
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+FROM outbox
+WHERE created_at >= $1::timestamptz
+  AND (created_at, id) > ($2::timestamptz, $3::uuid)
+ORDER BY created_at, id
+LIMIT $4::int
+`
+
+type OutboxPageParams struct {
+	Since          time.Time
+	AfterCreatedAt time.Time
+	AfterID        uuid.UUID
+	MaxRows        int32
+}
+
+// One page of rows created at or after the start, in (created_at, id)
+// order, after the last row of the previous page.
+func (q *Queries) OutboxPage(ctx context.Context, db DBTX, arg OutboxPageParams) ([]*Outbox, error) {
+	rows, err := db.Query(ctx, outboxPage,
+		arg.Since,
+		arg.AfterCreatedAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*Outbox
+	for rows.Next() {
+		var i Outbox
+		if err := rows.Scan(
+			&i.ID,
+			&i.AggregateType,
+			&i.AggregateID,
+			&i.EventType,
+			&i.Payload,
+			&i.Headers,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxPruneCandidates = `-- name: OutboxPruneCandidates :one

@@ -29,13 +29,26 @@ func (q *Queries) ReplicationSlotConfirmed(ctx context.Context, db DBTX, arg Rep
 	return confirmed, err
 }
 
-const replicationSlotCreate = `-- name: ReplicationSlotCreate :exec
-SELECT pg_create_logical_replication_slot($1::text, 'pgoutput')
+const replicationSlotCreate = `-- name: ReplicationSlotCreate :one
+SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1::text, 'pgoutput')
 `
 
-// Fails with duplicate_object when another process created the slot first.
-func (q *Queries) ReplicationSlotCreate(ctx context.Context, db DBTX, slotName string) error {
-	_, err := db.Exec(ctx, replicationSlotCreate, slotName)
+// Returns the position the slot starts at. Fails with duplicate_object when
+// another process created the slot first.
+func (q *Queries) ReplicationSlotCreate(ctx context.Context, db DBTX, slotName string) (string, error) {
+	row := db.QueryRow(ctx, replicationSlotCreate, slotName)
+	var lsn string
+	err := row.Scan(&lsn)
+	return lsn, err
+}
+
+const replicationSlotDrop = `-- name: ReplicationSlotDrop :exec
+SELECT pg_drop_replication_slot($1::text)
+`
+
+// Fails when a process streams from the slot.
+func (q *Queries) ReplicationSlotDrop(ctx context.Context, db DBTX, slotName string) error {
+	_, err := db.Exec(ctx, replicationSlotDrop, slotName)
 	return err
 }
 

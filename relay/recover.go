@@ -1,0 +1,306 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+)
+
+// RecoverMarginDefault is how long before the last confirmed commit time a
+// recovery starts republishing: a transaction that began before it and
+// committed after the last confirmed one is still republished.
+const RecoverMarginDefault = time.Hour
+
+// Recovery refusals. Match them with errors.Is.
+var (
+	// ErrNothingToRecover means the slot exists, is healthy and is the one
+	// Ferry published from: `relay run` streams from it.
+	ErrNothingToRecover = errors.New("relay: nothing to recover")
+	// ErrGapNotRetained means the outbox holds no row older than the start
+	// of the window to republish, so retention (or someone) may have
+	// deleted rows from it; RecoverOpts.Force republishes what is left.
+	ErrGapNotRetained = errors.New("relay: the outbox may no longer hold every event of the gap")
+)
+
+// RecoverOpts tunes Recover. nil means the defaults.
+type RecoverOpts struct {
+	// Margin is how long before the last confirmed commit time to start
+	// republishing. Defaults to RecoverMarginDefault (1h).
+	Margin time.Duration
+	// Since, when set, is where to start republishing (outbox rows created
+	// at or after it), instead of the record's commit time less Margin. It
+	// is required when Ferry has no record of the slot.
+	Since time.Time
+	// Force republishes even when the outbox holds no row older than the
+	// start, that is when part of the window may have been deleted.
+	Force bool
+}
+
+// RecoverResult says what Recover did.
+type RecoverResult struct {
+	Since       time.Time // outbox rows created at or after it were republished
+	Republished int       // records Kafka acknowledged
+	Quarantined int       // rows Kafka refused for good, now in outbox_quarantine
+	SlotLSN     string    // where the new slot starts streaming
+	Replaced    string    // what happened to the old slot: "missing", "dropped (lost)", ...
+}
+
+// Recover replaces a slot that is gone, lost or on another server
+// (ErrSlotGone, ErrSlotLost) without losing an event:
+//
+//  1. it marks the recovery in ferry_relay_slot, so no relay streams from
+//     the new slot before the gap is republished, even if Recover dies;
+//  2. it creates the new slot first, with the snapshot of its starting
+//     point;
+//  3. in that snapshot (exactly the transactions the new slot will not
+//     send) it republishes every outbox row created since the last
+//     confirmed commit time less the margin, in (created_at, id) order, so
+//     each aggregate's events go out in order and before anything the new
+//     slot streams; Kafka's refusals go to quarantine as usual;
+//  4. once Kafka acknowledged all of them, it records the new slot, and
+//     `relay run` streams on from it.
+//
+// Events published before the slot went away are published again; the
+// consumers' inboxes absorb them. Recover refuses a healthy slot
+// (ErrNothingToRecover), a slot another process streams from, and a window
+// the outbox may no longer hold in full (ErrGapNotRetained, unless Force).
+func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult, error) {
+	var o RecoverOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Margin == 0 {
+		o.Margin = RecoverMarginDefault
+	}
+	if o.Margin < 0 {
+		return nil, fmt.Errorf("relay: RecoverOpts.Margin is %s: must not be negative", o.Margin)
+	}
+	log := r.cfg.Logger.With(slog.String("slot", r.cfg.Slot))
+	pool, err := r.connect(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	q := dbsqlc.New()
+	if err := checkServer(ctx, pool); err != nil {
+		return nil, err
+	}
+	if err := ensurePublication(ctx, pool, r.cfg.Publication, r.cfg.NoCreate, log); err != nil {
+		return nil, err
+	}
+
+	res := &RecoverResult{}
+	rec, err := readSlotRecord(ctx, pool, r.cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	if res.Replaced, err = r.clearSlot(ctx, pool, rec, log); err != nil {
+		return nil, err
+	}
+	switch {
+	case !o.Since.IsZero():
+		res.Since = o.Since
+	case rec == nil:
+		return nil, fmt.Errorf("relay: Ferry has no record of slot %q, so it does not know since when to republish: give RecoverOpts.Since (relay recover --since)", r.cfg.Slot)
+	case rec.RecoveringSince != nil:
+		res.Since = *rec.RecoveringSince // a recovery that did not finish: the same window again
+	case rec.ConfirmedCommitAt != nil:
+		res.Since = rec.ConfirmedCommitAt.Add(-o.Margin)
+	default:
+		res.Since = rec.CreatedAt.Add(-o.Margin)
+	}
+	older, err := q.OutboxCreatedBefore(ctx, pool, res.Since)
+	if err != nil {
+		return nil, fmt.Errorf("relay: recover: %w", err)
+	}
+	if !older && !o.Force {
+		return nil, fmt.Errorf("%w: no outbox row is older than %s, the start of the window to republish, so rows of the window "+
+			"may have been deleted (retention, or by hand) and their events would be missing from Kafka. Check "+
+			"(SELECT min(created_at) FROM outbox), then run again with --force (RecoverOpts.Force) to republish what is left",
+			ErrGapNotRetained, res.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if err := q.RelaySlotRecovering(ctx, pool, dbsqlc.RelaySlotRecoveringParams{SlotName: r.cfg.Slot, Since: res.Since}); err != nil {
+		return nil, fmt.Errorf("relay: recover: mark the recovery in ferry_relay_slot: %w", err)
+	}
+
+	sink := r.cfg.Sink
+	if sink == nil {
+		ks, err := newKafkaSink(r.producerOpts(), r.cfg.TopicConfigRefresh, log)
+		if err != nil {
+			return nil, fmt.Errorf("relay: kafka client: %w", err)
+		}
+		defer ks.Close()
+		sink = ks
+	}
+
+	// The new slot first: from its starting point on it keeps every
+	// transaction; the snapshot it exports sees exactly those before.
+	conn, err := r.replicationConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	created, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		return nil, fmt.Errorf("relay: recover: create slot %q: %w", r.cfg.Slot, err)
+	}
+	res.SlotLSN = created.ConsistentPoint
+	log.Info("recovery: created the new slot; republishing the outbox from its snapshot",
+		slog.String("lsn", created.ConsistentPoint), slog.Time("since", res.Since))
+
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// Transaction control, not a query: sqlc has no place for it.
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+created.SnapshotName+"'"); err != nil {
+			return fmt.Errorf("import the slot's snapshot: %w", err)
+		}
+		return r.republish(ctx, tx, pool, sink, res, log)
+	})
+	if err != nil {
+		return res, fmt.Errorf("relay: recover: %w (the recovery is marked unfinished: run it again)", err)
+	}
+	if err := recordSlot(ctx, pool, r.cfg.Slot, created.ConsistentPoint); err != nil {
+		return res, fmt.Errorf("relay: recover: %w (run it again)", err)
+	}
+	log.Info("recovery finished: `relay run` streams on from the new slot",
+		slog.Int("republished", res.Republished), slog.Int("quarantined", res.Quarantined))
+	return res, nil
+}
+
+// clearSlot makes room for the new slot: it drops a lost slot, a slot on
+// another server than the recorded one, or the slot of an unfinished
+// recovery, and refuses to touch a healthy or active one.
+func (r *Relay) clearSlot(ctx context.Context, pool *pgxpool.Pool, rec *slotRecord, log *slog.Logger) (string, error) {
+	q := dbsqlc.New()
+	st, err := q.ReplicationSlotGet(ctx, pool, r.cfg.Slot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "missing", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("relay: recover: read slot %q: %w", r.cfg.Slot, err)
+	}
+	sysid, err := q.SystemIdentifier(ctx, pool)
+	if err != nil {
+		return "", fmt.Errorf("relay: recover: read the server's system identifier: %w", err)
+	}
+	var why string
+	switch {
+	case st.WalStatus == "lost":
+		why = "lost"
+	case rec != nil && rec.SystemIdentifier != sysid:
+		why = "on another server"
+	case rec != nil && rec.RecoveringSince != nil:
+		why = "of an unfinished recovery"
+	default:
+		return "", fmt.Errorf("%w: slot %q exists and is healthy; `relay run` streams from it", ErrNothingToRecover, r.cfg.Slot)
+	}
+	if st.Active {
+		return "", fmt.Errorf("relay: recover: slot %q (%s) is in use by process %d: stop that relay first", r.cfg.Slot, why, st.ActivePid)
+	}
+	if err := q.ReplicationSlotDrop(ctx, pool, r.cfg.Slot); err != nil {
+		return "", fmt.Errorf("relay: recover: drop slot %q (%s): %w", r.cfg.Slot, why, err)
+	}
+	log.Warn("recovery: dropped the old slot", slog.String("reason", why))
+	return "dropped (" + why + ")", nil
+}
+
+// recoverPage is how many outbox rows one query of a recovery reads.
+const recoverPage = 1000
+
+// republish publishes every outbox row created since res.Since that tx
+// sees, and waits until Kafka acknowledged (or refused for good) each one.
+func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, sink Sink, res *RecoverResult, log *slog.Logger) error {
+	q := dbsqlc.New()
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		failed   error
+		refused  []refusal
+		inFlight = make(chan struct{}, r.cfg.MaxInFlightRecords)
+	)
+	promise := func(rec *kgo.Record, err error) {
+		p := rec.Context.(*inflight)
+		mu.Lock()
+		switch _, permanent := permanentReason(err); {
+		case err == nil:
+			res.Republished++
+		case permanent:
+			refused = append(refused, refusal{p, err})
+		case failed == nil:
+			failed = err
+		}
+		mu.Unlock()
+		<-inFlight
+		wg.Done()
+	}
+	params := dbsqlc.OutboxPageParams{Since: res.Since, AfterCreatedAt: res.Since.Add(-time.Nanosecond), MaxRows: recoverPage}
+	for {
+		rows, err := q.OutboxPage(ctx, tx, params)
+		if err != nil {
+			return fmt.Errorf("read the outbox: %w", err)
+		}
+		for _, o := range rows {
+			p := &inflight{Context: ctx, row: row{
+				ID: o.ID, AggregateType: []byte(o.AggregateType), AggregateID: []byte(o.AggregateID),
+				EventType: []byte(o.EventType), Payload: o.Payload, CreatedAt: o.CreatedAt,
+			}}
+			if p.row.Headers, err = parseHeaders(o.Headers); err != nil {
+				return fmt.Errorf("outbox row %s: headers: %w", o.ID, err)
+			}
+			topic := r.namer.topic(&p.row)
+			p.fill(topic.name)
+			if !topic.valid {
+				mu.Lock()
+				refused = append(refused, refusal{p, fmt.Errorf("topic name %q is not valid in Kafka", topic.name)})
+				mu.Unlock()
+				continue
+			}
+			select {
+			case inFlight <- struct{}{}:
+			case <-ctx.Done():
+				wg.Wait()
+				return ctx.Err()
+			}
+			wg.Add(1)
+			sink.Produce(ctx, &p.rec, promise)
+		}
+		if len(rows) < recoverPage {
+			break
+		}
+		last := rows[len(rows)-1]
+		params.AfterCreatedAt, params.AfterID = last.CreatedAt, last.ID
+	}
+	wg.Wait()
+	if failed != nil {
+		return fmt.Errorf("kafka: %w", failed)
+	}
+	for _, f := range refused {
+		reason, ok := permanentReason(f.err)
+		if !ok {
+			reason = ReasonInvalidTopic
+		}
+		if _, err := q.OutboxQuarantineInsert(ctx, pool, quarantineParams(f.p, reason, f.err)); err != nil {
+			return fmt.Errorf("quarantine outbox row %s: %w", f.p.row.ID, err)
+		}
+		log.Warn("recovery: event quarantined: Kafka refuses it for good", slog.String("id", f.p.row.ID.String()),
+			slog.String("topic", f.p.rec.Topic), slog.String("reason", reason), slog.String("error", f.err.Error()))
+		res.Quarantined++
+	}
+	return nil
+}
+
+// refusal is a row Kafka will never accept, on its way to quarantine.
+type refusal struct {
+	p   *inflight
+	err error
+}

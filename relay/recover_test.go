@@ -1,0 +1,198 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/outbox"
+	"github.com/ferryhq/ferry/relay"
+)
+
+// runUntilStopped runs a relay whose end the test decides; stop returns
+// Run's error.
+func runUntilStopped(t *testing.T, cfg relay.Config) (r *relay.Relay, stop func() error) {
+	t.Helper()
+	r, err := relay.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return r, stop
+}
+
+func (b *bundle) slotExists(t *testing.T) bool {
+	t.Helper()
+	var exists bool
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, b.slot).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	return exists
+}
+
+// dropSlot drops the slot once its walsender has let go of it.
+func (b *bundle) dropSlot(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := b.db.Pool.Exec(b.ctx, `SELECT pg_drop_replication_slot($1)`, b.slot)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drop slot %s: %v", b.slot, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A slot dropped while the application keeps writing is never silently
+// replaced: the relay stops with ErrSlotGone and creates nothing. `relay
+// recover` then republishes the gap from the outbox, the relay streams on
+// from the new slot, and every event reaches Kafka, each aggregate's in
+// order of first arrival.
+func TestRecoverAfterTheSlotIsDroppedUnderLoad(t *testing.T) {
+	t.Parallel()
+	// Transactions of this test take milliseconds: a second covers one that
+	// began before the last confirmed commit and committed after it.
+	const margin = time.Second
+	b := setup(t)
+	topic := b.topic(t, "order", 4)
+	// The slot first, as `relay migrate` makes it: it keeps every
+	// transaction that commits after it exists.
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	l := b.startLoad(t, "order", 5, 2*time.Millisecond)
+	finished := false
+	t.Cleanup(func() {
+		if !finished { // the test failed before the load's end
+			l.finish()
+		}
+	})
+
+	loadStart := time.Now()
+	r1, stop1 := runUntilStopped(t, b.cfg)
+	deadline := time.Now().Add(time.Minute)
+	// Past the margin, so that the outbox holds rows older than the window.
+	for r1.Stats().Published < 100 || time.Since(loadStart) < 2*margin {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay published %d events in a minute", r1.Stats().Published)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := stop1(); err != nil {
+		t.Fatal(err)
+	}
+	b.dropSlot(t)
+	l.waitCount(t, l.count()+50) // events committed while no slot exists
+
+	// The relay refuses to start over from "now".
+	r2, err := relay.New(&b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	err = r2.Run(runCtx) // returns at once; the old relay streamed on from a new slot
+	cancel()
+	if !isFatal(err, relay.ErrSlotGone) {
+		t.Fatalf("Run after the slot was dropped = %v, want ErrSlotGone", err)
+	}
+	if b.slotExists(t) {
+		t.Fatal("the relay created a new slot by itself, skipping the events committed meanwhile")
+	}
+
+	res, err := r2.Recover(b.ctx, &relay.RecoverOpts{Margin: margin})
+	if err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if res.Republished == 0 || res.Replaced != "missing" || res.SlotLSN == "" {
+		t.Fatalf("Recover = %+v, want republished events, a missing slot replaced and a new slot", res)
+	}
+	if _, err := r2.Recover(b.ctx, nil); !errors.Is(err, relay.ErrNothingToRecover) {
+		t.Fatalf("a second Recover = %v, want ErrNothingToRecover", err)
+	}
+
+	b.start(t, b.cfg)
+	l.waitCount(t, l.count()+50) // and events after the recovery
+	ids := l.finish()
+	finished = true
+	got := consume(t, []string{topic}, ids, 2*time.Minute, time.Second)
+	// Each aggregate's events arrive, at their first arrival, in the order
+	// they were written.
+	last := map[string]int{}
+	seen := map[string]bool{}
+	for _, rec := range got.records {
+		id := header(rec, outbox.HeaderID)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		seq, _ := strconv.Atoi(header(rec, "seq"))
+		agg := string(rec.Key)
+		if prev, ok := last[agg]; ok && seq < prev {
+			t.Errorf("aggregate %s: event %d first arrived after event %d", agg, seq, prev)
+		}
+		last[agg] = seq
+	}
+	t.Logf("%d events, %d republished by the recovery, %d duplicates in Kafka", len(ids), res.Republished, got.duplicates())
+}
+
+// Recover refuses what it must not do: a window the outbox may no longer
+// hold in full, unless forced; and a relay refuses to stream from the slot
+// of a recovery that did not finish.
+func TestRecoverRefusals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.topic(t, "order", 1)
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(&b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Recover(b.ctx, nil); !errors.Is(err, relay.ErrNothingToRecover) {
+		t.Fatalf("Recover of a healthy slot = %v, want ErrNothingToRecover", err)
+	}
+	b.write(t, evt("order", "a", 1))
+	b.dropSlot(t)
+
+	// Nothing in the outbox is older than the window's start: rows of the
+	// window may have been deleted.
+	since := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	if _, err := r.Recover(b.ctx, &relay.RecoverOpts{Since: since}); !errors.Is(err, relay.ErrGapNotRetained) {
+		t.Fatalf("Recover with nothing older than the window = %v, want ErrGapNotRetained", err)
+	}
+	if b.slotExists(t) {
+		t.Fatal("a refused recovery created a slot")
+	}
+
+	// A recovery marked but not finished (as if Recover died half-way)
+	// keeps every relay off the new slot.
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE ferry_relay_slot SET recovering_since = $2 WHERE slot_name = $1`, b.slot, since); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, b.slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(b.ctx); !isFatal(err, relay.ErrSlotGone) {
+		t.Fatalf("Run on the slot of an unfinished recovery = %v, want ErrSlotGone", err)
+	}
+	res, err := r.Recover(b.ctx, &relay.RecoverOpts{Force: true})
+	if err != nil || res.Replaced != "dropped (of an unfinished recovery)" || !res.Since.Equal(since) || res.Republished != 1 {
+		t.Fatalf("Recover --force after an unfinished one = %+v, %v; want the same window again, 1 event republished", res, err)
+	}
+}
