@@ -99,7 +99,9 @@ type Config struct {
 	// Sink is set.
 	KafkaOpts []kgo.Opt
 
-	// Sink replaces the Kafka client built from KafkaOpts. Defaults to nil.
+	// Sink replaces the Kafka client built from KafkaOpts. The relay never
+	// replaces a Sink it is given, not even after an abort of buffered
+	// records was cut short (see Sink). Defaults to nil.
 	Sink Sink
 
 	// Logger receives the relay's logs. Defaults to a logger that discards.

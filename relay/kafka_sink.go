@@ -160,23 +160,35 @@ func userSize(r *kgo.Record) int {
 	return n
 }
 
-// AbortBufferedRecords implements Sink. After a batch was refused as too
-// large it also replaces the client, forgetting the topic limits it learnt.
+// AbortBufferedRecords implements Sink. When the abort is cut short (ctx
+// ends while a produce request is still unanswered), franz-go documents that
+// the client may be left invalid, and the aborted records stay buffered and
+// retried: the sink then closes the client, which fails every one of them,
+// and puts a new one in its place. It does so too after a batch was refused
+// as too large. A new client learns the topics' limits again. The error is
+// the abort's, and nil once the client is replaced.
 func (s *kafkaSink) AbortBufferedRecords(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.cl.AbortBufferedRecords(ctx)
-	if s.rebuild.Swap(false) {
-		cl, nerr := s.newClient()
-		if nerr != nil {
-			return errors.Join(err, nerr)
-		}
-		s.cl.Close()
-		s.cl = cl
-		s.limits.Clear()
-		s.log.Info("rebuilt the Kafka client after a batch was refused as too large")
+	tooLarge := s.rebuild.Swap(false)
+	if err == nil && !tooLarge {
+		return nil
 	}
-	return err
+	cl, nerr := s.newClient()
+	if nerr != nil {
+		s.rebuild.Store(true) // try again after the next session
+		return errors.Join(err, nerr)
+	}
+	s.cl.Close()
+	s.cl = cl
+	s.limits.Clear()
+	if err != nil {
+		s.log.Warn("the abort of buffered records was cut short; replaced the Kafka client", slog.String("error", err.Error()))
+	} else {
+		s.log.Info("replaced the Kafka client after a batch was refused as too large")
+	}
+	return nil
 }
 
 // Close closes the client.

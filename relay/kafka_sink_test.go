@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,4 +199,80 @@ func accepts(t *testing.T, b *bundle, maxPayload int, ev outbox.Event) bool {
 	}
 	t.Fatalf("write: %v", err)
 	return false
+}
+
+// kafkaClients counts the franz-go clients a relay makes and closes, and
+// the Produce requests they write.
+type kafkaClients struct{ made, closed, produces atomic.Int64 }
+
+func (k *kafkaClients) OnNewClient(*kgo.Client)    { k.made.Add(1) }
+func (k *kafkaClients) OnClientClosed(*kgo.Client) { k.closed.Add(1) }
+func (k *kafkaClients) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == 0 && err == nil { // 0: Produce's API key
+		k.produces.Add(1)
+	}
+}
+
+// A session that fails while a produce request is in flight and never
+// answered (the network to Kafka is cut) aborts its buffered records with
+// a deadline the abort cannot meet. The relay then closes that client,
+// which franz-go may have left invalid, produces through a new one, and
+// delivers every event.
+func TestRelayDeliversEverythingAfterACutShortAbort(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 2)
+	hole := &ferrytest.Blackhole{}
+	clients := &kafkaClients{}
+	cfg := b.cfg
+	cfg.KafkaOpts = append(cfg.KafkaOpts,
+		kgo.Dialer(hole.Dial),
+		kgo.ProduceRequestTimeout(time.Minute), // longer than the session's abort waits
+		kgo.WithHooks(clients))
+	r := b.start(t, cfg)
+
+	var want []string
+	for i := range 5 {
+		want = append(want, b.write(t, evt("order", fmt.Sprint(i), 1))...)
+	}
+	consume(t, []string{topic}, want, time.Minute, 0)
+
+	sent := clients.produces.Load()
+	hole.Cut()
+	for i := range 5 {
+		want = append(want, b.write(t, evt("order", fmt.Sprint(i), 2))...)
+	}
+	waitFor(t, "a produce request written after the cut", func() bool { return clients.produces.Load() > sent })
+
+	// PostgreSQL ends the replication connection: the session fails and
+	// aborts what it buffered, with an in-flight request never answered.
+	var ended bool
+	err := b.db.Pool.QueryRow(b.ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, b.slot).Scan(&ended)
+	if err != nil || !ended {
+		t.Fatalf("terminate the relay's walsender: %v, %v", ended, err)
+	}
+	hole.Restore()
+	waitFor(t, "a new Kafka client in place of the one whose abort was cut short", func() bool {
+		return clients.made.Load() == 2 && clients.closed.Load() == 1
+	})
+
+	for i := range 5 {
+		want = append(want, b.write(t, evt("order", fmt.Sprint(i), 3))...)
+	}
+	consume(t, []string{topic}, want, time.Minute, 0)
+	if st := r.Stats(); st.Sessions < 2 || st.Quarantined != 0 {
+		t.Fatalf("stats %+v, want a second session and nothing quarantined", st)
+	}
+}
+
+// waitFor waits up to a minute for cond.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute, still waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

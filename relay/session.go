@@ -135,8 +135,12 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	if err != nil {
 		// Fail what is still buffered before the next session resends it,
 		// so that no stale record lands after a resent one.
+		// The relay's own sink replaces its client when the abort is cut
+		// short; a Config.Sink cannot be replaced (see Sink).
 		actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = sink.AbortBufferedRecords(actx)
+		if aerr := sink.AbortBufferedRecords(actx); aerr != nil {
+			log.Warn("aborting buffered Kafka records failed; the next session produces through the same sink", slog.String("error", aerr.Error()))
+		}
 		acancel()
 	}
 	return err
