@@ -36,7 +36,8 @@ type Set struct {
 	VersionTable string
 }
 
-// Ferry is the set of Ferry's own tables: outbox, inbox and outbox_quarantine.
+// Ferry is the set of Ferry's own tables: outbox, inbox, outbox_quarantine and
+// ferry_relay_slot.
 var Ferry = Set{FS: migrations.FS, VersionTable: FerryVersionTable}
 
 // Migrator applies one Set to one database.

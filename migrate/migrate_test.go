@@ -31,7 +31,7 @@ func tableExists(t *testing.T, b bundle, name string) bool {
 	return ok
 }
 
-var ferryTables = []string{"outbox", "inbox", "outbox_quarantine"}
+var ferryTables = []string{"outbox", "inbox", "outbox_quarantine", "ferry_relay_slot"}
 
 func TestUpDownUp(t *testing.T) {
 	t.Parallel()

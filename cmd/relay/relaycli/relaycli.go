@@ -20,6 +20,8 @@ Usage:
   relay run                        publish outbox events to Kafka until SIGTERM
   relay status                     show the slot, confirmed LSN, retained WAL, quarantine
   relay prune                      delete expired outbox rows the slot has confirmed
+  relay recover                    replace a slot that is gone or lost: a new slot, then
+                                   the outbox republished since the last confirmed commit
   relay quarantine list            events Kafka refused, with their reasons
   relay quarantine requeue --id ID|--all
                                    publish quarantined events again once the cause is fixed
@@ -37,6 +39,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"run":        runRelay,
 		"status":     runStatus,
 		"prune":      runPrune,
+		"recover":    runRecover,
 		"quarantine": runQuarantine,
 		"migrate":    runMigrate,
 	}, args, stdout, stderr)

@@ -191,4 +191,22 @@ func TestMigrateRunStatus(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "deleted 0 confirmed outbox rows") || !strings.Contains(stderr, "not confirmed") {
 		t.Fatalf("relay prune with an unpublished expired row: exit %d\n%s\n%s", code, out, stderr)
 	}
+
+	// A dropped slot: run refuses and names the way out; recover takes it.
+	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", "")
+	if _, err := db.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = run(t, context.Background(), "run", "--http-addr", "off")
+	if code != 1 || !strings.Contains(stderr, "relay recover") || !strings.Contains(stderr, slot) {
+		t.Fatalf("relay run without its slot: exit %d, %q; want a failure naming the slot and `relay recover`", code, stderr)
+	}
+	code, out, stderr = run(t, context.Background(), "recover", "--recover-margin", "1s")
+	if code != 0 || !strings.Contains(out, "old slot missing") || !strings.Contains(out, "recovered") {
+		t.Fatalf("relay recover: exit %d\n%s\n%s", code, out, stderr)
+	}
+	code, out, stderr = run(t, context.Background(), "recover")
+	if code != 1 || !strings.Contains(stderr, "nothing to recover") {
+		t.Fatalf("relay recover of a healthy slot: exit %d\n%s\n%s", code, out, stderr)
+	}
 }

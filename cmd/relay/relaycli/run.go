@@ -16,46 +16,70 @@ import (
 // /readyz unless told otherwise.
 const HTTPAddrDefault = ":9187"
 
+// engine are the settings of a relay that publishes: `relay run` and
+// `relay recover`.
+type engine struct {
+	common
+	kafka       cli.Kafka
+	publication *string
+	noCreate    *bool
+	topic       *string
+	maxInFlight *int
+	status      *time.Duration
+	shutdown    *time.Duration
+}
+
+func (e *engine) register(f *cli.Flags) {
+	e.common.register(f)
+	e.kafka.Register(f, "ferry-relay")
+	e.publication = f.String("publication", relay.PublicationDefault, "publication on the outbox table")
+	e.noCreate = f.Bool("no-create", false, "fail instead of creating a missing slot or publication")
+	e.topic = f.String("topic-template", relay.TopicTemplateDefault, "topic of each event; {aggregate_type} and {event_type} are replaced")
+	e.maxInFlight = f.Int("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
+	e.status = f.Duration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
+	e.shutdown = f.Duration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
+}
+
+// parse parses args and returns the logger and the relay's Config.
+func (e *engine) parse(f *cli.Flags, args []string, stderr io.Writer) (*slog.Logger, *relay.Config, error) {
+	logger, err := e.Parse(f, args, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	kopts, err := e.kafka.Opts(logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return logger, &relay.Config{
+		DatabaseURL:        e.DB.URL,
+		Slot:               e.slot,
+		Publication:        *e.publication,
+		NoCreate:           *e.noCreate,
+		TopicTemplate:      *e.topic,
+		MaxInFlightRecords: *e.maxInFlight,
+		StatusInterval:     *e.status,
+		ShutdownTimeout:    *e.shutdown,
+		KafkaOpts:          kopts,
+		Logger:             logger,
+	}, nil
+}
+
 func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	f := cli.NewFlags("relay run", stderr)
-	var c common
-	c.register(f)
-	var kafka cli.Kafka
-	kafka.Register(f, "ferry-relay")
+	var e engine
+	e.register(f)
 	var http cli.HTTP
 	http.Register(f, HTTPAddrDefault)
-	publication := f.String("publication", relay.PublicationDefault, "publication on the outbox table")
-	noCreate := f.Bool("no-create", false, "fail instead of creating a missing slot or publication")
-	topic := f.String("topic-template", relay.TopicTemplateDefault, "topic of each event; {aggregate_type} and {event_type} are replaced")
-	maxInFlight := f.Int("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
-	status := f.Duration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
-	shutdown := f.Duration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
 	var p pruneFlags
 	p.register(f, true)
 	unsafeConfirm := f.FlagSet.Bool("unsafe-confirm-on-send", false, "NEGATIVE CONTROL ONLY: confirm WAL before Kafka acknowledges, which loses events on a crash")
-	logger, err := c.Parse(f, args, stderr)
-	if err != nil {
-		return err
-	}
-	kopts, err := kafka.Opts(logger)
+	logger, cfg, err := e.parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
 	reg := cli.NewRegistry()
-	cfg := &relay.Config{
-		DatabaseURL:        c.DB.URL,
-		Slot:               c.slot,
-		Publication:        *publication,
-		NoCreate:           *noCreate,
-		TopicTemplate:      *topic,
-		MaxInFlightRecords: *maxInFlight,
-		StatusInterval:     *status,
-		ShutdownTimeout:    *shutdown,
-		KafkaOpts:          kopts,
-		Prune:              p.config(),
-		Logger:             logger,
-		Registerer:         reg,
-	}
+	cfg.Registerer = reg
+	cfg.Prune = p.config()
 	if *unsafeConfirm {
 		relay.UnsafeConfirmOnSend(cfg)
 		logger.Warn("NEGATIVE CONTROL: --unsafe-confirm-on-send confirms WAL before Kafka acknowledges; events will be lost on a crash")
@@ -71,7 +95,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	defer stopHTTP()
 
 	logger.Info("relay starting",
-		slog.String("database", c.DB.Redacted()), slog.String("kafka", kafka.String()),
+		slog.String("database", e.DB.Redacted()), slog.String("kafka", e.kafka.String()),
 		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate))
 	if err := r.Run(ctx); err != nil {
 		return err

@@ -106,12 +106,12 @@ func TestMigrateAndPrune(t *testing.T) {
 		"00001_extra.sql": {Data: []byte("-- +goose Up\nCREATE TABLE extra (id int);\n-- +goose Down\nDROP TABLE extra;\n")},
 	}}}}
 	code, stdout, stderr := run(ctx, app, "migrate", "--database-url", db.URL, "--log-level", "warn")
-	if code != 0 || !strings.Contains(stdout, "schema version 1 of 1 (table ferry_schema_version)") ||
+	if code != 0 || !strings.Contains(stdout, "schema version 2 of 2 (table ferry_schema_version)") ||
 		!strings.Contains(stdout, "schema version 1 of 1 (table app_schema_version)") {
 		t.Fatalf("migrate: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	code, stdout, stderr = run(ctx, app, "migrate", "--database-url", db.URL, "--log-level", "warn", "down")
-	if code != 0 || !strings.Contains(stdout, "rolled back 00001_extra.sql") || !strings.Contains(stdout, "schema version 1 of 1 (table ferry_schema_version)") {
+	if code != 0 || !strings.Contains(stdout, "rolled back 00001_extra.sql") || !strings.Contains(stdout, "schema version 2 of 2 (table ferry_schema_version)") {
 		t.Fatalf("migrate down: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO inbox (consumer, message_id, processed_at)

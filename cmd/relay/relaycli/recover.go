@@ -1,0 +1,40 @@
+package relaycli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/relay"
+)
+
+func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := cli.NewFlags("relay recover", stderr)
+	var e engine
+	e.register(f)
+	margin := f.Duration("recover-margin", relay.RecoverMarginDefault, "republish from this long before the last confirmed commit time")
+	var since cli.TimeValue
+	f.FlagSet.Var(&since, "since", "republish outbox rows created at or after this RFC 3339 time or duration ago (7d); needed when Ferry has no record of the slot")
+	force := f.FlagSet.Bool("force", false, "republish even when the outbox holds no row older than the window, that is when rows of it may have been deleted")
+	_, cfg, err := e.parse(f, args, stderr)
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(cfg)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	res, err := r.Recover(ctx, &relay.RecoverOpts{Margin: *margin, Since: since.T, Force: *force})
+	if res != nil && res.SlotLSN != "" {
+		fmt.Fprintf(stdout, "slot %s: old slot %s; new slot at %s\n", cfg.Slot, res.Replaced, res.SlotLSN)
+		fmt.Fprintf(stdout, "republished %d outbox events created since %s; %d quarantined\n",
+			res.Republished, res.Since.UTC().Format(time.RFC3339Nano), res.Quarantined)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "recovered: `relay run` streams on from the new slot")
+	return nil
+}
