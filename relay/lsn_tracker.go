@@ -30,9 +30,9 @@ type lsnTracker struct {
 	// confirmedAt is the commit time of the newest confirmed transaction
 	// (zero before the first): how far back a recovery must republish.
 	confirmedAt time.Time
-	inFlight  int   // records produced, not yet acknowledged
-	bytes     int64 // their size
-	space     chan struct{}
+	inFlight    int   // records produced, not yet acknowledged
+	bytes       int64 // their size
+	space       chan struct{}
 }
 
 func newLSNTracker(confirmed pglogrepl.LSN) *lsnTracker {
