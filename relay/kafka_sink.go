@@ -41,10 +41,11 @@ var errBatchTooLarge = errors.New("the broker refused a batch as too large")
 
 // kafkaSink is the relay's own Sink: a franz-go client that learns each
 // topic's max.message.bytes before producing to it and builds batches up to
-// it, never above. An oversized record then fails alone, before it is batched with
-// others, and only it is quarantined. Should the broker still refuse a batch
-// (the limit changed), the records in it fail with errBatchTooLarge, the
-// session restarts, and the client is rebuilt with fresh limits.
+// it, never above. An oversized record then fails alone, before it is
+// batched with others, and only it is quarantined. Should the broker still
+// refuse a batch (the limit changed), the records in it fail with
+// errBatchTooLarge, the session restarts, and the client is rebuilt with
+// fresh limits.
 type kafkaSink struct {
 	opts   []kgo.Opt
 	log    *slog.Logger
