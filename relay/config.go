@@ -22,6 +22,7 @@ const (
 	MaxInFlightBytesDefault    = 64 << 20
 	StatusIntervalDefault      = time.Second
 	StandbyPollDefault         = time.Second
+	ServerTimeoutDefault       = 5 * time.Second
 	ReconnectBackoffMaxDefault = 15 * time.Second
 	ShutdownTimeoutDefault     = 30 * time.Second
 	WALMonitorIntervalDefault  = 10 * time.Second
@@ -68,6 +69,17 @@ type Config struct {
 	// StatusInterval is how often the relay confirms its position to
 	// PostgreSQL. Defaults to StatusIntervalDefault (1s); at most 10s.
 	StatusInterval time.Duration
+
+	// ServerTimeout is how long silence on the replication connection is
+	// tolerated, both ways. The relay sets it as the connection's
+	// wal_sender_timeout, so PostgreSQL drops the walsender of a relay that
+	// froze (a stopped process, a partitioned host) and a standby relay can
+	// take the slot over; and the relay itself, which asks the server for a
+	// keepalive with every status update, reconnects when nothing arrived
+	// for this long (a frozen server, a dead network path) instead of
+	// waiting for TCP. At least 3 × StatusInterval. Defaults to
+	// ServerTimeoutDefault (5s).
+	ServerTimeout time.Duration
 
 	// StandbyPoll is how often a relay whose slot is held by another one
 	// tries to take it over. Defaults to StandbyPollDefault (1s).
@@ -133,6 +145,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, MaxInFlightBytesDefault)
 	c.StatusInterval = cmp.Or(c.StatusInterval, StatusIntervalDefault)
 	c.StandbyPoll = cmp.Or(c.StandbyPoll, StandbyPollDefault)
+	c.ServerTimeout = cmp.Or(c.ServerTimeout, ServerTimeoutDefault)
 	c.ReconnectBackoffMax = cmp.Or(c.ReconnectBackoffMax, ReconnectBackoffMaxDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.WALMonitorInterval = cmp.Or(c.WALMonitorInterval, WALMonitorIntervalDefault)
@@ -183,6 +196,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay: Config.MaxInFlightBytes is %d: must be at least 1", c.MaxInFlightBytes)
 	case c.StatusInterval <= 0 || c.StatusInterval > 10*time.Second:
 		return fmt.Errorf("relay: Config.StatusInterval is %s: must be within (0, 10s] so PostgreSQL's wal_sender_timeout never fires", c.StatusInterval)
+	case c.ServerTimeout < 3*c.StatusInterval:
+		return fmt.Errorf("relay: Config.ServerTimeout is %s: must be at least 3 × Config.StatusInterval (%s), so that status updates keep a healthy connection alive", c.ServerTimeout, 3*c.StatusInterval)
 	case c.StandbyPoll <= 0:
 		return fmt.Errorf("relay: Config.StandbyPoll is %s: must be positive", c.StandbyPoll)
 	case c.ReconnectBackoffMax <= 0:

@@ -245,3 +245,79 @@ func TestStandbyTakesOverWhenActiveDies(t *testing.T) {
 	consume(t, []string{topic}, ids, 2*time.Minute, 0)
 
 }
+
+// A frozen active relay (SIGSTOP: a stopped process, a partitioned host)
+// loses its slot after --server-timeout, which the relay sets as its
+// connection's wal_sender_timeout: the standby takes over and everything is
+// delivered. Resumed, the frozen relay confirms nothing: the slot stays
+// with the standby's connection.
+func TestStandbyTakesOverFromAFrozenRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 2)
+	active := b.startProc(t, "active", "--max-in-flight", "200")
+	active.waitLog("streaming from slot", time.Minute)
+	standby := b.startProc(t, "standby", "--max-in-flight", "200")
+	standby.waitLog("standby: another relay holds the slot", 30*time.Second)
+
+	l := b.startLoad(t, "order", 10, time.Millisecond)
+	l.waitCount(t, 1000)
+	frozen := time.Now()
+	active.signal(syscall.SIGSTOP)
+	// PostgreSQL's own default wal_sender_timeout (60 s) would hold the
+	// slot for the frozen relay well past this.
+	standby.waitLog("streaming from slot", 30*time.Second)
+	t.Logf("standby streaming %s after the active relay froze", time.Since(frozen).Round(time.Millisecond))
+	holder := b.slotHolder(t)
+
+	active.signal(syscall.SIGCONT)
+	l.waitCount(t, l.count()+1000)
+	ids := l.finish()
+	consume(t, []string{topic}, ids, 2*time.Minute, 0)
+	if now := b.slotHolder(t); now != holder {
+		t.Fatalf("the slot moved from the standby's walsender %d to %d after the frozen relay resumed", holder, now)
+	}
+}
+
+// A frozen server (its walsender stopped) is noticed within
+// --server-timeout, not when TCP gives up minutes later: the relay asks for
+// a keepalive with every status update and reconnects after silence.
+func TestFrozenWalsenderIsNoticed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 1)
+	relay := b.startProc(t, "relay")
+	relay.waitLog("streaming from slot", time.Minute)
+	first := b.write(t, evt("order", "a", 1))
+	consume(t, []string{topic}, first, time.Minute, 0)
+
+	walsender := b.slotHolder(t)
+	if err := syscall.Kill(int(walsender), syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP walsender %d: %v", walsender, err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(int(walsender), syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	relay.waitLog("replication connection silent", 30*time.Second)
+	resume()
+	// The relay reconnects, takes the slot back once the old walsender
+	// notices its client left, and publishes what was written meanwhile.
+	more := b.write(t, evt("order", "a", 2), evt("order", "a", 3))
+	consume(t, []string{topic}, append(first, more...), 2*time.Minute, 0)
+}
+
+// slotHolder is the pid of the walsender streaming the bundle's slot, 0
+// when none does.
+func (b *bundle) slotHolder(t *testing.T) int32 {
+	t.Helper()
+	var pid int32
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = $1`, b.slot).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,6 +27,10 @@ const promptReport = 10 * time.Millisecond
 // errSlotBusy means another process streams from the slot: this relay is a
 // standby.
 var errSlotBusy = errors.New("replication slot is active")
+
+// errServerSilent means the replication connection stayed silent for
+// Config.ServerTimeout: the session is abandoned and a new one connects.
+var errServerSilent = errors.New("replication connection silent")
 
 // session is one replication connection's life: from START_REPLICATION to an
 // error or a clean stop. A failed session is thrown away whole: the next one
@@ -149,6 +154,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg := r.dbConfig.ConnConfig.Config.Copy()
 	cfg.RuntimeParams["replication"] = "database"
+	// PostgreSQL drops this walsender after ServerTimeout without a status
+	// update, which frees the slot of a frozen relay for a standby.
+	cfg.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(r.cfg.ServerTimeout.Milliseconds(), 10)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		if pgerr.ConnectRefused(err) {
@@ -173,6 +181,10 @@ func (s *session) stream(ctx context.Context) error {
 	interval := s.cfg.StatusInterval
 	nextStatus := time.Now() // report at once: it also tells the server who we are
 	var stopBy time.Time     // set when ctx ends
+	// heard is when the server last sent anything. Every status update asks
+	// for a keepalive, so silence for ServerTimeout means the server or the
+	// path to it is gone.
+	heard := time.Now()
 
 	for {
 		select {
@@ -193,8 +205,8 @@ func (s *session) stream(ctx context.Context) error {
 		// published again after a crash.
 		confirmed, n, b, _ := s.tracker.position()
 		moved := confirmed != s.lastReported
-		if !now.Before(nextStatus) || (moved && now.Sub(s.lastReport) >= promptReport) {
-			if err := s.report(); err != nil {
+		if periodic := !now.Before(nextStatus); periodic || (moved && now.Sub(s.lastReport) >= promptReport) {
+			if err := s.report(periodic); err != nil {
 				return err
 			}
 			nextStatus = now.Add(interval)
@@ -222,17 +234,27 @@ func (s *session) stream(ctx context.Context) error {
 			case <-timer.C:
 			}
 			timer.Stop()
+			heard = time.Now() // not reading is no evidence of silence
 			continue
 		}
 
+		silentUntil := heard.Add(s.cfg.ServerTimeout)
+		if silentUntil.Before(deadline) {
+			deadline = silentUntil
+		}
 		_ = s.conn.Conn().SetReadDeadline(deadline)
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) {
+				if !time.Now().Before(silentUntil) {
+					return fmt.Errorf("%w: nothing from PostgreSQL for %s although every status update asks for a keepalive: "+
+						"the server or the network path is gone; reconnecting", errServerSilent, s.cfg.ServerTimeout)
+				}
 				continue
 			}
 			return fmt.Errorf("receive replication message: %w", err)
 		}
+		heard = time.Now()
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
 			replyNow, err := s.handleCopyData(msg.Data)
@@ -371,9 +393,10 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 
 // report sends a standby status update. Flush and apply are the confirmed
 // position, set explicitly (pglogrepl would put the write position in a
-// zero flush). When nothing is pending it asks for a reply, whose keepalive
-// lets an idle outbox confirm the server's WAL end.
-func (s *session) report() error {
+// zero flush). It asks for a reply on the periodic update, whose keepalive
+// proves the server alive (see Config.ServerTimeout), and whenever nothing
+// is pending, because the keepalive's WAL end lets an idle outbox confirm.
+func (s *session) report(periodic bool) error {
 	confirmed, n, _, busy := s.tracker.position()
 	if confirmed == 0 {
 		return errors.New("no confirmed position to report")
@@ -384,7 +407,7 @@ func (s *session) report() error {
 		WALFlushPosition: confirmed,
 		WALApplyPosition: confirmed,
 		ClientTime:       time.Now(),
-		ReplyRequested:   !busy && s.open == nil,
+		ReplyRequested:   periodic || (!busy && s.open == nil),
 	})
 	if err != nil {
 		return fmt.Errorf("send standby status: %w", err)
@@ -418,7 +441,7 @@ func (s *session) stop(deadline time.Time) error {
 		select {
 		case <-s.tracker.space:
 		case <-tick.C:
-			if err := s.report(); err != nil {
+			if err := s.report(false); err != nil {
 				timer.Stop()
 				return err
 			}
@@ -429,7 +452,7 @@ func (s *session) stop(deadline time.Time) error {
 		}
 		timer.Stop()
 	}
-	if err := s.report(); err != nil {
+	if err := s.report(false); err != nil {
 		return err
 	}
 	confirmed, n, _, _ := s.tracker.position()

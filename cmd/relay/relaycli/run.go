@@ -26,6 +26,7 @@ type engine struct {
 	topic       *string
 	maxInFlight *int
 	status      *time.Duration
+	server      *time.Duration
 	shutdown    *time.Duration
 }
 
@@ -37,6 +38,7 @@ func (e *engine) register(f *cli.Flags) {
 	e.topic = f.String("topic-template", relay.TopicTemplateDefault, "topic of each event; {aggregate_type} and {event_type} are replaced")
 	e.maxInFlight = f.Int("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
 	e.status = f.Duration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
+	e.server = f.Duration("server-timeout", relay.ServerTimeoutDefault, "silence tolerated on the replication connection, both ways: set as its wal_sender_timeout (a frozen relay's slot is freed for a standby) and the relay reconnects when the server says nothing for this long")
 	e.shutdown = f.Duration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
 }
 
@@ -58,6 +60,7 @@ func (e *engine) parse(f *cli.Flags, args []string, stderr io.Writer) (*slog.Log
 		TopicTemplate:      *e.topic,
 		MaxInFlightRecords: *e.maxInFlight,
 		StatusInterval:     *e.status,
+		ServerTimeout:      *e.server,
 		ShutdownTimeout:    *e.shutdown,
 		KafkaOpts:          kopts,
 		Logger:             logger,
