@@ -56,12 +56,17 @@ type Config struct {
 	// TopicTemplateDefault ("outbox.event.{aggregate_type}").
 	TopicTemplate string
 
-	// MaxInFlightRecords bounds the records sent and not yet acknowledged.
-	// After a crash at most this many records are published again. Defaults
-	// to MaxInFlightRecordsDefault (10,000).
+	// MaxInFlightRecords bounds the records a crash would publish again:
+	// those of committed transactions not yet confirmed (acknowledged or
+	// not, so a partition that stops acknowledging cannot let the window
+	// grow behind it) plus the unacknowledged ones of the transaction being
+	// read. The relay reads no further WAL while it is reached. After a
+	// crash at most this many records, plus the rest of the transaction
+	// being read, are published again. Defaults to
+	// MaxInFlightRecordsDefault (10,000).
 	MaxInFlightRecords int
 
-	// MaxInFlightBytes bounds the payload bytes in flight, so that a large
+	// MaxInFlightBytes bounds the bytes of the same window, so that a large
 	// transaction streams through bounded memory. Defaults to
 	// MaxInFlightBytesDefault (64 MiB).
 	MaxInFlightBytes int64

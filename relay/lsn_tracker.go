@@ -9,10 +9,13 @@ import (
 
 // txn is one decoded transaction whose records are in flight.
 type txn struct {
-	end       pglogrepl.LSN // end of the commit record; set when Commit arrives
-	at        time.Time     // commit time; set when Commit arrives
-	committed bool          // Commit has been decoded
-	pending   int           // records produced and not yet acknowledged
+	end          pglogrepl.LSN // end of the commit record; set when Commit arrives
+	at           time.Time     // commit time; set when Commit arrives
+	committed    bool          // Commit has been decoded
+	pending      int           // records produced and not yet acknowledged
+	pendingBytes int64         // their size
+	records      int           // records produced
+	bytes        int64         // their size
 }
 
 // lsnTracker decides which WAL position is safe to confirm: the end of the
@@ -20,6 +23,13 @@ type txn struct {
 // decoded and every one of their records was acknowledged by Kafka (or
 // quarantined). Kafka acknowledges out of order across partitions, so a
 // transaction that finished early waits for the older ones before it.
+//
+// It also measures the window a crash would publish again, which the
+// session bounds: every record of a committed transaction that is not yet
+// confirmed (acknowledged or not: one partition that stops acknowledging
+// pins the position while the others flow), plus the unacknowledged records
+// of the transaction still being decoded (a large transaction streams
+// through; a crash republishes it whole anyway).
 //
 // Decoding calls begin, produce and commit from one goroutine; acks arrive
 // from franz-go's goroutines.
@@ -31,7 +41,10 @@ type lsnTracker struct {
 	// (zero before the first): how far back a recovery must republish.
 	confirmedAt time.Time
 	inFlight    int   // records produced, not yet acknowledged
-	bytes       int64 // their size
+	held        int   // records of committed, unconfirmed transactions
+	heldBytes   int64 // their size
+	open        int   // unacknowledged records of transactions not yet committed
+	openBytes   int64 // their size
 	space       chan struct{}
 }
 
@@ -52,8 +65,14 @@ func (t *lsnTracker) begin() *txn {
 func (t *lsnTracker) produce(x *txn, size int) {
 	t.mu.Lock()
 	x.pending++
+	x.pendingBytes += int64(size)
+	x.records++
+	x.bytes += int64(size)
 	t.inFlight++
-	t.bytes += int64(size)
+	if !x.committed {
+		t.open++
+		t.openBytes += int64(size)
+	}
 	t.mu.Unlock()
 }
 
@@ -62,6 +81,10 @@ func (t *lsnTracker) commit(x *txn, end pglogrepl.LSN, at time.Time) {
 	t.mu.Lock()
 	x.end, x.at = end, at
 	x.committed = true
+	t.open -= x.pending
+	t.openBytes -= x.pendingBytes
+	t.held += x.records
+	t.heldBytes += x.bytes
 	t.advanceLocked()
 	t.mu.Unlock()
 }
@@ -70,8 +93,12 @@ func (t *lsnTracker) commit(x *txn, end pglogrepl.LSN, at time.Time) {
 func (t *lsnTracker) ack(x *txn, size int) {
 	t.mu.Lock()
 	x.pending--
+	x.pendingBytes -= int64(size)
 	t.inFlight--
-	t.bytes -= int64(size)
+	if !x.committed {
+		t.open--
+		t.openBytes -= int64(size)
+	}
 	t.advanceLocked()
 	t.mu.Unlock()
 	select {
@@ -89,6 +116,8 @@ func (t *lsnTracker) advanceLocked() {
 		if t.queue[n].at.After(t.confirmedAt) {
 			t.confirmedAt = t.queue[n].at
 		}
+		t.held -= t.queue[n].records
+		t.heldBytes -= t.queue[n].bytes
 		t.queue[n] = nil
 		n++
 	}
@@ -117,10 +146,18 @@ func (t *lsnTracker) confirmedCommit() (pglogrepl.LSN, time.Time) {
 	return t.confirmed, t.confirmedAt
 }
 
-// position returns the confirmable LSN, records and bytes in flight, and
-// whether any transaction is open or unacknowledged.
-func (t *lsnTracker) position() (confirmed pglogrepl.LSN, inFlight int, bytes int64, busy bool) {
+// position returns the confirmable LSN, the records and bytes of the
+// window a crash would publish again (see lsnTracker), and whether any
+// transaction is open or unconfirmed.
+func (t *lsnTracker) position() (confirmed pglogrepl.LSN, window int, windowBytes int64, busy bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.confirmed, t.inFlight, t.bytes, len(t.queue) > 0
+	return t.confirmed, t.held + t.open, t.heldBytes + t.openBytes, len(t.queue) > 0
+}
+
+// unacknowledged returns the records sent and not yet acknowledged.
+func (t *lsnTracker) unacknowledged() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.inFlight
 }

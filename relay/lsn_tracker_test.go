@@ -99,3 +99,51 @@ func TestTrackerEmptyTransactionConfirmsAtCommit(t *testing.T) {
 		t.Fatalf("confirmed %d, want 20", got)
 	}
 }
+
+// The window a crash would publish again counts every record of committed,
+// unconfirmed transactions, acknowledged or not: one stuck record keeps
+// everything behind it in the window. Of the transaction still being read,
+// only unacknowledged records count, so a large one streams through.
+func TestTrackerWindowCountsWhatACrashWouldRepublish(t *testing.T) {
+	t.Parallel()
+	tr := newLSNTracker(100)
+	window := func() (int, int64) { _, n, b, _ := tr.position(); return n, b }
+
+	stuck := tr.begin()
+	tr.produce(stuck, 10) // its partition never answers
+	tr.commit(stuck, 200, at(200))
+	for i := range 5 {
+		x := tr.begin()
+		tr.produce(x, 10)
+		tr.produce(x, 10)
+		tr.commit(x, pglogrepl.LSN(300+i), at(300+i))
+		tr.ack(x, 10)
+		tr.ack(x, 10)
+	}
+	if n, b := window(); n != 11 || b != 110 {
+		t.Fatalf("window %d records, %d bytes behind one stuck record; want 11, 110 (acknowledged ones count)", n, b)
+	}
+	if n := tr.unacknowledged(); n != 1 {
+		t.Fatalf("%d unacknowledged, want 1", n)
+	}
+
+	big := tr.begin() // still being decoded: acknowledged records leave the window
+	for range 100 {
+		tr.produce(big, 1)
+		tr.ack(big, 1)
+	}
+	tr.produce(big, 1)
+	if n, b := window(); n != 12 || b != 111 {
+		t.Fatalf("window %d records, %d bytes with an open transaction; want 12, 111", n, b)
+	}
+	tr.commit(big, 900, at(900)) // committed: all 101 of its records count
+	if n, _ := window(); n != 112 {
+		t.Fatalf("window %d records once the large transaction committed, want 112", n)
+	}
+
+	tr.ack(stuck, 10)
+	tr.ack(big, 1)
+	if n, b := window(); n != 0 || b != 0 || confirmed(tr) != 900 {
+		t.Fatalf("after the stuck record was acknowledged: window %d, %d bytes, confirmed %d; want 0, 0, 900", n, b, confirmed(tr))
+	}
+}

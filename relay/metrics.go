@@ -13,6 +13,7 @@ type metrics struct {
 	bytes         prometheus.Counter
 	quarantined   *prometheus.CounterVec
 	inFlight      prometheus.Gauge
+	unconfirmed   prometheus.Gauge
 	retainedWAL   prometheus.Gauge
 	confirmedLSN  prometheus.Gauge
 	commitToAck   prometheus.Histogram
@@ -39,6 +40,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_relay_in_flight_records", Help: "Records sent to Kafka and not yet acknowledged.",
 		}),
+		unconfirmed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_relay_unconfirmed_records", Help: "Records a crash would publish again: those of committed transactions not yet confirmed, plus the unacknowledged ones of the transaction being read. Bounded by --max-in-flight.",
+		}),
 		retainedWAL: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_relay_retained_wal_bytes", Help: "WAL the replication slot keeps from being recycled.",
 		}),
@@ -61,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.retainedWAL,
+		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL,
 			m.confirmedLSN, m.commitToAck, m.sessions, m.standby, m.pruned)
 	}
 	return m

@@ -220,7 +220,10 @@ func (s *session) stream(ctx context.Context) error {
 			deadline = stopBy
 		}
 
-		// Back-pressure: read no further while the budget is spent.
+		// Back-pressure: read no further while the budget is spent. It
+		// counts what a crash would publish again, not only what Kafka has
+		// yet to acknowledge: a partition that stops acknowledging holds
+		// the confirmed position, and what flows past it counts too.
 		if n >= s.cfg.MaxInFlightRecords || b >= s.cfg.MaxInFlightBytes {
 			stopping := ctx.Done()
 			if !stopBy.IsZero() {
@@ -397,7 +400,7 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 // proves the server alive (see Config.ServerTimeout), and whenever nothing
 // is pending, because the keepalive's WAL end lets an idle outbox confirm.
 func (s *session) report(periodic bool) error {
-	confirmed, n, _, busy := s.tracker.position()
+	confirmed, window, _, busy := s.tracker.position()
 	if confirmed == 0 {
 		return errors.New("no confirmed position to report")
 	}
@@ -412,7 +415,9 @@ func (s *session) report(periodic bool) error {
 	if err != nil {
 		return fmt.Errorf("send standby status: %w", err)
 	}
+	n := s.tracker.unacknowledged()
 	s.r.metrics.inFlight.Set(float64(n))
+	s.r.metrics.unconfirmed.Set(float64(window))
 	s.lastReport = time.Now()
 	if confirmed != s.lastReported {
 		s.lastReported = confirmed

@@ -1,0 +1,119 @@
+package relay_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/outbox"
+	"github.com/ferryhq/ferry/relay"
+)
+
+// stuckSink is the real Kafka client, except that the acknowledgements of
+// one topic are held back until release: a partition that stops
+// acknowledging.
+type stuckSink struct {
+	cl       *kgo.Client
+	topic    string
+	produced atomic.Int64
+	mu       sync.Mutex
+	released bool
+	held     []func()
+}
+
+func (s *stuckSink) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	s.produced.Add(1)
+	if r.Topic != s.topic {
+		s.cl.Produce(ctx, r, promise)
+		return
+	}
+	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		s.mu.Lock()
+		if !s.released {
+			s.held = append(s.held, func() { promise(r, err) })
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		promise(r, err)
+	})
+}
+
+func (s *stuckSink) AbortBufferedRecords(ctx context.Context) error {
+	return s.cl.AbortBufferedRecords(ctx)
+}
+
+func (s *stuckSink) release() {
+	s.mu.Lock()
+	s.released = true
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, f := range held {
+		f()
+	}
+}
+
+// One partition that stops acknowledging holds the confirmed position;
+// what flows past it on other partitions counts against --max-in-flight
+// too, so the relay stops reading at the bound instead of letting the
+// window a crash republishes (and the retained WAL) grow without limit.
+// Once the partition answers, everything is delivered and confirmed.
+func TestStuckPartitionBoundsTheWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stuckTopic := b.topic(t, "stuck", 1)
+	topic := b.topic(t, "order", 4)
+	sink := &stuckSink{cl: ferrytest.Client(t), topic: stuckTopic}
+	const bound = 100
+	cfg := b.cfg
+	cfg.Sink = sink
+	cfg.MaxInFlightRecords = bound
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	stuckIDs := b.write(t, evt("stuck", "s", 0))
+	var ids []string
+	for i := range 100 {
+		events := make([]outbox.Event, 10)
+		for j := range events {
+			events[j] = evt("order", "agg-"+string(rune('a'+j)), i)
+		}
+		ids = append(ids, b.write(t, events...)...)
+	}
+
+	r := b.start(t, cfg)
+	deadline := time.Now().Add(time.Minute)
+	for sink.produced.Load() < bound {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay produced %d records in a minute, want %d", sink.produced.Load(), bound)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Give it every chance to read on: it must not.
+	start := r.Stats().ConfirmedLSN
+	time.Sleep(time.Second)
+	// The transaction being read may finish past the bound (a crash
+	// republishes it whole anyway): one transaction is 10 records.
+	if n := sink.produced.Load(); n > bound+10 {
+		t.Fatalf("the relay produced %d records behind a partition that stopped acknowledging, more than --max-in-flight %d plus one transaction", n, bound)
+	}
+	if now := r.Stats().ConfirmedLSN; now != start {
+		t.Fatalf("the confirmed position moved from %d to %d past an unacknowledged record", start, now)
+	}
+
+	sink.release()
+	consume(t, []string{stuckTopic, topic}, append(stuckIDs, ids...), 2*time.Minute, 0)
+	deadline = time.Now().Add(time.Minute)
+	for r.Stats().ConfirmedLSN == start {
+		if time.Now().After(deadline) {
+			t.Fatal("the confirmed position did not move once the partition answered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
