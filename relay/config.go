@@ -25,6 +25,7 @@ const (
 	ServerTimeoutDefault       = 5 * time.Second
 	ReconnectBackoffMaxDefault = 15 * time.Second
 	ShutdownTimeoutDefault     = 30 * time.Second
+	UnknownTopicWaitDefault    = 30 * time.Second
 	WALMonitorIntervalDefault  = 10 * time.Second
 	TopicConfigRefreshDefault  = time.Minute
 )
@@ -96,6 +97,16 @@ type Config struct {
 	// ReconnectBackoffMaxDefault (15s).
 	ReconnectBackoffMax time.Duration
 
+	// UnknownTopicWait is how long the relay holds the records of a topic
+	// that does not exist (and that the broker does not create) before it
+	// quarantines them with reason "unknown_topic". Meanwhile the other
+	// topics flow, the held records are retried in order and nothing is
+	// confirmed past them; a topic created in time loses nothing. An
+	// authorization failure is different: it is waited out for as long as
+	// it lasts, with Ready reporting it. Defaults to UnknownTopicWaitDefault
+	// (30s).
+	UnknownTopicWait time.Duration
+
 	// ShutdownTimeout bounds how long Run waits, once its context ends, for
 	// the current transaction to finish decoding and Kafka to acknowledge
 	// what is in flight. Defaults to ShutdownTimeoutDefault (30s).
@@ -153,6 +164,7 @@ func (c Config) WithDefaults() Config {
 	c.ServerTimeout = cmp.Or(c.ServerTimeout, ServerTimeoutDefault)
 	c.ReconnectBackoffMax = cmp.Or(c.ReconnectBackoffMax, ReconnectBackoffMaxDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.UnknownTopicWait = cmp.Or(c.UnknownTopicWait, UnknownTopicWaitDefault)
 	c.WALMonitorInterval = cmp.Or(c.WALMonitorInterval, WALMonitorIntervalDefault)
 	c.TopicConfigRefresh = cmp.Or(c.TopicConfigRefresh, TopicConfigRefreshDefault)
 	if c.Logger == nil {
@@ -207,6 +219,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay: Config.StandbyPoll is %s: must be positive", c.StandbyPoll)
 	case c.ReconnectBackoffMax <= 0:
 		return fmt.Errorf("relay: Config.ReconnectBackoffMax is %s: must be positive", c.ReconnectBackoffMax)
+	case c.UnknownTopicWait <= 0:
+		return fmt.Errorf("relay: Config.UnknownTopicWait is %s: must be positive", c.UnknownTopicWait)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("relay: Config.ShutdownTimeout is %s: must be positive", c.ShutdownTimeout)
 	case c.TopicConfigRefresh <= 0:

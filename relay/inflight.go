@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -25,6 +26,8 @@ type inflight struct {
 	size    int
 	commit  time.Time     // PostgreSQL commit time of its transaction
 	lsn     pglogrepl.LSN // commit LSN of its transaction
+	seq     uint64        // publication order within the session
+	probing atomic.Bool   // sent alone to test a topic Kafka refused (topicGate)
 }
 
 // fill builds the record from the row: key = aggregate id, value = payload

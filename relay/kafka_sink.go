@@ -102,11 +102,16 @@ func (s *kafkaSink) client() *kgo.Client {
 // (the broker may create it) or a broker that does not answer leaves the
 // default. The client's batches keep the limit it had when it first produced
 // to the topic; should the limit change, the strikes in Produce rebuild it.
-func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) {
+// It reports false when the broker says the topic does not exist; nothing
+// is remembered then, so the next record asks again.
+func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) (exists bool) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	limit := int32(defaultMaxMessageBytes)
 	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	if err == nil && len(rcs) == 1 && (errors.Is(rcs[0].Err, kerr.UnknownTopicOrPartition) || errors.Is(rcs[0].Err, kerr.UnknownTopicID)) {
+		return false
+	}
 	if err == nil && len(rcs) == 1 && rcs[0].Err == nil {
 		for _, c := range rcs[0].Configs {
 			if c.Key == "max.message.bytes" && c.Value != nil {
@@ -117,13 +122,19 @@ func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) {
 		}
 	}
 	s.limits.Store(topic, topicLimit{bytes: limit, learned: time.Now()})
+	return true
 }
 
 // Produce implements Sink.
 func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
 	cl := s.client()
 	if v, ok := s.limits.Load(rec.Topic); !ok || time.Since(v.(topicLimit).learned) > s.ttl {
-		s.learn(ctx, cl, rec.Topic)
+		if !s.learn(ctx, cl, rec.Topic) && !s.autoCreate(cl) {
+			// Refused at once, rather than after franz-go's own retries of
+			// an unknown topic (tens of seconds): the session holds it.
+			promise(rec, fmt.Errorf("topic %s: %w", rec.Topic, kerr.UnknownTopicOrPartition))
+			return
+		}
 	}
 	cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 		if err != nil && errors.Is(err, kerr.MessageTooLarge) && !s.tooLargeAlone(r) {
@@ -132,6 +143,13 @@ func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*
 		}
 		promise(r, err)
 	})
+}
+
+// autoCreate reports whether the client asks the broker to create missing
+// topics (kgo.AllowAutoTopicCreation).
+func (s *kafkaSink) autoCreate(cl *kgo.Client) bool {
+	v, _ := cl.OptValue(kgo.AllowAutoTopicCreation).(bool)
+	return v
 }
 
 // tooLargeAlone decides whether a record refused as too large is the

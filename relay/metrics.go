@@ -20,6 +20,7 @@ type metrics struct {
 	sessions      prometheus.Counter
 	standby       prometheus.Gauge
 	pruned        prometheus.Counter
+	heldTopics    prometheus.Gauge
 	nPublished    atomic.Int64
 	nQuarantined  atomic.Int64
 	nSessions     atomic.Int64
@@ -60,13 +61,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		standby: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_relay_standby", Help: "1 while another relay holds the slot and this one waits.",
 		}),
+		heldTopics: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_relay_refused_topics", Help: "Topics Kafka refuses for now (unknown, not authorized) whose records the relay holds and retries in place.",
+		}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_relay_outbox_pruned_rows_total", Help: "Confirmed outbox rows deleted by retention.",
 		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL,
-			m.confirmedLSN, m.commitToAck, m.sessions, m.standby, m.pruned)
+			m.confirmedLSN, m.commitToAck, m.sessions, m.standby, m.pruned, m.heldTopics)
 	}
 	return m
 }

@@ -43,6 +43,7 @@ type Relay struct {
 	metrics  *metrics
 	queries  *dbsqlc.Queries
 	state    atomic.Int32
+	gate     atomic.Pointer[topicGate] // the streaming session's, for Ready
 }
 
 // New validates cfg and returns a Relay. It connects to nothing yet.
@@ -72,10 +73,18 @@ func New(cfg *Config) (*Relay, error) {
 // State reports what the relay is doing.
 func (r *Relay) State() State { return State(r.state.Load()) }
 
-// Ready returns nil while the relay streams, for a readiness probe.
+// Ready returns nil while the relay streams and Kafka takes every topic,
+// for a readiness probe. A standby, a relay reconnecting and one whose
+// topics Kafka refuses for now (not authorized, unknown) are not ready, and
+// the error says why.
 func (r *Relay) Ready() error {
 	if s := r.State(); s != StateStreaming {
 		return fmt.Errorf("relay is %s", s)
+	}
+	if g := r.gate.Load(); g != nil {
+		if why := g.reason(); why != "" {
+			return fmt.Errorf("relay is streaming, but Kafka refuses for now: %s", why)
+		}
 	}
 	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/pgerr"
@@ -44,6 +43,7 @@ type session struct {
 	sink    Sink
 	tracker *lsnTracker
 	quar    *quarantiner
+	gate    *topicGate
 	record  *slotRecorder
 	rels    *relations
 	// sctx is the context of produced records. It outlives a shutdown
@@ -61,6 +61,7 @@ type session struct {
 	open         *txn          // transaction being decoded, nil between transactions
 	openLSN      pglogrepl.LSN // its commit LSN, from Begin
 	openCommit   time.Time     // its commit time, from Begin
+	seq          uint64        // the last record's publication order
 }
 
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log *slog.Logger) error {
@@ -117,6 +118,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		lastReported: 0,
 	}
 	s.promise = s.acknowledged
+	s.gate = newTopicGate(s)
+	r.gate.Store(s.gate)
+	defer r.gate.Store(nil)
 	s.quar = &quarantiner{
 		db: pool, queries: r.queries, tracker: s.tracker, metrics: r.metrics, logger: log,
 		in: make(chan quarantined, r.cfg.MaxInFlightRecords+1),
@@ -357,7 +361,8 @@ func (s *session) handleWAL(data []byte) error {
 // publish hands one event to Kafka, or straight to quarantine when its topic
 // name can never be valid.
 func (s *session) publish(p *inflight) {
-	p.tx, p.commit, p.lsn = s.open, s.openCommit, s.openLSN
+	s.seq++
+	p.tx, p.commit, p.lsn, p.seq = s.open, s.openCommit, s.openLSN, s.seq
 	topic := s.r.namer.topic(&p.row)
 	p.fill(topic.name)
 	s.tracker.produce(p.tx, p.size)
@@ -370,6 +375,9 @@ func (s *session) publish(p *inflight) {
 		s.tracker.ack(p.tx, p.size)
 		return
 	}
+	if !s.gate.admit(p) {
+		return // its topic is held: the gate sends it in order
+	}
 	s.sink.Produce(s.sctx, &p.rec, s.promise)
 }
 
@@ -377,6 +385,7 @@ func (s *session) publish(p *inflight) {
 func (s *session) acknowledged(rec *kgo.Record, err error) {
 	p := rec.Context.(*inflight)
 	if err == nil {
+		s.gate.accepted(p)
 		s.r.metrics.published.Inc()
 		s.r.metrics.nPublished.Add(1)
 		s.r.metrics.bytes.Add(float64(len(rec.Value)))
@@ -388,8 +397,9 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		s.quar.in <- quarantined{p: p, reason: reason, err: err}
 		return
 	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		err = fmt.Errorf("%w (create the topic, or let the broker create it: auto.create.topics.enable plus --kafka-auto-create-topics)", err)
+	if class, ok := refusalOf(err); ok {
+		s.gate.refuse(p, class, err)
+		return
 	}
 	s.fail(fmt.Errorf("kafka refused record for topic %s: %w", rec.Topic, err))
 }

@@ -27,6 +27,7 @@ type engine struct {
 	maxInFlight *int
 	status      *time.Duration
 	server      *time.Duration
+	unknown     *time.Duration
 	shutdown    *time.Duration
 }
 
@@ -39,17 +40,23 @@ func (e *engine) register(f *cli.Flags) {
 	e.maxInFlight = f.Int("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
 	e.status = f.Duration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
 	e.server = f.Duration("server-timeout", relay.ServerTimeoutDefault, "silence tolerated on the replication connection, both ways: set as its wal_sender_timeout (a frozen relay's slot is freed for a standby) and the relay reconnects when the server says nothing for this long")
+	e.unknown = f.Duration("unknown-topic-wait", relay.UnknownTopicWaitDefault, "how long the records of a topic that does not exist are held (other topics flow) before they are quarantined as unknown_topic")
 	e.shutdown = f.Duration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
 }
 
-// parse parses args and returns the logger and the relay's Config.
-func (e *engine) parse(f *cli.Flags, args []string, stderr io.Writer) (*slog.Logger, *relay.Config, error) {
+// parse parses args, checks that Kafka takes the connection's security
+// settings (see cli.Kafka.Check), and returns the logger and the relay's
+// Config.
+func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr io.Writer) (*slog.Logger, *relay.Config, error) {
 	logger, err := e.Parse(f, args, stderr)
 	if err != nil {
 		return nil, nil, err
 	}
 	kopts, err := e.kafka.Opts(logger)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := e.kafka.Check(ctx, logger); err != nil {
 		return nil, nil, err
 	}
 	return logger, &relay.Config{
@@ -61,6 +68,7 @@ func (e *engine) parse(f *cli.Flags, args []string, stderr io.Writer) (*slog.Log
 		MaxInFlightRecords: *e.maxInFlight,
 		StatusInterval:     *e.status,
 		ServerTimeout:      *e.server,
+		UnknownTopicWait:   *e.unknown,
 		ShutdownTimeout:    *e.shutdown,
 		KafkaOpts:          kopts,
 		Logger:             logger,
@@ -76,7 +84,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	var p pruneFlags
 	p.register(f, true)
 	unsafeConfirm := f.FlagSet.Bool("unsafe-confirm-on-send", false, "NEGATIVE CONTROL ONLY: confirm WAL before Kafka acknowledges, which loses events on a crash")
-	logger, cfg, err := e.parse(f, args, stderr)
+	logger, cfg, err := e.parse(ctx, f, args, stderr)
 	if err != nil {
 		return err
 	}
