@@ -1,12 +1,18 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -164,4 +170,70 @@ func (k *Kafka) String() string {
 		s += " sasl=" + k.SASLMechanism + " sasl_user=" + k.SASLUsername + " sasl_password=<redacted>"
 	}
 	return s
+}
+
+// ErrKafkaRefused marks a connection to Kafka that the security settings
+// refused, on either side: SASL credentials or a mechanism the broker does
+// not take, a broker certificate the client does not trust, a client
+// certificate the broker does not. Retrying with the same settings cannot
+// succeed.
+var ErrKafkaRefused = errors.New("kafka refused the connection")
+
+// CheckTimeoutDefault bounds Check.
+const CheckTimeoutDefault = 15 * time.Second
+
+// Check connects to the seed brokers once, as the engines would, and asks
+// for the cluster's metadata. It returns an error wrapping ErrKafkaRefused,
+// naming the settings to fix, when the connection's security refused it: a
+// binary that cannot authenticate should say so at start-up and exit, as it
+// does when PostgreSQL refuses its password, rather than retry forever while
+// it reports ready. A broker that is down, unreachable or closes the
+// connection (franz-go's message then guesses why) is no reason to stop,
+// since the engines retry: Check logs a warning and returns nil.
+func (k *Kafka) Check(ctx context.Context, logger *slog.Logger) error {
+	opts, err := k.Opts(nil) // the engines' clients log; this one's error says it all
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, CheckTimeoutDefault)
+	defer cancel()
+	err = cl.Ping(ctx)
+	if err == nil {
+		return nil
+	}
+	if refused := k.refused(err); refused != nil {
+		return refused
+	}
+	logger.Warn("no answer from Kafka at start-up; the client keeps trying",
+		slog.String("kafka", k.String()), slog.String("error", err.Error()))
+	return nil
+}
+
+// refused explains err when the connection's security refused it, and
+// returns nil otherwise.
+func (k *Kafka) refused(err error) error {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		op        *net.OpError
+	)
+	switch {
+	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
+		return fmt.Errorf("%w: %s: the broker's certificate is not trusted (check --kafka-tls-ca-file, "+
+			"and that the certificate names the host in --kafka-brokers): %w", ErrKafkaRefused, k.Brokers, err)
+	case errors.As(err, &op) && op.Op == "remote error": // a TLS alert from the broker
+		return fmt.Errorf("%w: %s: the broker refused the TLS handshake (does it want a client certificate, "+
+			"--kafka-tls-cert-file and --kafka-tls-key-file, signed by a CA it trusts?): %w", ErrKafkaRefused, k.Brokers, err)
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
+		return fmt.Errorf("%w: %s: SASL %s authentication as %q failed (check --kafka-sasl-mechanism, "+
+			"--kafka-sasl-username and %s): %w", ErrKafkaRefused, k.Brokers, strings.ToUpper(k.SASLMechanism), k.SASLUsername, SASLPasswordEnv, err)
+	}
+	return nil
 }

@@ -18,7 +18,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var since cli.TimeValue
 	f.FlagSet.Var(&since, "since", "republish outbox rows created at or after this RFC 3339 time or duration ago (7d); needed when Ferry has no record of the slot")
 	force := f.FlagSet.Bool("force", false, "republish even when the outbox holds no row older than the window, that is when rows of it may have been deleted")
-	_, cfg, err := e.parse(f, args, stderr)
+	_, cfg, err := e.parse(ctx, f, args, stderr)
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,9 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	if err := kafka.Check(ctx, logger); err != nil {
+		return err
+	}
 	// Heartbeat at least three times per session, as Kafka advises.
 	kopts = append(kopts, kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3)))
 
