@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferryhq/ferry/cmd/relay/relaycli"
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 type lockedBuffer struct {
@@ -101,8 +104,9 @@ func get(url string) (int, string) {
 }
 
 // relay migrate creates the schema, the publication and the slot; relay run
-// then serves metrics and readiness and never logs a password; relay status
-// shows the slot.
+// then serves metrics and readiness, publishes through a listener that wants
+// TLS and SCRAM, and never logs a password, whether Kafka takes it or not;
+// relay status shows the slot.
 func TestMigrateRunStatus(t *testing.T) {
 	db := ferrytest.NewDB(t)
 	slot := "cli_" + ferrytest.Suffix()
@@ -124,16 +128,22 @@ func TestMigrateRunStatus(t *testing.T) {
 		t.Fatalf("slot %s exists = %v, %v after relay migrate", slot, exists, err)
 	}
 
-	// The SASL password must not leak either; PLAIN against a broker without
-	// SASL fails to authenticate, which the relay logs and retries.
-	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", saslSecret)
+	// No password leaks, from a run that authenticates to Kafka (the stack's
+	// SASL_SSL listener, SCRAM-SHA-512 over TLS) and publishes, nor from one
+	// that Kafka refuses. The logs are at debug level: franz-go's included.
+	sec := ferrytest.Secure(t)
+	secure := []string{"--kafka-brokers", sec.SASLSSLBrokers, "--kafka-tls", "--kafka-tls-ca-file", sec.CAFile,
+		"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", sec.User}
+	aggregate := "cli" + ferrytest.Suffix()
+	ferrytest.CreateTopic(t, "outbox.event."+aggregate, 1)
+	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", sec.Password)
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderrBuf lockedBuffer
 	done := make(chan int)
 	go func() {
-		done <- relaycli.Main(ctx, []string{"run", "--http-addr", addr, "--log-format", "json", "--log-level", "debug",
-			"--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "alice"}, io.Discard, &stderrBuf)
+		done <- relaycli.Main(ctx, append([]string{"run", "--http-addr", addr, "--log-format", "json", "--log-level", "debug"}, secure...),
+			io.Discard, &stderrBuf)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -146,6 +156,13 @@ func TestMigrateRunStatus(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	ids, err := outbox.Write(context.Background(), db.Pool, outbox.Event{AggregateType: aggregate, AggregateID: "1", EventType: "Authenticated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := consumeOne(t, "outbox.event."+aggregate); header(rec, outbox.HeaderID) != ids[0].String() {
+		t.Fatalf("published record has id %q, want %s", header(rec, outbox.HeaderID), ids[0])
+	}
 	if status, body := get("http://" + addr + "/metrics"); status != 200 || !strings.Contains(body, "ferry_relay_events_published_total") ||
 		!strings.Contains(body, "ferry_relay_commit_to_ack_seconds") || !strings.Contains(body, "ferry_relay_retained_wal_bytes") {
 		t.Fatalf("/metrics: %d, missing Ferry's series:\n%.2000s", status, body)
@@ -153,19 +170,33 @@ func TestMigrateRunStatus(t *testing.T) {
 	if status, _ := get("http://" + addr + "/healthz"); status != 200 {
 		t.Fatalf("/healthz: %d", status)
 	}
-	time.Sleep(500 * time.Millisecond) // let the Kafka client try to authenticate
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("relay run exited %d after cancellation:\n%s", code, stderrBuf.String())
 	}
 	logs := stderrBuf.String()
-	for _, secret := range []string{dbSecret, saslSecret} {
+	if !strings.Contains(logs, "beginning sasl authentication") || !strings.Contains(logs, `"mechanism":"SCRAM-SHA-512"`) {
+		t.Fatalf("the debug logs do not show the SASL authentication they are meant to cover:\n%s", logs)
+	}
+	for _, secret := range []string{dbSecret, sec.Password} {
 		if strings.Contains(logs, secret) {
-			t.Fatalf("a secret appears in the logs:\n%s", logs)
+			t.Fatalf("a secret appears in the logs of a run that authenticated:\n%s", logs)
 		}
 	}
 	if !strings.Contains(logs, "redacted") {
 		t.Fatalf("start-up log does not show the redacted settings:\n%s", logs)
+	}
+
+	// A wrong password: Kafka refuses it at start-up, and says so without it.
+	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", saslSecret)
+	code, _, refused := run(t, context.Background(), append([]string{"run", "--http-addr", "off", "--log-format", "json", "--log-level", "debug"}, secure...)...)
+	if code != 1 || !strings.Contains(refused, "SASL_AUTHENTICATION_FAILED") {
+		t.Fatalf("relay run with a wrong SASL password: exit %d, want 1 naming SASL_AUTHENTICATION_FAILED:\n%s", code, refused)
+	}
+	for _, secret := range []string{dbSecret, saslSecret, sec.Password} {
+		if strings.Contains(refused, secret) {
+			t.Fatalf("a secret appears in the logs of a run Kafka refused:\n%s", refused)
+		}
 	}
 
 	code, out, stderr = run(t, context.Background(), "quarantine", "list")
@@ -209,4 +240,30 @@ func TestMigrateRunStatus(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "nothing to recover") {
 		t.Fatalf("relay recover of a healthy slot: exit %d\n%s\n%s", code, out, stderr)
 	}
+}
+
+// consumeOne returns the first record of topic, read through the stack's
+// plaintext listener.
+func consumeOne(t *testing.T, topic string) *kgo.Record {
+	t.Helper()
+	ctx := ferrytest.Context(t, 30*time.Second)
+	cl := ferrytest.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("no record in %s within 30s", topic)
+		}
+		if recs := fetches.Records(); len(recs) > 0 {
+			return recs[0]
+		}
+	}
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
