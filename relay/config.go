@@ -26,6 +26,7 @@ const (
 	ReconnectBackoffMaxDefault = 15 * time.Second
 	ShutdownTimeoutDefault     = 30 * time.Second
 	UnknownTopicWaitDefault    = 30 * time.Second
+	HealthTimeoutDefault       = time.Minute
 	WALMonitorIntervalDefault  = 10 * time.Second
 	TopicConfigRefreshDefault  = time.Minute
 )
@@ -107,6 +108,12 @@ type Config struct {
 	// (30s).
 	UnknownTopicWait time.Duration
 
+	// HealthTimeout is how long Run's loops may go without progress before
+	// Healthy reports the relay wedged. Longer than StatusInterval,
+	// StandbyPoll and ReconnectBackoffMax. Defaults to HealthTimeoutDefault
+	// (1m).
+	HealthTimeout time.Duration
+
 	// ShutdownTimeout bounds how long Run waits, once its context ends, for
 	// the current transaction to finish decoding and Kafka to acknowledge
 	// what is in flight. Defaults to ShutdownTimeoutDefault (30s).
@@ -165,6 +172,7 @@ func (c Config) WithDefaults() Config {
 	c.ReconnectBackoffMax = cmp.Or(c.ReconnectBackoffMax, ReconnectBackoffMaxDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.UnknownTopicWait = cmp.Or(c.UnknownTopicWait, UnknownTopicWaitDefault)
+	c.HealthTimeout = cmp.Or(c.HealthTimeout, HealthTimeoutDefault)
 	c.WALMonitorInterval = cmp.Or(c.WALMonitorInterval, WALMonitorIntervalDefault)
 	c.TopicConfigRefresh = cmp.Or(c.TopicConfigRefresh, TopicConfigRefreshDefault)
 	if c.Logger == nil {
@@ -219,6 +227,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay: Config.StandbyPoll is %s: must be positive", c.StandbyPoll)
 	case c.ReconnectBackoffMax <= 0:
 		return fmt.Errorf("relay: Config.ReconnectBackoffMax is %s: must be positive", c.ReconnectBackoffMax)
+	case c.HealthTimeout <= max(c.StatusInterval, c.StandbyPoll, c.ReconnectBackoffMax):
+		return fmt.Errorf("relay: Config.HealthTimeout is %s: must exceed StatusInterval, StandbyPoll and ReconnectBackoffMax (%s), which a healthy relay may spend between heartbeats",
+			c.HealthTimeout, max(c.StatusInterval, c.StandbyPoll, c.ReconnectBackoffMax))
 	case c.UnknownTopicWait <= 0:
 		return fmt.Errorf("relay: Config.UnknownTopicWait is %s: must be positive", c.UnknownTopicWait)
 	case c.ShutdownTimeout <= 0:

@@ -44,6 +44,38 @@ type Relay struct {
 	queries  *dbsqlc.Queries
 	state    atomic.Int32
 	gate     atomic.Pointer[topicGate] // the streaming session's, for Ready
+	running  atomic.Bool
+	beat     atomic.Int64 // unix nanoseconds of the last heartbeat of Run's loops
+}
+
+// connectTimeoutDefault bounds a connection attempt when the URL sets no
+// connect_timeout.
+const connectTimeoutDefault = 10 * time.Second
+
+// heartbeat records that Run's loops are making progress (see Healthy).
+func (r *Relay) heartbeat() { r.beat.Store(time.Now().UnixNano()) }
+
+// Healthy returns nil unless Run's loops are wedged: no heartbeat for
+// Config.HealthTimeout. Every loop beats at least once per StatusInterval,
+// StandbyPoll or reconnection backoff, whether streaming, standing by,
+// waiting for Kafka or retrying, so only a loop stuck in a call that never
+// returns fails it. For a liveness probe: restarting such a relay is safe.
+func (r *Relay) Healthy() error {
+	if !r.running.Load() {
+		return nil
+	}
+	if since := time.Since(time.Unix(0, r.beat.Load())); since > r.cfg.HealthTimeout {
+		return fmt.Errorf("relay is wedged: no progress for %s (state %s)", since.Round(time.Second), r.State())
+	}
+	return nil
+}
+
+// Active returns nil while this relay holds the slot and streams.
+func (r *Relay) Active() error {
+	if s := r.State(); s != StateStreaming {
+		return fmt.Errorf("relay is %s", s)
+	}
+	return nil
 }
 
 // New validates cfg and returns a Relay. It connects to nothing yet.
@@ -61,6 +93,11 @@ func New(cfg *Config) (*Relay, error) {
 		return nil, errors.New("relay: Config.DatabaseURL is not a valid PostgreSQL connection string")
 	}
 	dbConfig.ConnConfig.RuntimeParams["application_name"] = "ferry-relay"
+	if dbConfig.ConnConfig.ConnectTimeout == 0 {
+		// A server that accepts TCP but never answers must not hang a
+		// connection attempt (and Healthy) for as long as TCP allows.
+		dbConfig.ConnConfig.ConnectTimeout = connectTimeoutDefault
+	}
 	return &Relay{
 		cfg:      c,
 		dbConfig: dbConfig,
@@ -73,12 +110,18 @@ func New(cfg *Config) (*Relay, error) {
 // State reports what the relay is doing.
 func (r *Relay) State() State { return State(r.state.Load()) }
 
-// Ready returns nil while the relay streams and Kafka takes every topic,
-// for a readiness probe. A standby, a relay reconnecting and one whose
-// topics Kafka refuses for now (not authorized, unknown) are not ready, and
-// the error says why.
+// Ready returns nil while the relay does its job, for a readiness probe:
+// it streams and Kafka takes every topic, or it stands by, ready to take
+// the slot over (a rolling update waits for a new standby, never for it to
+// become active). Starting, reconnecting, and streaming while Kafka refuses
+// a topic for now (not authorized, unknown) are not ready; the error says
+// why. Active tells the relay that holds the slot.
 func (r *Relay) Ready() error {
-	if s := r.State(); s != StateStreaming {
+	switch s := r.State(); s {
+	case StateStandby:
+		return nil
+	case StateStreaming:
+	default:
 		return fmt.Errorf("relay is %s", s)
 	}
 	if g := r.gate.Load(); g != nil {
@@ -105,6 +148,9 @@ func (r *Relay) Stats() Stats {
 // PostgreSQL or Kafka are retried forever; Run returns an error only for
 // conditions a restart cannot cure (see ErrFatal).
 func (r *Relay) Run(ctx context.Context) error {
+	r.heartbeat()
+	r.running.Store(true)
+	defer r.running.Store(false)
 	defer r.state.Store(int32(StateStopped))
 	log := r.cfg.Logger.With(slog.String("slot", r.cfg.Slot))
 
@@ -137,6 +183,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	retry := backoff.Sequence{Base: reconnectBackoff, Ceiling: r.cfg.ReconnectBackoffMax}
 	standbyLogged := false
 	for {
+		r.heartbeat()
 		started := time.Now()
 		err := r.session(runCtx, pool, sink, log)
 		if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
@@ -185,6 +232,7 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 	pcfg.MaxConns = 4
 	retry := backoff.Sequence{Base: reconnectBackoff, Ceiling: r.cfg.ReconnectBackoffMax}
 	for {
+		r.heartbeat()
 		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err == nil {
 			if err = pool.Ping(ctx); err == nil {

@@ -191,6 +191,7 @@ func (s *session) stream(ctx context.Context) error {
 	heard := time.Now()
 
 	for {
+		s.r.heartbeat()
 		select {
 		case <-s.failed:
 			return s.failErr
@@ -448,6 +449,7 @@ func (s *session) stop(deadline time.Time) error {
 	tick := time.NewTicker(s.cfg.StatusInterval)
 	defer tick.Stop()
 	for {
+		s.r.heartbeat()
 		_, n, _, _ := s.tracker.position()
 		if n == 0 || !time.Now().Before(deadline) {
 			break

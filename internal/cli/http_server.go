@@ -17,6 +17,14 @@ import (
 // Probe answers a health or readiness check: nil means yes.
 type Probe func() error
 
+// Probes are what an engine answers over HTTP. A nil probe always says yes;
+// a nil Active serves no /activez.
+type Probes struct {
+	Healthy Probe // /healthz, for a liveness probe: no means restart me
+	Ready   Probe // /readyz, for a readiness probe
+	Active  Probe // /activez: this process does the work (holds the slot)
+}
+
 // HTTPServer serves /metrics, /healthz and /readyz on one port.
 type HTTPServer struct {
 	srv *http.Server
@@ -24,7 +32,7 @@ type HTTPServer struct {
 }
 
 // NewHTTPServer listens on addr ("" or "off" disables it; ":0" picks a port).
-func NewHTTPServer(addr string, gatherer prometheus.Gatherer, healthy, ready Probe) (*HTTPServer, error) {
+func NewHTTPServer(addr string, gatherer prometheus.Gatherer, probes Probes) (*HTTPServer, error) {
 	if addr == "" || addr == "off" {
 		return nil, nil
 	}
@@ -34,8 +42,11 @@ func NewHTTPServer(addr string, gatherer prometheus.Gatherer, healthy, ready Pro
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", probeHandler(healthy))
-	mux.HandleFunc("GET /readyz", probeHandler(ready))
+	mux.HandleFunc("GET /healthz", probeHandler(probes.Healthy))
+	mux.HandleFunc("GET /readyz", probeHandler(probes.Ready))
+	if probes.Active != nil {
+		mux.HandleFunc("GET /activez", probeHandler(probes.Active))
+	}
 	return &HTTPServer{
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
 		ln:  ln,
@@ -91,8 +102,8 @@ func (h *HTTP) Register(f *Flags, def string) {
 }
 
 // Serve is ServeHTTP on the configured address.
-func (h *HTTP) Serve(gatherer prometheus.Gatherer, ready Probe, logger *slog.Logger) (stop func(), err error) {
-	return ServeHTTP(h.Addr, gatherer, ready, logger)
+func (h *HTTP) Serve(gatherer prometheus.Gatherer, probes Probes, logger *slog.Logger) (stop func(), err error) {
+	return ServeHTTP(h.Addr, gatherer, probes, logger)
 }
 
 // NewRegistry returns a metrics registry with the Go runtime's and the
@@ -106,8 +117,8 @@ func NewRegistry() *prometheus.Registry {
 // ServeHTTP listens on addr and serves /metrics, /healthz and /readyz in the
 // background until the returned stop is called. It outlives the engine's
 // context on purpose: the probes answer while the engine drains.
-func ServeHTTP(addr string, gatherer prometheus.Gatherer, ready Probe, logger *slog.Logger) (stop func(), err error) {
-	srv, err := NewHTTPServer(addr, gatherer, nil, ready)
+func ServeHTTP(addr string, gatherer prometheus.Gatherer, probes Probes, logger *slog.Logger) (stop func(), err error) {
+	srv, err := NewHTTPServer(addr, gatherer, probes)
 	if err != nil {
 		return nil, err
 	}

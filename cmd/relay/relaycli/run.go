@@ -28,6 +28,7 @@ type engine struct {
 	status      *time.Duration
 	server      *time.Duration
 	unknown     *time.Duration
+	health      *time.Duration
 	shutdown    *time.Duration
 }
 
@@ -41,6 +42,7 @@ func (e *engine) register(f *cli.Flags) {
 	e.status = f.Duration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
 	e.server = f.Duration("server-timeout", relay.ServerTimeoutDefault, "silence tolerated on the replication connection, both ways: set as its wal_sender_timeout (a frozen relay's slot is freed for a standby) and the relay reconnects when the server says nothing for this long")
 	e.unknown = f.Duration("unknown-topic-wait", relay.UnknownTopicWaitDefault, "how long the records of a topic that does not exist are held (other topics flow) before they are quarantined as unknown_topic")
+	e.health = f.Duration("health-timeout", relay.HealthTimeoutDefault, "/healthz fails when the relay's loops made no progress for this long")
 	e.shutdown = f.Duration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
 }
 
@@ -69,6 +71,7 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 		StatusInterval:     *e.status,
 		ServerTimeout:      *e.server,
 		UnknownTopicWait:   *e.unknown,
+		HealthTimeout:      *e.health,
 		ShutdownTimeout:    *e.shutdown,
 		KafkaOpts:          kopts,
 		Logger:             logger,
@@ -99,7 +102,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	stopHTTP, err := http.Serve(reg, r.Ready, logger)
+	stopHTTP, err := http.Serve(reg, cli.Probes{Healthy: r.Healthy, Ready: r.Ready, Active: r.Active}, logger)
 	if err != nil {
 		return err
 	}
