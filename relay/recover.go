@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,9 +65,9 @@ type RecoverResult struct {
 //     point;
 //  3. in that snapshot (exactly the transactions the new slot will not
 //     send) it republishes every outbox row created since the last
-//     confirmed commit time less the margin, in (created_at, id) order, so
-//     each aggregate's events go out in order and before anything the new
-//     slot streams; Kafka's refusals go to quarantine as usual;
+//     confirmed commit time less the margin, in id order, before anything
+//     the new slot streams, in commit order (see windowInCommitOrder);
+//     Kafka's refusals go to quarantine as usual;
 //  4. once Kafka acknowledged all of them, it records the new slot, and
 //     `relay run` streams on from it.
 //
@@ -217,6 +218,31 @@ func (r *Relay) clearSlot(ctx context.Context, pool *pgxpool.Pool, rec *slotReco
 // recoverPage is how many outbox rows one query of a recovery reads.
 const recoverPage = 1000
 
+// windowInCommitOrder returns the ids of the outbox rows created since
+// since, in commit order: exact when track_commit_timestamp is on, else in
+// the order their transactions got their ids, which is commit order for an
+// aggregate whose writers lock it before writing (the usual way to keep its
+// versions in order). created_at cannot tell: it is when a transaction
+// began, and one that waited for the lock commits after one that began
+// later.
+func windowInCommitOrder(ctx context.Context, tx pgx.Tx, since time.Time) ([]uuid.UUID, error) {
+	q := dbsqlc.New()
+	track, err := q.SettingGet(ctx, tx, "track_commit_timestamp")
+	if err != nil {
+		return nil, fmt.Errorf("read track_commit_timestamp: %w", err)
+	}
+	var ids []uuid.UUID
+	if track == "on" {
+		ids, err = q.OutboxWindowByCommitTime(ctx, tx, since)
+	} else {
+		ids, err = q.OutboxWindowByXid(ctx, tx, since)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the outbox window: %w", err)
+	}
+	return ids, nil
+}
+
 // republish publishes every outbox row created since res.Since that tx
 // sees, and waits until Kafka acknowledged (or refused for good) each one.
 func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, sink Sink, res *RecoverResult, log *slog.Logger) error {
@@ -243,13 +269,22 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 		<-inFlight
 		wg.Done()
 	}
-	params := dbsqlc.OutboxPageParams{Since: res.Since, AfterCreatedAt: res.Since.Add(-time.Nanosecond), MaxRows: recoverPage}
-	for {
-		rows, err := q.OutboxPage(ctx, tx, params)
+	ids, err := windowInCommitOrder(ctx, tx, res.Since)
+	if err != nil {
+		return err
+	}
+	for start := 0; start < len(ids); start += recoverPage {
+		batch := ids[start:min(start+recoverPage, len(ids))]
+		rows, err := q.OutboxGetByIDs(ctx, tx, batch)
 		if err != nil {
 			return fmt.Errorf("read the outbox: %w", err)
 		}
+		byID := make(map[uuid.UUID]*dbsqlc.Outbox, len(rows))
 		for _, o := range rows {
+			byID[o.ID] = o
+		}
+		for _, id := range batch {
+			o := byID[id]
 			p := &inflight{Context: ctx, row: row{
 				ID: o.ID, AggregateType: []byte(o.AggregateType), AggregateID: []byte(o.AggregateID),
 				EventType: []byte(o.EventType), Payload: o.Payload, CreatedAt: o.CreatedAt,
@@ -274,11 +309,6 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 			wg.Add(1)
 			sink.Produce(ctx, &p.rec, promise)
 		}
-		if len(rows) < recoverPage {
-			break
-		}
-		last := rows[len(rows)-1]
-		params.AfterCreatedAt, params.AfterID = last.CreatedAt, last.ID
 	}
 	wg.Wait()
 	if failed != nil {

@@ -196,3 +196,82 @@ func TestRecoverRefusals(t *testing.T) {
 		t.Fatalf("Recover --force after an unfinished one = %+v, %v; want the same window again, 1 event republished", res, err)
 	}
 }
+
+// Recovery republishes an aggregate's events in commit order even when a
+// later commit began first: transaction B starts (its created_at is
+// earlier), waits for the aggregate's lock that A holds, and writes its
+// event after A committed. Ordering by created_at published B's event first
+// (seen: [2 1]); the order in which the transactions got their ids, which
+// for writers that lock the aggregate first is the lock order, keeps A's
+// first.
+func TestRecoverKeepsCommitOrderOfLockedWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 1)
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `CREATE TABLE agg (id text PRIMARY KEY, version int); INSERT INTO agg VALUES ('x', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	old := b.write(t, evt("order", "x", 0)) // older than the window
+	b.dropSlot(t)
+
+	txB, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txB.Rollback(context.Background())
+	if _, err := txB.Exec(b.ctx, `SELECT now()`); err != nil { // B's transaction starts first
+		t.Fatal(err)
+	}
+	txA, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txA.Exec(b.ctx, `UPDATE agg SET version = 1 WHERE id = 'x'`); err != nil {
+		t.Fatal(err)
+	}
+	first, err := outbox.Write(b.ctx, txA, evt("order", "x", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan error, 1)
+	go func() { // B waits for A's lock
+		_, err := txB.Exec(b.ctx, `UPDATE agg SET version = 2 WHERE id = 'x'`)
+		locked <- err
+	}()
+	if err := txA.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	second, err := outbox.Write(b.ctx, txB, evt("order", "x", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txB.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := relay.New(&b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cutoff time.Time
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT created_at FROM outbox WHERE id = $1`, old[0]).Scan(&cutoff); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Recover(b.ctx, &relay.RecoverOpts{Since: cutoff.Add(time.Microsecond)}); err != nil {
+		t.Fatal(err)
+	}
+	got := consume(t, []string{topic}, []string{first[0].String(), second[0].String()}, time.Minute, 0)
+	if len(got.records) != 2 || header(got.records[0], "seq") != "1" || header(got.records[1], "seq") != "2" {
+		var seqs []string
+		for _, rec := range got.records {
+			seqs = append(seqs, header(rec, "seq"))
+		}
+		t.Fatalf("republished seqs %v, want [1 2]: commit order", seqs)
+	}
+}

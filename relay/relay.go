@@ -46,6 +46,7 @@ type Relay struct {
 	gate     atomic.Pointer[topicGate] // the streaming session's, for Ready
 	running  atomic.Bool
 	beat     atomic.Int64 // unix nanoseconds of the last heartbeat of Run's loops
+	lastAck  atomic.Int64 // unix nanoseconds of Kafka's last answer to a record
 }
 
 // connectTimeoutDefault bounds a connection attempt when the URL sets no
@@ -128,9 +129,18 @@ func (r *Relay) Ready() error {
 		if why := g.reason(); why != "" {
 			return fmt.Errorf("relay is streaming, but Kafka refuses for now: %s", why)
 		}
+		silent := time.Since(time.Unix(0, r.lastAck.Load()))
+		if n := g.s.tracker.unacknowledged(); n > 0 && silent > kafkaStall(&r.cfg) {
+			return fmt.Errorf("relay is streaming, but Kafka answered none of %d records in flight for %s (unreachable, or refusing the credentials?)",
+				n, silent.Round(time.Second))
+		}
 	}
 	return nil
 }
+
+// kafkaStall is how long records may wait for Kafka's answer before the
+// relay reports itself not ready: three server timeouts.
+func kafkaStall(c *Config) time.Duration { return 3 * c.ServerTimeout }
 
 // Stats returns the relay's counters.
 func (r *Relay) Stats() Stats {

@@ -119,6 +119,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	}
 	s.promise = s.acknowledged
 	s.gate = newTopicGate(s)
+	r.lastAck.Store(time.Now().UnixNano())
 	r.gate.Store(s.gate)
 	defer r.gate.Store(nil)
 	s.quar = &quarantiner{
@@ -385,6 +386,7 @@ func (s *session) publish(p *inflight) {
 // acknowledged is the promise of every record of the session.
 func (s *session) acknowledged(rec *kgo.Record, err error) {
 	p := rec.Context.(*inflight)
+	s.r.lastAck.Store(time.Now().UnixNano())
 	if err == nil {
 		s.gate.accepted(p)
 		s.r.metrics.published.Inc()

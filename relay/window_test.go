@@ -74,6 +74,7 @@ func TestStuckPartitionBoundsTheWindow(t *testing.T) {
 	cfg := b.cfg
 	cfg.Sink = sink
 	cfg.MaxInFlightRecords = bound
+	cfg.ServerTimeout = 3 * time.Second // not ready after 9 s without an answer
 	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, cfg.Publication, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +108,12 @@ func TestStuckPartitionBoundsTheWindow(t *testing.T) {
 		t.Fatalf("the confirmed position moved from %d to %d past an unacknowledged record", start, now)
 	}
 
+	// Stalled: records wait for Kafka's answer, and the relay says so.
+	waitReady(t, r, "answered none")
+
 	sink.release()
 	consume(t, []string{stuckTopic, topic}, append(stuckIDs, ids...), 2*time.Minute, 0)
+	waitReady(t, r, "")
 	deadline = time.Now().Add(time.Minute)
 	for r.Stats().ConfirmedLSN == start {
 		if time.Now().After(deadline) {

@@ -37,12 +37,25 @@ DELETE FROM outbox WHERE id = ANY(@ids::uuid[]);
 -- have deleted rows from a window that must be republished.
 SELECT EXISTS (SELECT 1 FROM outbox WHERE created_at < @before::timestamptz) AS found;
 
--- name: OutboxPage :many
--- One page of rows created at or after the start, in (created_at, id)
--- order, after the last row of the previous page.
-SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+-- name: OutboxWindowByXid :many
+-- The ids of the rows created at or after the start, in the order their
+-- transactions got their ids (age is stable within a transaction), then by
+-- id within one transaction. An aggregate's transactions that lock it
+-- before writing get their ids in lock order, which is their commit order.
+SELECT id
 FROM outbox
 WHERE created_at >= @since::timestamptz
-  AND (created_at, id) > (@after_created_at::timestamptz, @after_id::uuid)
-ORDER BY created_at, id
-LIMIT @max_rows::int;
+ORDER BY age(xmin) DESC, id;
+
+-- name: OutboxWindowByCommitTime :many
+-- The same ids in commit order, exact, when track_commit_timestamp is on.
+SELECT id
+FROM outbox
+WHERE created_at >= @since::timestamptz
+ORDER BY pg_xact_commit_timestamp(xmin) NULLS FIRST, id;
+
+-- name: OutboxGetByIDs :many
+-- The rows with these ids, in no particular order.
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+FROM outbox
+WHERE id = ANY(@ids::uuid[]);

@@ -51,6 +51,41 @@ func (q *Queries) OutboxExists(ctx context.Context, db DBTX) (bool, error) {
 	return exists, err
 }
 
+const outboxGetByIDs = `-- name: OutboxGetByIDs :many
+SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+FROM outbox
+WHERE id = ANY($1::uuid[])
+`
+
+// The rows with these ids, in no particular order.
+func (q *Queries) OutboxGetByIDs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]*Outbox, error) {
+	rows, err := db.Query(ctx, outboxGetByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*Outbox
+	for rows.Next() {
+		var i Outbox
+		if err := rows.Scan(
+			&i.ID,
+			&i.AggregateType,
+			&i.AggregateID,
+			&i.EventType,
+			&i.Payload,
+			&i.Headers,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxInsertMany = `-- name: OutboxInsertMany :exec
 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
 SELECT
@@ -84,57 +119,6 @@ func (q *Queries) OutboxInsertMany(ctx context.Context, db DBTX, arg OutboxInser
 	return err
 }
 
-const outboxPage = `-- name: OutboxPage :many
-SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
-FROM outbox
-WHERE created_at >= $1::timestamptz
-  AND (created_at, id) > ($2::timestamptz, $3::uuid)
-ORDER BY created_at, id
-LIMIT $4::int
-`
-
-type OutboxPageParams struct {
-	Since          time.Time
-	AfterCreatedAt time.Time
-	AfterID        uuid.UUID
-	MaxRows        int32
-}
-
-// One page of rows created at or after the start, in (created_at, id)
-// order, after the last row of the previous page.
-func (q *Queries) OutboxPage(ctx context.Context, db DBTX, arg OutboxPageParams) ([]*Outbox, error) {
-	rows, err := db.Query(ctx, outboxPage,
-		arg.Since,
-		arg.AfterCreatedAt,
-		arg.AfterID,
-		arg.MaxRows,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*Outbox
-	for rows.Next() {
-		var i Outbox
-		if err := rows.Scan(
-			&i.ID,
-			&i.AggregateType,
-			&i.AggregateID,
-			&i.EventType,
-			&i.Payload,
-			&i.Headers,
-			&i.CreatedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const outboxPruneCandidates = `-- name: OutboxPruneCandidates :one
 SELECT
     pg_current_wal_insert_lsn()::text AS wal_lsn,
@@ -166,4 +150,63 @@ func (q *Queries) OutboxPruneCandidates(ctx context.Context, db DBTX, arg Outbox
 	var i OutboxPruneCandidatesRow
 	err := row.Scan(&i.WalLsn, &i.Ids)
 	return &i, err
+}
+
+const outboxWindowByCommitTime = `-- name: OutboxWindowByCommitTime :many
+SELECT id
+FROM outbox
+WHERE created_at >= $1::timestamptz
+ORDER BY pg_xact_commit_timestamp(xmin) NULLS FIRST, id
+`
+
+// The same ids in commit order, exact, when track_commit_timestamp is on.
+func (q *Queries) OutboxWindowByCommitTime(ctx context.Context, db DBTX, since time.Time) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxWindowByCommitTime, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxWindowByXid = `-- name: OutboxWindowByXid :many
+SELECT id
+FROM outbox
+WHERE created_at >= $1::timestamptz
+ORDER BY age(xmin) DESC, id
+`
+
+// The ids of the rows created at or after the start, in the order their
+// transactions got their ids (age is stable within a transaction), then by
+// id within one transaction. An aggregate's transactions that lock it
+// before writing get their ids in lock order, which is their commit order.
+func (q *Queries) OutboxWindowByXid(ctx context.Context, db DBTX, since time.Time) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxWindowByXid, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -4,10 +4,24 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
+
+// relayServerTimeout is the relay's --server-timeout in the suite (its
+// default): how long PostgreSQL keeps the walsender of a frozen relay.
+const relayServerTimeout = 5 * time.Second
+
+// firstLine returns line n (from 0) of s, or "".
+func firstLine(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if n < len(lines) {
+		return lines[n]
+	}
+	return ""
+}
 
 // FaultKind names a fault the suite injects.
 type FaultKind string
@@ -26,6 +40,14 @@ const (
 	// FaultWorkerPause is SIGSTOP of a worker for longer than its group
 	// session timeout, then SIGCONT: it comes back as a zombie member.
 	FaultWorkerPause FaultKind = "worker-sigstop"
+	// FaultRelayPause is SIGSTOP of the relay for longer than its
+	// --server-timeout, then SIGCONT: PostgreSQL drops its walsender, and
+	// the relay, resumed, finds its connection dead and reconnects.
+	FaultRelayPause FaultKind = "relay-sigstop"
+	// FaultSlotDrop is SIGKILL of the relay, its slot dropped (as a
+	// failover to a server without it would), `relay recover`, and the
+	// relay started again, while the load goes on.
+	FaultSlotDrop FaultKind = "slot-drop-recover"
 	// FaultUnsafeRelayKill is the negative control's SIGKILL of a relay
 	// started with --unsafe-confirm-on-send, while the broker is down.
 	FaultUnsafeRelayKill FaultKind = "unsafe-relay-sigkill"
@@ -35,7 +57,8 @@ const (
 )
 
 // AllFaults are the kinds Run injects by default.
-var AllFaults = []FaultKind{FaultRelayKill, FaultWorkerKill, FaultKafkaStop, FaultPGRestart, FaultWorkerPause}
+var AllFaults = []FaultKind{FaultRelayKill, FaultWorkerKill, FaultKafkaStop, FaultPGRestart, FaultWorkerPause,
+	FaultRelayPause, FaultSlotDrop}
 
 // Fault is one injected fault.
 type Fault struct {
@@ -214,6 +237,37 @@ func (in *injector) inject(ctx context.Context, k FaultKind) error {
 		healed := in.now()
 		p.logf("fault %s: PostgreSQL back (took %s)", k, (healed - at).Round(time.Millisecond))
 		in.add(Fault{Kind: k, Target: "postgresql", At: at, Healed: healed, Detail: fmt.Sprintf("down %s", (healed - at).Round(100*time.Millisecond))})
+	case FaultRelayPause:
+		at, pid := in.now(), p.relay.Pid()
+		if err := p.relay.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		d := relayServerTimeout + in.between([2]time.Duration{2 * time.Second, 5 * time.Second})
+		p.logf("fault %s: relay pid %d paused for %s (server timeout %s)", k, pid, d.Round(time.Millisecond), relayServerTimeout)
+		err := sleep(ctx, d)
+		if serr := p.relay.Signal(syscall.SIGCONT); serr != nil && err == nil {
+			err = serr
+		}
+		if err != nil {
+			return err
+		}
+		in.add(Fault{Kind: k, Target: "relay", At: at, Healed: in.now(), Detail: fmt.Sprintf("pid %d, paused %s", pid, d.Round(time.Millisecond))})
+	case FaultSlotDrop:
+		at, pid := in.now(), p.relay.Pid()
+		p.relay.Kill()
+		if err := p.dropSlot(ctx); err != nil {
+			return err
+		}
+		p.logf("fault %s: relay pid %d killed, slot %s dropped; recovering", k, pid, p.slot)
+		out, err := p.recoverSlot(ctx)
+		if err != nil {
+			return fmt.Errorf("relay recover: %w\n%s", err, out)
+		}
+		p.logf("fault %s: %s", k, strings.ReplaceAll(strings.TrimSpace(out), "\n", "; "))
+		if err := p.relay.Restart(); err != nil {
+			return err
+		}
+		in.add(Fault{Kind: k, Target: "relay", At: at, Healed: in.now(), Detail: fmt.Sprintf("pid %d; %s", pid, firstLine(out, 1))})
 	case FaultWorkerPause:
 		// One pause at a time; it runs alongside the next faults.
 		in.pauses.Wait()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -202,6 +203,37 @@ func (p *pipeline) startRelay(ctx context.Context, extra ...string) error {
 		return err
 	}
 	return p.waitReady(ctx, p.relay, addr)
+}
+
+// dropSlot drops the relay's slot once its walsender has let go of it.
+func (p *pipeline) dropSlot(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := p.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, p.slot)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("drop slot %s: %w", p.slot, err)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// recoverSlot runs `relay recover` with the relay's settings and returns
+// its output.
+func (p *pipeline) recoverSlot(ctx context.Context) (string, error) {
+	// A 5 s margin: the load's transactions take milliseconds. --force: the
+	// suite never deletes outbox rows, so the window is whole; a run's
+	// outbox is merely too young for the check that tells a young outbox
+	// from a pruned one.
+	cmd := exec.CommandContext(ctx, p.o.Bins.Relay, "recover", "--slot", p.slot,
+		"--topic-template", "faults."+p.name+".{aggregate_type}", "--recover-margin", "5s", "--force")
+	cmd.Env = p.childEnv()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // restartRelay replaces the relay process with one started with args
