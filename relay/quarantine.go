@@ -18,6 +18,10 @@ const (
 	ReasonMessageTooLarge = "message_too_large"
 	ReasonInvalidTopic    = "invalid_topic"
 	ReasonInvalidRecord   = "invalid_record"
+	// ReasonBehindQuarantined is an event held behind an earlier
+	// quarantined event of its aggregate (Config.QuarantineOrder keep); its
+	// error names that event.
+	ReasonBehindQuarantined = "behind_quarantined"
 )
 
 // permanentReason says whether Kafka will refuse a record however often it

@@ -19,8 +19,16 @@ type Beginner interface {
 // Requeue moves quarantined events back into the outbox, once their cause
 // is fixed (say, the topic's max.message.bytes raised). The relay publishes
 // them again with their original ids, so consumers that somehow saw one
-// still apply it once. ids nil requeues every quarantined event. It returns
-// how many moved.
+// still apply it once. ids nil requeues every quarantined event. An event
+// brings along the events quarantined behind it (ReasonBehindQuarantined,
+// Config.QuarantineOrder keep), so that an aggregate's held events go back
+// together. They go back in the order they were quarantined, which is each
+// aggregate's commit order. It returns how many moved.
+//
+// With Config.QuarantineOrder skip (the default) the later events of an
+// aggregate were published meanwhile: a requeued event reaches consumers
+// after them. With keep, the relay publishes the requeued events in order,
+// ahead of the aggregate's new ones.
 //
 // The move is one transaction begun on db: a *pgxpool.Pool or *pgx.Conn
 // begins its own, a pgx.Tx makes it a savepoint of the caller's transaction.
@@ -28,23 +36,62 @@ func Requeue(ctx context.Context, db Beginner, ids []uuid.UUID) (int64, error) {
 	q := dbsqlc.New()
 	var moved int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if ids == nil {
-			var err error
-			if ids, err = q.OutboxQuarantineIDs(ctx, tx); err != nil {
-				return err
-			}
+		var err error
+		if ids, err = selection(ctx, q, tx, ids, true); err != nil {
+			return err
 		}
 		// The original rows are still in the outbox (unless retention took
 		// them): delete them, unpublished, so the ids can be inserted again.
 		if _, err := q.OutboxDeleteByIDs(ctx, tx, ids); err != nil {
 			return err
 		}
-		n, err := q.OutboxQuarantineRequeue(ctx, tx, ids)
-		moved = n
+		moved, err = q.OutboxQuarantineRequeue(ctx, tx, ids)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("requeue quarantined events: %w", err)
 	}
 	return moved, nil
+}
+
+// Discard deletes quarantined events for good, with their original outbox
+// rows: they are never published. ids nil discards every quarantined event.
+// Unlike Requeue it deletes exactly the events named: those quarantined
+// behind one of them stay, for Requeue. With Config.QuarantineOrder keep a
+// discard releases the aggregate the events held (within a second). It
+// returns how many were discarded.
+func Discard(ctx context.Context, db Beginner, ids []uuid.UUID) (int64, error) {
+	q := dbsqlc.New()
+	var n int64
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		if ids, err = selection(ctx, q, tx, ids, false); err != nil {
+			return err
+		}
+		if ids, err = q.OutboxQuarantineDiscard(ctx, tx, ids); err != nil {
+			return err
+		}
+		n = int64(len(ids))
+		// The relay, which sees no delete, tells a discarded event from a
+		// requeued one by its absence from the outbox.
+		_, err = q.OutboxDeleteByIDs(ctx, tx, ids)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("discard quarantined events: %w", err)
+	}
+	return n, nil
+}
+
+// selection is the quarantined events an operation on ids touches: every
+// one for nil, else ids plus, if withBehind, the events quarantined behind
+// them.
+func selection(ctx context.Context, q *dbsqlc.Queries, tx pgx.Tx, ids []uuid.UUID, withBehind bool) ([]uuid.UUID, error) {
+	switch {
+	case ids == nil:
+		return q.OutboxQuarantineIDs(ctx, tx)
+	case withBehind:
+		return q.OutboxQuarantineWithBehind(ctx, tx, dbsqlc.OutboxQuarantineWithBehindParams{Ids: ids, BehindReason: ReasonBehindQuarantined})
+	}
+	return ids, nil
 }

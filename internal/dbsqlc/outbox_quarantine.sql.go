@@ -24,6 +24,101 @@ func (q *Queries) OutboxQuarantineCount(ctx context.Context, db DBTX) (int64, er
 	return count, err
 }
 
+const outboxQuarantineDiscard = `-- name: OutboxQuarantineDiscard :many
+DELETE FROM outbox_quarantine WHERE id = ANY($1::uuid[]) RETURNING id
+`
+
+// Deletes quarantined events for good and returns their ids. The caller
+// deletes their original outbox rows in the same transaction, which tells
+// the relay they will not come back (OutboxQuarantineGone).
+func (q *Queries) OutboxQuarantineDiscard(ctx context.Context, db DBTX, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxQuarantineDiscard, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxQuarantineGone = `-- name: OutboxQuarantineGone :many
+SELECT g.id::uuid AS id FROM unnest($1::uuid[]) AS g(id)
+WHERE NOT EXISTS (SELECT 1 FROM outbox_quarantine q WHERE q.id = g.id)
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = g.id)
+`
+
+// Those of @ids that are neither quarantined nor in the outbox: discarded.
+// A requeued event is back in the outbox; a quarantined one is in both.
+func (q *Queries) OutboxQuarantineGone(ctx context.Context, db DBTX, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxQuarantineGone, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxQuarantineHolds = `-- name: OutboxQuarantineHolds :many
+SELECT aggregate_type, aggregate_id, id, commit_lsn FROM outbox_quarantine
+ORDER BY quarantined_at, id
+`
+
+type OutboxQuarantineHoldsRow struct {
+	AggregateType string
+	AggregateID   string
+	ID            uuid.UUID
+	CommitLsn     *string
+}
+
+// Every quarantined event's aggregate, in quarantine order: in
+// order-keeping mode (relay run --quarantine-order keep) the relay holds
+// the later events of these aggregates behind them.
+func (q *Queries) OutboxQuarantineHolds(ctx context.Context, db DBTX) ([]*OutboxQuarantineHoldsRow, error) {
+	rows, err := db.Query(ctx, outboxQuarantineHolds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*OutboxQuarantineHoldsRow
+	for rows.Next() {
+		var i OutboxQuarantineHoldsRow
+		if err := rows.Scan(
+			&i.AggregateType,
+			&i.AggregateID,
+			&i.ID,
+			&i.CommitLsn,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxQuarantineIDs = `-- name: OutboxQuarantineIDs :many
 SELECT id FROM outbox_quarantine ORDER BY quarantined_at, id
 `
@@ -140,19 +235,62 @@ const outboxQuarantineRequeue = `-- name: OutboxQuarantineRequeue :execrows
 WITH moved AS (
     DELETE FROM outbox_quarantine
     WHERE id = ANY($1::uuid[])
-    RETURNING id, aggregate_type, aggregate_id, event_type, payload, headers, created_at
+    RETURNING id, aggregate_type, aggregate_id, event_type, payload, headers, created_at, quarantined_at
 )
 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers, created_at)
 SELECT id, aggregate_type, aggregate_id, event_type, payload, headers, created_at FROM moved
+ORDER BY quarantined_at, id
 `
 
 // Moves quarantined events back into the outbox, where the relay publishes
-// them again with their original ids. The caller first deletes the original
-// outbox rows (OutboxDeleteByIDs) in the same transaction.
+// them again with their original ids, in the order they were quarantined:
+// the relay quarantines an aggregate's events in their commit order, so
+// they go back in it. The caller first deletes the original outbox rows
+// (OutboxDeleteByIDs) in the same transaction.
 func (q *Queries) OutboxQuarantineRequeue(ctx context.Context, db DBTX, ids []uuid.UUID) (int64, error) {
 	result, err := db.Exec(ctx, outboxQuarantineRequeue, ids)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const outboxQuarantineWithBehind = `-- name: OutboxQuarantineWithBehind :many
+SELECT b.id FROM outbox_quarantine b
+WHERE b.id = ANY($1::uuid[])
+   OR (b.reason = $2::text AND EXISTS (
+        SELECT 1 FROM outbox_quarantine s
+        WHERE s.id = ANY($1::uuid[])
+          AND s.aggregate_type = b.aggregate_type AND s.aggregate_id = b.aggregate_id
+          AND (s.quarantined_at, s.id) < (b.quarantined_at, b.id)))
+ORDER BY b.quarantined_at, b.id
+`
+
+type OutboxQuarantineWithBehindParams struct {
+	Ids          []uuid.UUID
+	BehindReason string
+}
+
+// The events @ids name plus every event quarantined behind one of them
+// (reason @behind_reason: the same aggregate, quarantined later), in
+// quarantine order: a requeue moves an aggregate's held events together, so
+// that none goes back ahead of the events it was held behind.
+func (q *Queries) OutboxQuarantineWithBehind(ctx context.Context, db DBTX, arg OutboxQuarantineWithBehindParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxQuarantineWithBehind, arg.Ids, arg.BehindReason)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
