@@ -29,6 +29,21 @@ const (
 	HealthTimeoutDefault       = time.Minute
 	WALMonitorIntervalDefault  = 10 * time.Second
 	TopicConfigRefreshDefault  = time.Minute
+	QuarantineOrderDefault     = QuarantineOrderSkip
+)
+
+// Values of Config.QuarantineOrder.
+const (
+	// QuarantineOrderSkip quarantines an event Kafka refuses for good and
+	// publishes the later events of its aggregate meanwhile: a requeued
+	// event reaches consumers after them, out of order.
+	QuarantineOrderSkip = "skip"
+	// QuarantineOrderKeep quarantines the later events of an aggregate
+	// behind its quarantined event (reason ReasonBehindQuarantined) until
+	// that event is requeued or discarded, so that consumers see the
+	// aggregate's events in order. An aggregate's next event then goes to
+	// Kafka only once its previous one is acknowledged.
+	QuarantineOrderKeep = "keep"
 )
 
 // Config configures a Relay. DatabaseURL and either KafkaOpts or Sink are
@@ -129,6 +144,14 @@ type Config struct {
 	// (1m).
 	TopicConfigRefresh time.Duration
 
+	// QuarantineOrder says what happens to the later events of an aggregate
+	// one of whose events is quarantined: QuarantineOrderSkip publishes
+	// them (the quarantined event, once requeued, arrives after them);
+	// QuarantineOrderKeep quarantines them behind it until it is requeued
+	// or discarded, at the cost of sending each aggregate's events one at a
+	// time. Defaults to QuarantineOrderDefault ("skip").
+	QuarantineOrder string
+
 	// KafkaOpts configure the franz-go producer: seed brokers, TLS, SASL.
 	// The relay adds its own producer settings after them. Required unless
 	// Sink is set.
@@ -175,6 +198,7 @@ func (c Config) WithDefaults() Config {
 	c.HealthTimeout = cmp.Or(c.HealthTimeout, HealthTimeoutDefault)
 	c.WALMonitorInterval = cmp.Or(c.WALMonitorInterval, WALMonitorIntervalDefault)
 	c.TopicConfigRefresh = cmp.Or(c.TopicConfigRefresh, TopicConfigRefreshDefault)
+	c.QuarantineOrder = cmp.Or(c.QuarantineOrder, QuarantineOrderDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -238,6 +262,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay: Config.TopicConfigRefresh is %s: must be positive", c.TopicConfigRefresh)
 	case c.WALMonitorInterval <= 0:
 		return fmt.Errorf("relay: Config.WALMonitorInterval is %s: must be positive", c.WALMonitorInterval)
+	case c.QuarantineOrder != QuarantineOrderSkip && c.QuarantineOrder != QuarantineOrderKeep:
+		return fmt.Errorf("relay: Config.QuarantineOrder is %q: use %q or %q", c.QuarantineOrder, QuarantineOrderSkip, QuarantineOrderKeep)
 	}
 	if c.Prune != nil {
 		return c.Prune.validate()

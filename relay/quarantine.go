@@ -92,10 +92,25 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 	}
 	q.metrics.quarantined.WithLabelValues(item.reason).Inc()
 	q.metrics.nQuarantined.Add(1)
-	q.logger.Warn("event quarantined: Kafka refuses it for good",
+	msg := "event quarantined: Kafka refuses it for good"
+	if item.reason == ReasonBehindQuarantined {
+		msg = "event quarantined behind an earlier quarantined event of its aggregate"
+	}
+	q.logger.Warn(msg,
 		slog.String("id", r.ID.String()), slog.String("topic", item.p.rec.Topic),
 		slog.String("reason", item.reason), slog.String("error", item.err.Error()))
 	return true
+}
+
+// quarantine sends a record Kafka will never take to outbox_quarantine; in
+// order-keeping mode through the session's aggregateHold, which quarantines
+// the records of its aggregate waiting behind it after it.
+func (s *session) quarantine(q quarantined) {
+	if s.hold != nil {
+		s.hold.refused(q)
+		return
+	}
+	s.quar.in <- q
 }
 
 // quarantineParams is the outbox_quarantine row of a refused record. The

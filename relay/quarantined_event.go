@@ -30,8 +30,9 @@ type QuarantinedEvent struct {
 	CreatedAt time.Time
 	// Topic is where the relay tried to publish it.
 	Topic string
-	// Reason is why: ReasonMessageTooLarge, ReasonInvalidTopic or
-	// ReasonInvalidRecord.
+	// Reason is why: ReasonMessageTooLarge, ReasonInvalidTopic,
+	// ReasonInvalidRecord, ReasonUnknownTopic, or ReasonBehindQuarantined
+	// (Config.QuarantineOrder keep; Error names the event it is held behind).
 	Reason string
 	// Error is the text of Kafka's (or the relay's) refusal.
 	Error string

@@ -44,6 +44,7 @@ type session struct {
 	tracker *lsnTracker
 	quar    *quarantiner
 	gate    *topicGate
+	hold    *aggregateHold // Config.QuarantineOrder keep; nil otherwise
 	record  *slotRecorder
 	rels    *relations
 	// sctx is the context of produced records. It outlives a shutdown
@@ -129,6 +130,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	quarDone := make(chan struct{})
 	go func() { defer close(quarDone); s.quar.run(sctx) }()
 	defer func() { cancel(); <-quarDone }()
+	if err := s.holdAggregates(ctx, pool); err != nil {
+		return err
+	}
 	s.record = &slotRecorder{db: pool, slot: r.cfg.Slot, log: log}
 	recCtx, recCancel := context.WithCancel(context.Background())
 	recDone := make(chan struct{})
@@ -368,8 +372,16 @@ func (s *session) publish(p *inflight) {
 	topic := s.r.namer.topic(&p.row)
 	p.fill(topic.name)
 	s.tracker.produce(p.tx, p.size)
-	if !topic.valid {
-		s.quar.in <- quarantined{p: p, reason: ReasonInvalidTopic, err: fmt.Errorf("topic name %q is not valid in Kafka", topic.name)}
+	if s.hold != nil && !s.hold.admit(s.sctx, p) {
+		return // behind an earlier event of its aggregate: waiting, or quarantined
+	}
+	s.send(p, topic.valid)
+}
+
+// send hands a record whose turn it is to Kafka, or to quarantine.
+func (s *session) send(p *inflight, validTopic bool) {
+	if !validTopic {
+		s.quarantine(quarantined{p: p, reason: ReasonInvalidTopic, err: fmt.Errorf("topic name %q is not valid in Kafka", p.rec.Topic)})
 		return
 	}
 	if s.cfg.unsafeConfirmOnSend {
@@ -394,10 +406,13 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		s.r.metrics.bytes.Add(float64(len(rec.Value)))
 		s.r.metrics.commitToAck.Observe(time.Since(p.commit).Seconds())
 		s.tracker.ack(p.tx, p.size)
+		if s.hold != nil {
+			s.hold.acknowledged(p)
+		}
 		return
 	}
 	if reason, ok := permanentReason(err); ok {
-		s.quar.in <- quarantined{p: p, reason: reason, err: err}
+		s.quarantine(quarantined{p: p, reason: reason, err: err})
 		return
 	}
 	if class, ok := refusalOf(err); ok {

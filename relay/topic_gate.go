@@ -143,7 +143,7 @@ func (g *topicGate) wait(topic string) {
 				"auto.create.topics.enable plus --kafka-auto-create-topics; then `relay quarantine requeue`): %w",
 				errUnknownTopic, topic, g.s.cfg.UnknownTopicWait, h.err)
 			for _, p := range h.queue {
-				g.s.quar.in <- quarantined{p: p, reason: ReasonUnknownTopic, err: err}
+				g.s.quarantine(quarantined{p: p, reason: ReasonUnknownTopic, err: err})
 			}
 			return
 		}
