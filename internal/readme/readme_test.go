@@ -16,7 +16,7 @@ import (
 // commands are the binaries README shows and the subcommands whose -h lists
 // their flags.
 var commands = map[string][][]string{
-	"relay":          {{"run"}, {"status"}, {"prune"}, {"recover"}, {"migrate"}, {"quarantine", "list"}, {"quarantine", "requeue"}},
+	"relay":          {{"run"}, {"status"}, {"prune"}, {"recover"}, {"migrate"}, {"quarantine", "list"}, {"quarantine", "requeue"}, {"quarantine", "discard"}},
 	"worker":         {{"status"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}, {"scaffold"}},
 	"reserva-worker": {{"run"}, {"status"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}},
 	"reserva":        {{"demo"}, {"api"}, {"migrate"}},

@@ -14,22 +14,23 @@ import (
 )
 
 func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "requeue") {
-		return cli.Usagef("want `relay quarantine list` or `relay quarantine requeue --id ID|--all`")
+	if len(args) == 0 || (args[0] != "list" && args[0] != "requeue" && args[0] != "discard") {
+		return cli.Usagef("want `relay quarantine list`, `relay quarantine requeue --id ID|--all` or `relay quarantine discard --id ID|--all`")
 	}
-	f := cli.NewFlags("relay quarantine "+args[0], stderr)
+	verb := args[0]
+	f := cli.NewFlags("relay quarantine "+verb, stderr)
 	var c common
 	c.register(f)
 	limit := f.FlagSet.Int("limit", 100, "list at most this many events")
-	ids := f.FlagSet.String("id", "", "requeue these event ids (comma-separated)")
-	all := f.FlagSet.Bool("all", false, "requeue every quarantined event")
+	ids := f.FlagSet.String("id", "", verb+" these event ids (comma-separated)")
+	all := f.FlagSet.Bool("all", false, verb+" every quarantined event")
 	if _, err := c.Parse(f, args[1:], stderr); err != nil {
 		return err
 	}
 	var list []uuid.UUID
-	if args[0] == "requeue" {
+	if verb != "list" {
 		var err error
-		if list, err = requeueSelection(*ids, *all); err != nil {
+		if list, err = selection(verb, *ids, *all); err != nil {
 			return err
 		}
 	}
@@ -39,7 +40,8 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	defer pool.Close()
 
-	if args[0] == "list" {
+	switch verb {
+	case "list":
 		rows, err := relay.Quarantined(ctx, pool, *limit)
 		if err != nil {
 			return err
@@ -50,25 +52,32 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.QuarantinedAt.Format("2006-01-02 15:04:05Z07:00"), r.Topic, r.Reason, len(r.Payload), r.Error)
 		}
 		return w.Flush()
+	case "discard":
+		n, err := relay.Discard(ctx, pool, list)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "discarded %d quarantined events for good: deleted from outbox_quarantine and the outbox, they will never be published\n", n)
+		return nil
 	}
 
 	n, err := relay.Requeue(ctx, pool, list)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "requeued %d events into the outbox; the relay publishes them again\n", n)
+	fmt.Fprintf(stdout, "requeued %d events into the outbox (with any quarantined behind them, in order); the relay publishes them again\n", n)
 	return nil
 }
 
-// requeueSelection reads --id and --all; nil means every event.
-func requeueSelection(ids string, all bool) ([]uuid.UUID, error) {
+// selection reads --id and --all for verb; nil means every event.
+func selection(verb, ids string, all bool) ([]uuid.UUID, error) {
 	switch {
 	case all && ids != "":
 		return nil, cli.Usagef("--id and --all exclude each other")
 	case all:
 		return nil, nil
 	case ids == "":
-		return nil, cli.Usagef("requeue needs --id ID[,ID...] or --all")
+		return nil, cli.Usagef("%s needs --id ID[,ID...] or --all", verb)
 	}
 	var list []uuid.UUID
 	for _, s := range strings.Split(ids, ",") {

@@ -25,6 +25,9 @@ Usage:
   relay quarantine list            events Kafka refused, with their reasons
   relay quarantine requeue --id ID|--all
                                    publish quarantined events again once the cause is fixed
+                                   (with the events quarantined behind them, in order)
+  relay quarantine discard --id ID|--all
+                                   delete quarantined events for good: never published
   relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
                                    the publication and slot (--no-slot: schema only)
   relay help                       show this text

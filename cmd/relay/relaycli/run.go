@@ -86,6 +86,9 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	http.Register(f, HTTPAddrDefault)
 	var p pruneFlags
 	p.register(f, true)
+	order := f.String("quarantine-order", relay.QuarantineOrderDefault,
+		"skip: publish an aggregate's later events while one is quarantined (a requeue publishes it after them); "+
+			"keep: quarantine them behind it until it is requeued or discarded, sending each aggregate's events one at a time")
 	unsafeConfirm := f.FlagSet.Bool("unsafe-confirm-on-send", false, "NEGATIVE CONTROL ONLY: confirm WAL before Kafka acknowledges, which loses events on a crash")
 	logger, cfg, err := e.parse(ctx, f, args, stderr)
 	if err != nil {
@@ -94,6 +97,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	reg := cli.NewRegistry()
 	cfg.Registerer = reg
 	cfg.Prune = p.config()
+	cfg.QuarantineOrder = *order
 	if *unsafeConfirm {
 		relay.UnsafeConfirmOnSend(cfg)
 		logger.Warn("NEGATIVE CONTROL: --unsafe-confirm-on-send confirms WAL before Kafka acknowledges; events will be lost on a crash")
@@ -110,7 +114,8 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 	logger.Info("relay starting",
 		slog.String("database", e.DB.Redacted()), slog.String("kafka", e.kafka.String()),
-		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate))
+		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate),
+		slog.String("quarantine_order", cfg.QuarantineOrder))
 	if err := r.Run(ctx); err != nil {
 		return err
 	}
