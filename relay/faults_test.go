@@ -175,11 +175,22 @@ func TestFaultLostSlotIsFatal(t *testing.T) {
 	}
 	err = r.Run(b.ctx)
 	if !errors.Is(err, relay.ErrSlotLost) || !errors.Is(err, relay.ErrFatal) || !strings.Contains(err.Error(), b.slot) ||
-		!strings.Contains(err.Error(), "pg_drop_replication_slot") {
+		!strings.Contains(err.Error(), "relay recover") {
 		t.Fatalf("Run = %v, want ErrSlotLost naming %s and how to recover", err, b.slot)
 	}
 	st, _ := relay.Status(b.ctx, b.db.Pool, b.slot)
 	if !st.Exists || st.WALStatus != "lost" {
 		t.Fatalf("slot after Run: %+v; it must be left as it was, not recreated", st)
+	}
+
+	// The way out: recover replaces the lost slot (the outbox is empty
+	// and younger than the window, hence Force).
+	setKeep("-1")
+	res, err := r.Recover(b.ctx, &relay.RecoverOpts{Force: true})
+	if err != nil || res.Replaced != "dropped (lost)" {
+		t.Fatalf("Recover of a lost slot = %+v, %v; want the lost slot dropped and replaced", res, err)
+	}
+	if st, _ := relay.Status(b.ctx, b.db.Pool, b.slot); !st.Exists || st.WALStatus == "lost" {
+		t.Fatalf("slot after Recover: %+v, want a new, healthy one", st)
 	}
 }
