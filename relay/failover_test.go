@@ -173,21 +173,7 @@ func TestFaultFailoverToAPromotedStandby(t *testing.T) {
 	// Each aggregate's events arrive, at their first arrival, in the order
 	// they were written: the gap the recovery republished before anything
 	// the new slot streams.
-	last := map[string]int{}
-	seen := map[string]bool{}
-	for _, rec := range got.records {
-		id := header(rec, outbox.HeaderID)
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		seq, _ := strconv.Atoi(header(rec, "seq"))
-		agg := string(rec.Key)
-		if prev, ok := last[agg]; ok && seq < prev {
-			t.Errorf("aggregate %s: event %d first arrived after event %d", agg, seq, prev)
-		}
-		last[agg] = seq
-	}
+	got.checkFirstArrivalOrder(t)
 	lost := len(oldIDs) - replicated
 	t.Logf("%d events in the new primary's outbox: %d replicated from the old primary (%d of them after the old relay "+
 		"stopped, having published %d), %d written on the new one; 0 missing from Kafka. The recovery replaced a %s slot "+

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -193,4 +194,26 @@ func evt(aggType, aggID string, seq int) outbox.Event {
 
 func isFatal(err, target error) bool {
 	return errors.Is(err, target) && errors.Is(err, relay.ErrFatal)
+}
+
+// checkFirstArrivalOrder fails the test unless each aggregate's events
+// (the record key) first arrived in the order of their "seq" header:
+// duplicates may come later, an event never before an older one.
+func (c *consumed) checkFirstArrivalOrder(t *testing.T) {
+	t.Helper()
+	last := map[string]int{}
+	seen := map[string]bool{}
+	for _, rec := range c.records {
+		id := header(rec, outbox.HeaderID)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		seq, _ := strconv.Atoi(header(rec, "seq"))
+		agg := string(rec.Key)
+		if prev, ok := last[agg]; ok && seq < prev {
+			t.Errorf("aggregate %s: event %d first arrived after event %d", agg, seq, prev)
+		}
+		last[agg] = seq
+	}
 }

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -132,21 +131,7 @@ func TestRecoverAfterTheSlotIsDroppedUnderLoad(t *testing.T) {
 	got := consume(t, []string{topic}, ids, 2*time.Minute, time.Second)
 	// Each aggregate's events arrive, at their first arrival, in the order
 	// they were written.
-	last := map[string]int{}
-	seen := map[string]bool{}
-	for _, rec := range got.records {
-		id := header(rec, outbox.HeaderID)
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		seq, _ := strconv.Atoi(header(rec, "seq"))
-		agg := string(rec.Key)
-		if prev, ok := last[agg]; ok && seq < prev {
-			t.Errorf("aggregate %s: event %d first arrived after event %d", agg, seq, prev)
-		}
-		last[agg] = seq
-	}
+	got.checkFirstArrivalOrder(t)
 	t.Logf("%d events, %d republished by the recovery, %d duplicates in Kafka", len(ids), res.Republished, got.duplicates())
 }
 
