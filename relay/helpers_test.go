@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
@@ -215,5 +216,36 @@ func (c *consumed) checkFirstArrivalOrder(t *testing.T) {
 			t.Errorf("aggregate %s: event %d first arrived after event %d", agg, seq, prev)
 		}
 		last[agg] = seq
+	}
+}
+
+// serverVersionNum is the server's server_version_num (150018, 170010).
+func serverVersionNum(t *testing.T, pool *pgxpool.Pool, b *bundle) int {
+	t.Helper()
+	var s string
+	if err := pool.QueryRow(b.ctx, `SHOW server_version_num`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// checkFailoverSlot fails the test unless the relay's slot on pool is a
+// failover slot, on PostgreSQL 17 and later (before, slots have no such
+// property).
+func (b *bundle) checkFailoverSlot(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if serverVersionNum(t, pool, b) < 170000 {
+		return
+	}
+	var failover bool
+	if err := pool.QueryRow(b.ctx, `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`, b.slot).Scan(&failover); err != nil {
+		t.Fatalf("read pg_replication_slots.failover of slot %s: %v", b.slot, err)
+	}
+	if !failover {
+		t.Fatalf("slot %s has failover = false on PostgreSQL 17: a promoted standby would not carry it", b.slot)
 	}
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -151,8 +154,7 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	created, err := pglogrepl.CreateReplicationSlot(ctx, conn, r.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
+	created, err := createSlotExportingSnapshot(ctx, conn, r.cfg.Slot)
 	if err != nil {
 		return nil, fmt.Errorf("relay: recover: create slot %q: %w", r.cfg.Slot, err)
 	}
@@ -339,4 +341,29 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 type refusal struct {
 	p   *inflight
 	err error
+}
+
+// createSlotExportingSnapshot creates the slot on a replication connection
+// and exports the snapshot of its starting point. On PostgreSQL 17 and later
+// the slot is a failover slot, as ensureSlot creates it: pglogrepl speaks
+// only the old syntax, which has no FAILOVER option, so the command is
+// written here in the new one (the slot name passed checkName).
+func createSlotExportingSnapshot(ctx context.Context, conn *pgconn.PgConn, slot string) (pglogrepl.CreateReplicationSlotResult, error) {
+	if serverMajor(conn.ParameterStatus("server_version"))*10000 < failoverMinVersion {
+		return pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
+	}
+	return pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx,
+		fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)", slot)))
+}
+
+// serverMajor reads the major version from server_version ("17.2",
+// "15.18 (Debian 15.18-0+deb12u1)"); 0 when it cannot.
+func serverMajor(version string) int {
+	end := strings.IndexFunc(version, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(version)
+	}
+	n, _ := strconv.Atoi(version[:end])
+	return n
 }

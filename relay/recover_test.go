@@ -120,6 +120,7 @@ func TestRecoverAfterTheSlotIsDroppedUnderLoad(t *testing.T) {
 	if res.Republished == 0 || res.Replaced != "missing" || res.SlotLSN == "" {
 		t.Fatalf("Recover = %+v, want republished events, a missing slot replaced and a new slot", res)
 	}
+	b.checkFailoverSlot(t, b.db.Pool) // the replication protocol's CREATE_REPLICATION_SLOT too
 	if _, err := r2.Recover(b.ctx, nil); !errors.Is(err, relay.ErrNothingToRecover) {
 		t.Fatalf("a second Recover = %v, want ErrNothingToRecover", err)
 	}

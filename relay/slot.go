@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,10 +142,18 @@ func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool,
 		if rec != nil {
 			return slotGoneError(slot, rec, sysid, false)
 		}
-		if noCreate {
-			return fmt.Errorf("%w: slot %q does not exist and NoCreate is set; an administrator can create it with: SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrSlotMissing, slot, slot)
+		failover, err := slotFailoverSupported(ctx, db)
+		if err != nil {
+			return err
 		}
-		lsn, err := q.ReplicationSlotCreate(ctx, db, slot)
+		if noCreate {
+			create := fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", slot)
+			if failover {
+				create = fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput', failover => true)", slot)
+			}
+			return fmt.Errorf("%w: slot %q does not exist and NoCreate is set; an administrator can create it with: %s", ErrSlotMissing, slot, create)
+		}
+		lsn, err := createSlot(ctx, db, slot, failover)
 		if pgerr.DuplicateObject(err) {
 			return nil // another relay created it, and records it
 		}
@@ -173,6 +182,40 @@ func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool,
 		return recordSlot(ctx, db, slot, st.ConfirmedFlushLsn)
 	}
 	return nil
+}
+
+// failoverMinVersion is the first PostgreSQL (server_version_num) whose
+// logical slots can fail over: a standby with sync_replication_slots = on
+// keeps a copy of a failover slot, and after a promotion the relay streams on
+// from it.
+const failoverMinVersion = 170000
+
+// slotFailoverSupported tells whether the server can create failover slots.
+func slotFailoverSupported(ctx context.Context, db dbsqlc.DBTX) (bool, error) {
+	v, err := dbsqlc.New().SettingGet(ctx, db, "server_version_num")
+	if err != nil {
+		return false, fmt.Errorf("read server_version_num: %w", err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return false, fmt.Errorf("read server_version_num %q: %w", v, err)
+	}
+	return n >= failoverMinVersion, nil
+}
+
+// createSlot creates the logical slot and returns where it starts; with
+// failover (PostgreSQL 17 and later) the slot can be synchronized to
+// standbys. Fails with duplicate_object when another process created it.
+func createSlot(ctx context.Context, db dbsqlc.DBTX, slot string, failover bool) (string, error) {
+	if !failover {
+		return dbsqlc.New().ReplicationSlotCreate(ctx, db, slot)
+	}
+	// sqlc's catalog knows pg_create_logical_replication_slot only without
+	// the failover argument PostgreSQL 17 added, so sqlc cannot own this
+	// call.
+	var lsn string
+	err := db.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`, slot).Scan(&lsn)
+	return lsn, err
 }
 
 // confirmedFlush returns where PostgreSQL will resume the slot.

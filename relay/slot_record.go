@@ -68,7 +68,8 @@ func slotGoneError(slot string, rec *slotRecord, sysid string, exists bool) erro
 		what += fmt.Sprintf(" on this server (%s; Ferry published from server %s: a restore elsewhere?)", sysid, rec.SystemIdentifier)
 	}
 	return fmt.Errorf("%w: %s, but this relay published from it up to LSN %s (%s, recorded %s). "+
-		"A failover (PostgreSQL before 17 does not carry logical slots to a promoted standby), a restore or a dropped slot "+
+		"A failover (PostgreSQL before 17 does not carry logical slots to a promoted standby; 17 does only with "+
+		"sync_replication_slots on the standby), a restore or a dropped slot "+
 		"loses the changes in between; a new slot would start at \"now\" and skip them, so Ferry does not create one by itself. "+
 		"Run `relay recover`: it creates a new slot first, then republishes the outbox rows committed since then (duplicates are "+
 		"absorbed by the consumers' inboxes), and the relay streams on from the new slot",
