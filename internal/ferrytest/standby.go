@@ -16,7 +16,9 @@ import (
 // Standby is a physical streaming standby of the stack's PostgreSQL, made by
 // `scripts/stack pg-standby`: a copy of the whole cluster, every test
 // database in it, that replays the primary's WAL until it is promoted. It
-// has the primary's system identifier and none of its replication slots.
+// has the primary's system identifier and none of its replication slots (on
+// PostgreSQL 17 and later it keeps copies of the failover slots: its
+// sync_replication_slots is on).
 // Tests that make one carry the "faults" build tag: the copy starts with a
 // checkpoint of the PostgreSQL every other test shares.
 type Standby struct {
@@ -24,6 +26,10 @@ type Standby struct {
 	Name string
 	// URL is its "ferry" database, as FERRY_TEST_DATABASE_URL is the primary's.
 	URL string
+	// Slot is the physical slot on the primary it streams from (its
+	// primary_slot_name), on PostgreSQL 17 and later: a test names it in the
+	// primary's synchronized_standby_slots. Empty before 17.
+	Slot string
 }
 
 // NewStandby makes and starts a standby of the stack's PostgreSQL, streaming
@@ -45,6 +51,7 @@ func NewStandby(t testing.TB) *Standby {
 	if s.URL = exported(out, "FERRY_TEST_STANDBY_URL"); s.URL == "" {
 		t.Fatalf("scripts/stack pg-standby printed no FERRY_TEST_STANDBY_URL:\n%s", out)
 	}
+	s.Slot = exported(out, "FERRY_TEST_STANDBY_SLOT")
 	return s
 }
 
