@@ -24,7 +24,7 @@ import (
 //
 // scripts/test runs it on a PostgreSQL 17 stack of its own (and checks it
 // ran): the default stack is PostgreSQL 15, where it skips.
-func TestFaultFailoverKeepsTheSlotOnPostgreSQL17(t *testing.T) {
+func TestPostgreSQL17FailoverKeepsTheSlot(t *testing.T) {
 	began := time.Now()
 	b := setup(t)
 	if v := serverVersionNum(t, b.db.Pool, b); v < 170000 {

@@ -45,7 +45,7 @@ func TestFaultFailoverToAPromotedStandby(t *testing.T) {
 	const margin = time.Second
 	b := setup(t)
 	if v := serverVersionNum(t, b.db.Pool, b); v >= 170000 {
-		t.Skipf("PostgreSQL %d carries the relay's failover slot to the standby: TestFaultFailoverKeepsTheSlotOnPostgreSQL17 is its test", v)
+		t.Skipf("PostgreSQL %d carries the relay's failover slot to the standby: TestPostgreSQL17FailoverKeepsTheSlot is its test", v)
 	}
 	topic := b.topic(t, "order", 4)
 	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, nil); err != nil {

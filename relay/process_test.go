@@ -227,15 +227,7 @@ func TestSIGTERMUnderLoadExitsCleanly(t *testing.T) {
 // the active one is killed it takes over within 10 s and nothing is lost.
 func TestStandbyTakesOverWhenActiveDies(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	topic := b.topic(t, "order", 2)
-	active := b.startProc(t, "active", "--max-in-flight", "200")
-	active.waitLog("streaming from slot", time.Minute)
-	standby := b.startProc(t, "standby", "--max-in-flight", "200")
-	standby.waitLog("standby: another relay holds the slot", 30*time.Second)
-
-	l := b.startLoad(t, "order", 10, time.Millisecond)
-	l.waitCount(t, 1000)
+	_, topic, active, standby, l := startActiveAndStandby(t)
 	killed := time.Now()
 	active.signal(syscall.SIGKILL)
 	standby.waitLog("streaming from slot", 10*time.Second)
@@ -243,7 +235,6 @@ func TestStandbyTakesOverWhenActiveDies(t *testing.T) {
 	l.waitCount(t, l.count()+1000)
 	ids := l.finish()
 	consume(t, []string{topic}, ids, 2*time.Minute, 0)
-
 }
 
 // A frozen active relay (SIGSTOP: a stopped process, a partitioned host)
@@ -253,15 +244,7 @@ func TestStandbyTakesOverWhenActiveDies(t *testing.T) {
 // with the standby's connection.
 func TestStandbyTakesOverFromAFrozenRelay(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	topic := b.topic(t, "order", 2)
-	active := b.startProc(t, "active", "--max-in-flight", "200")
-	active.waitLog("streaming from slot", time.Minute)
-	standby := b.startProc(t, "standby", "--max-in-flight", "200")
-	standby.waitLog("standby: another relay holds the slot", 30*time.Second)
-
-	l := b.startLoad(t, "order", 10, time.Millisecond)
-	l.waitCount(t, 1000)
+	b, topic, active, standby, l := startActiveAndStandby(t)
 	frozen := time.Now()
 	active.signal(syscall.SIGSTOP)
 	// PostgreSQL's own default wal_sender_timeout (60 s) would hold the
@@ -309,6 +292,20 @@ func TestFrozenWalsenderIsNoticed(t *testing.T) {
 	// notices its client left, and publishes what was written meanwhile.
 	more := b.write(t, evt("order", "a", 2), evt("order", "a", 3))
 	consume(t, []string{topic}, append(first, more...), 2*time.Minute, 0)
+}
+
+// startActiveAndStandby runs two relay processes on one slot, the second
+// standing by, and a load of which 1,000 events are written.
+func startActiveAndStandby(t *testing.T) (b *bundle, topic string, active, standby *proc, l *load) {
+	b = setup(t)
+	topic = b.topic(t, "order", 2)
+	active = b.startProc(t, "active", "--max-in-flight", "200")
+	active.waitLog("streaming from slot", time.Minute)
+	standby = b.startProc(t, "standby", "--max-in-flight", "200")
+	standby.waitLog("standby: another relay holds the slot", 30*time.Second)
+	l = b.startLoad(t, "order", 10, time.Millisecond)
+	l.waitCount(t, 1000)
+	return b, topic, active, standby, l
 }
 
 // slotHolder is the pid of the walsender streaming the bundle's slot, 0
