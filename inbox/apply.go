@@ -103,11 +103,15 @@ func (p *partition) settle(d *delivery) bool {
 	}
 	dbFailures := 0
 	for {
-		if p.stopCtx.Err() != nil || !p.w.acquire(p.stopCtx.Done()) {
+		if p.stopCtx.Err() != nil {
+			return false
+		}
+		slot, ok := p.w.acquire(p.stopCtx.Done())
+		if !ok {
 			return false
 		}
 		out, err := p.applyOne(d)
-		p.w.release()
+		p.w.release(slot)
 		switch out {
 		case outcomeApplied:
 			p.metrics.addProcessed(1)
@@ -221,11 +225,15 @@ type batchResult struct {
 // (connection lost, commit refused) is replayed one message per
 // transaction.
 func (p *partition) applyBatch(ds []*delivery) bool {
-	if p.stopCtx.Err() != nil || !p.w.acquire(p.stopCtx.Done()) {
+	if p.stopCtx.Err() != nil {
+		return false
+	}
+	slot, ok := p.w.acquire(p.stopCtx.Done())
+	if !ok {
 		return false
 	}
 	res, out, err := p.applyBatchTx(ds)
-	p.w.release()
+	p.w.release(slot)
 	switch out {
 	case outcomeApplied:
 		p.metrics.addProcessed(res.applied)

@@ -26,6 +26,7 @@ const (
 	HandlerTimeoutDefault               = time.Minute
 	DrainTimeoutDefault                 = 15 * time.Second
 	CommitIntervalDefault               = time.Second
+	HealthTimeoutDefault                = 2 * time.Minute
 	MaxBufferedBytesPerPartitionDefault = 4 << 20
 	DeadLetterSuffixDefault             = ".dlq"
 	OffsetResetDefault                  = OffsetResetEarliest
@@ -131,6 +132,15 @@ type Config struct {
 	// turns into no-ops. Defaults to CommitIntervalDefault (1s).
 	CommitInterval time.Duration
 
+	// HealthTimeout is how long a transaction may run, and the offset
+	// commits may go without running, before Healthy reports the worker
+	// wedged: a handler that ignores its context, a database call that
+	// never returns, a commit loop stuck behind one. An idle worker is
+	// healthy. It must exceed HandlerTimeout + 10s and CommitInterval +
+	// 20s (two offset commits of at most 10s each). Defaults to
+	// HealthTimeoutDefault (2m), or more when those need it.
+	HealthTimeout time.Duration
+
 	// MaxBufferedBytesPerPartition is how much fetched data (keys, values,
 	// headers and about 128 bytes of bookkeeping per record) a partition
 	// may hold before its fetching pauses; it resumes below half. Keep it
@@ -194,6 +204,7 @@ func (c Config) WithDefaults() Config {
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, HandlerTimeoutDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.CommitInterval = cmp.Or(c.CommitInterval, CommitIntervalDefault)
+	c.HealthTimeout = cmp.Or(c.HealthTimeout, max(HealthTimeoutDefault, c.minHealthTimeout()+30*time.Second))
 	c.MaxBufferedBytesPerPartition = cmp.Or(c.MaxBufferedBytesPerPartition, MaxBufferedBytesPerPartitionDefault)
 	c.OffsetReset = cmp.Or(c.OffsetReset, OffsetResetDefault)
 	if c.DeadLetterTopic == nil {
@@ -232,11 +243,16 @@ func (c Config) validate() error {
 		v    time.Duration
 	}{
 		{"RetryBackoff", c.RetryBackoff}, {"RetryBackoffMax", c.RetryBackoffMax}, {"HandlerTimeout", c.HandlerTimeout},
-		{"DrainTimeout", c.DrainTimeout}, {"CommitInterval", c.CommitInterval},
+		{"DrainTimeout", c.DrainTimeout}, {"CommitInterval", c.CommitInterval}, {"HealthTimeout", c.HealthTimeout},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("inbox: Config.%s is %s: must be positive", f.name, f.v)
 		}
+	}
+	if c.HealthTimeout <= c.minHealthTimeout() {
+		return fmt.Errorf("inbox: Config.HealthTimeout is %s: must exceed %s, HandlerTimeout + %s and CommitInterval + 2 x %s, "+
+			"which a healthy worker may spend in one transaction or between offset commits",
+			c.HealthTimeout, c.minHealthTimeout(), commitTimeout, commitTimeout)
 	}
 	if c.RetryBackoffMax < c.RetryBackoff {
 		return fmt.Errorf("inbox: Config.RetryBackoffMax (%s) is below Config.RetryBackoff (%s)", c.RetryBackoffMax, c.RetryBackoff)
@@ -256,6 +272,14 @@ func (c Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// minHealthTimeout is the longest a healthy worker may spend in one
+// transaction (a handler call, then Ferry's commit) or between two runs of
+// the commit loop (its interval, its own commit, and a revoke's commit it
+// waits behind).
+func (c Config) minHealthTimeout() time.Duration {
+	return max(c.HandlerTimeout+commitTimeout, c.CommitInterval+2*commitTimeout)
 }
 
 // offsets returns the franz-go start and reset offsets of the policy.

@@ -17,6 +17,10 @@ import (
 // for the poll loop stays short.
 const pollRecordsMax = 2000
 
+// commitTimeout bounds one offset commit; the next commit carries the same
+// offsets again.
+const commitTimeout = 10 * time.Second
+
 type topicPartition struct {
 	topic     string
 	partition int32
@@ -36,6 +40,7 @@ type groupConsumer struct {
 	cl       *kgo.Client
 	log      *slog.Logger
 	joined   atomic.Bool
+	beat     atomic.Int64 // unix nanos of the commit loop's last run (see Worker.Healthy)
 
 	mu    sync.Mutex                    // guards parts
 	parts map[topicPartition]*partition // the partitions the member owns
@@ -92,6 +97,7 @@ func newGroupConsumer(w *Worker, name string, handlers map[string]Handler) (*gro
 func (g *groupConsumer) run(ctx context.Context) {
 	commitCtx, stopCommits := context.WithCancel(context.Background())
 	var committer sync.WaitGroup
+	g.beat.Store(time.Now().UnixNano())
 	committer.Go(func() { g.commitLoop(commitCtx) })
 
 	g.pollLoop(ctx)
@@ -288,6 +294,7 @@ func (g *groupConsumer) commitLoop(ctx context.Context) {
 		for _, p := range g.commitOwned(ctx) {
 			p.updateLag()
 		}
+		g.beat.Store(time.Now().UnixNano())
 	}
 }
 
@@ -332,7 +339,7 @@ func (g *groupConsumer) commitLocked(ctx context.Context, parts []*partition) {
 	if len(recs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	if err := g.cl.CommitRecords(ctx, recs...); err != nil {
 		g.w.metrics.nCommitErrors.Add(1)

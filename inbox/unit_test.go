@@ -20,6 +20,14 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
+	if c.HealthTimeout != HealthTimeoutDefault {
+		t.Fatalf("HealthTimeout defaults to %s, want %s", c.HealthTimeout, HealthTimeoutDefault)
+	}
+	// A long handler timeout raises the default rather than failing it.
+	long := Config{DB: pool, KafkaOpts: kopts, HandlerTimeout: 5 * time.Minute}.WithDefaults()
+	if err := long.validate(); err != nil || long.HealthTimeout <= long.HandlerTimeout {
+		t.Fatalf("HandlerTimeout 5m: HealthTimeout %s, %v", long.HealthTimeout, err)
+	}
 	if c.OffsetReset != OffsetResetEarliest || c.BatchSize != 1 || c.KeyConcurrency != 1 || c.DeadLetterTopic("a.b") != "a.b.dlq" {
 		t.Fatalf("defaults: %+v", c)
 	}
@@ -32,6 +40,10 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		{func(c *Config) { c.BatchSize = -1 }, "Config.BatchSize"},
 		{func(c *Config) { c.RetryBackoffMax = time.Millisecond }, "Config.RetryBackoffMax"},
 		{func(c *Config) { c.OffsetReset = "smallest" }, "Config.OffsetReset"},
+		// A liveness limit a healthy handler call can reach would restart
+		// healthy workers.
+		{func(c *Config) { c.HealthTimeout = time.Minute }, "Config.HealthTimeout"},
+		{func(c *Config) { c.HealthTimeout = -time.Second }, "Config.HealthTimeout"},
 		{func(c *Config) { c.Prune = &PruneConfig{InboxRetention: time.Hour} }, "InboxRetention"},
 		// Pruning runs statements outside a transaction: a DB that can only
 		// begin transactions is refused at start-up, not found out later.

@@ -27,7 +27,10 @@ type Worker struct {
 	cfg     Config
 	metrics *metrics
 	queries *dbsqlc.Queries
-	sem     chan struct{} // bounds transactions in flight
+	// slots bounds the transactions in flight: a transaction holds a slot
+	// index, and since[index] is when it began (0 when free), for Healthy.
+	slots chan int
+	since []atomic.Int64
 
 	mu         sync.Mutex
 	handlers   map[string]map[string]Handler // consumer -> topic -> handler
@@ -48,13 +51,18 @@ func New(cfg *Config) (*Worker, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{
+	w := &Worker{
 		cfg:      c,
 		metrics:  newMetrics(c.Registerer),
 		queries:  dbsqlc.New(),
-		sem:      make(chan struct{}, c.Concurrency),
+		slots:    make(chan int, c.Concurrency),
+		since:    make([]atomic.Int64, c.Concurrency),
 		handlers: make(map[string]map[string]Handler),
-	}, nil
+	}
+	for i := range c.Concurrency {
+		w.slots <- i
+	}
+	return w, nil
 }
 
 // Handle registers h for the messages of topic applied by consumer. A
@@ -131,6 +139,35 @@ func (w *Worker) Ready() error {
 	for _, g := range *gs {
 		if !g.joined.Load() {
 			return fmt.Errorf("consumer %s has not joined its group yet", g.name)
+		}
+	}
+	return nil
+}
+
+// Healthy returns nil unless the worker is wedged, for a liveness probe: a
+// transaction has been running for Config.HealthTimeout (a handler that
+// ignores its context, a database call that never returns; a handler a
+// drain had to abandon keeps its slot too), or a consumer's offset commits
+// have not run for as long. An idle worker is healthy: its poll loops wait
+// for records, its commit loops keep running. A restart cures what this
+// reports; the messages concerned were not committed and come again.
+func (w *Worker) Healthy() error {
+	if !w.running.Load() {
+		return nil
+	}
+	now := time.Now()
+	for i := range w.since {
+		if at := w.since[i].Load(); at != 0 && now.Sub(time.Unix(0, at)) > w.cfg.HealthTimeout {
+			return fmt.Errorf("worker is wedged: a transaction has run for %s (handler timeout %s): "+
+				"a handler that ignores its context or a database call that never returns",
+				now.Sub(time.Unix(0, at)).Round(time.Second), w.cfg.HandlerTimeout)
+		}
+	}
+	if gs := w.groups.Load(); gs != nil {
+		for _, g := range *gs {
+			if since := now.Sub(time.Unix(0, g.beat.Load())); since > w.cfg.HealthTimeout {
+				return fmt.Errorf("worker is wedged: consumer %s has not run its offset commits for %s", g.name, since.Round(time.Second))
+			}
 		}
 	}
 	return nil
@@ -258,14 +295,19 @@ func (w *Worker) pruneLoop(ctx context.Context) {
 	}
 }
 
-// acquire takes a transaction slot; it gives up when stop ends first.
-func (w *Worker) acquire(stop <-chan struct{}) bool {
+// acquire takes a transaction slot; it gives up (-1, false) when stop ends
+// first.
+func (w *Worker) acquire(stop <-chan struct{}) (int, bool) {
 	select {
-	case w.sem <- struct{}{}:
-		return true
+	case i := <-w.slots:
+		w.since[i].Store(time.Now().UnixNano())
+		return i, true
 	case <-stop:
-		return false
+		return -1, false
 	}
 }
 
-func (w *Worker) release() { <-w.sem }
+func (w *Worker) release(slot int) {
+	w.since[slot].Store(0)
+	w.slots <- slot
+}

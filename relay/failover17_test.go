@@ -3,7 +3,9 @@
 package relay_test
 
 import (
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +78,9 @@ func TestPostgreSQL17FailoverKeepsTheSlot(t *testing.T) {
 			FROM pg_replication_slots WHERE slot_name = $1`, b.slot, primaryFlush).Scan(&ok)
 		return err == nil && ok
 	})
+	if st, err := relay.Status(b.ctx, sbPool, b.slot); err != nil || st.Failover != "yes" || !st.Synced {
+		t.Fatalf("relay status on the standby: %+v, %v; want a synced failover slot", st, err)
+	}
 
 	// The failover, under load: the relay publishes and the application
 	// writes while the standby is promoted. The old primary is dead from
@@ -137,6 +142,35 @@ func TestPostgreSQL17FailoverKeepsTheSlot(t *testing.T) {
 		"are lost by asynchronous replication. %s in all",
 		len(truth), replicated, oldPublished, len(appIDs), got.duplicates(), r2.Stats().Published,
 		len(oldIDs)-replicated, time.Since(began).Round(time.Second))
+}
+
+// A slot made without failover on PostgreSQL 17 (by hand, or before an
+// upgrade) would be lost in a failover: the relay says so with the command
+// that fixes it, and `relay status` shows it.
+func TestPostgreSQL17WarnsOfASlotWithoutFailover(t *testing.T) {
+	b := setup(t)
+	if v := serverVersionNum(t, b.db.Pool, b); v < 170000 {
+		t.Skipf("PostgreSQL %d has no failover slots; scripts/test runs this test on a PostgreSQL 17 stack", v)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, b.slot); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, logger); err != nil {
+		t.Fatal(err)
+	}
+	got := logs.String()
+	if !strings.Contains(got, "not a failover slot") || !strings.Contains(got, "ALTER_REPLICATION_SLOT "+b.slot+" (FAILOVER true)") {
+		t.Fatalf("no warning naming the fix for a slot without failover; logs:\n%s", got)
+	}
+	st, err := relay.Status(b.ctx, b.db.Pool, b.slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Failover != "no" || st.Synced {
+		t.Fatalf("Status of a slot without failover: failover %q, synced %t", st.Failover, st.Synced)
+	}
 }
 
 // setSynchronizedStandbySlots sets the primary's synchronized_standby_slots

@@ -38,6 +38,27 @@ func TestSetupNeedsNoKafka(t *testing.T) {
 	if !st.Exists || st.Plugin != "pgoutput" || st.ConfirmedFlushLSN == "" || st.Quarantined != 0 {
 		t.Fatalf("after Setup, Status = %+v; want a pgoutput slot with a confirmed position", st)
 	}
+	// Ferry recorded the slot it created, and says whether it is a
+	// failover slot where the server has them (17+).
+	wantFailover := ""
+	var version int
+	if err := db.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version >= 170000 {
+		wantFailover = "yes"
+	}
+	if !st.Recorded || st.RecordedLSN == "" || st.Failover != wantFailover {
+		t.Fatalf("after Setup, Status = %+v; want the slot recorded and failover %q", st, wantFailover)
+	}
+	// A recorded slot that is gone is reported as such, not as one that
+	// `relay run` would create.
+	if _, err := db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := relay.Status(ctx, db.Pool, slot); err != nil || st.Exists || !st.Recorded {
+		t.Fatalf("after the slot was dropped, Status = %+v, %v; want it missing and recorded", st, err)
+	}
 	if !publicationExists(t, db, "ferry_setup") {
 		t.Fatal("Setup did not create publication ferry_setup")
 	}

@@ -30,6 +30,19 @@ type SlotStatus struct {
 	WALStatus string
 	// RetainedWALBytes is the WAL the slot keeps from being recycled.
 	RetainedWALBytes int64
+	// Failover is "yes" when the slot is a failover slot (PostgreSQL 17+,
+	// kept on standbys that set sync_replication_slots), "no" when it is
+	// not, and "" before PostgreSQL 17. Synced tells that this server is a
+	// standby holding a synchronized copy.
+	Failover string
+	Synced   bool
+	// Recorded tells that Ferry published from this slot (ferry_relay_slot):
+	// if it is missing, `relay run` refuses to start and `relay recover`
+	// replaces it. RecordedLSN and RecordedCommitAt are the last confirmed
+	// position Ferry wrote down (zero time before the first commit).
+	Recorded         bool
+	RecordedLSN      string
+	RecordedCommitAt time.Time
 	// Quarantined counts the events Kafka refused for good.
 	Quarantined int64
 }
@@ -50,6 +63,19 @@ func Status(ctx context.Context, db outbox.DBTX, slot string) (*SlotStatus, erro
 		st.Plugin, st.Active, st.ActivePID = row.Plugin, row.Active, row.ActivePid
 		st.ConfirmedFlushLSN, st.RestartLSN = row.ConfirmedFlushLsn, row.RestartLsn
 		st.WALStatus, st.RetainedWALBytes = row.WalStatus, row.RetainedWalBytes
+		if st.Failover, st.Synced, err = slotFailover(ctx, db, slot); err != nil {
+			return nil, err
+		}
+	}
+	rec, err := readSlotRecord(ctx, db, slot)
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		st.Recorded, st.RecordedLSN = true, rec.ConfirmedLsn
+		if rec.ConfirmedCommitAt != nil {
+			st.RecordedCommitAt = *rec.ConfirmedCommitAt
+		}
 	}
 	if st.Quarantined, err = q.OutboxQuarantineCount(ctx, db); err != nil {
 		return nil, fmt.Errorf("count quarantined events: %w", err)
@@ -175,13 +201,43 @@ func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool,
 			ErrSlotGone, slot, rec.RecoveringSince.UTC().Format(time.RFC3339Nano))
 	case rec != nil && rec.SystemIdentifier != sysid:
 		return slotGoneError(slot, rec, sysid, true)
-	case rec == nil:
+	}
+	failover, _, err := slotFailover(ctx, db, slot)
+	if err != nil {
+		return err
+	}
+	if failover == "no" {
+		log.Warn("the replication slot is not a failover slot: a promoted standby will not have it and the relay will need `relay recover`. "+
+			"Make it one on a replication connection: psql \"dbname=DB replication=database\" -c 'ALTER_REPLICATION_SLOT "+slot+" (FAILOVER true)' "+
+			"while no relay streams from it", slog.String("slot", slot))
+	}
+	if rec == nil {
 		// Created by an administrator (or by a relay that stopped before
 		// recording it): Ferry knows it from now on.
 		log.Info("recording replication slot", slog.String("slot", slot), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLsn))
 		return recordSlot(ctx, db, slot, st.ConfirmedFlushLsn)
 	}
 	return nil
+}
+
+// slotFailover reads the slot's failover and synced flags: "yes" or "no",
+// and "" (with synced false) before PostgreSQL 17, which has neither.
+// sqlc's catalog does not know these columns, so sqlc cannot own this
+// query.
+func slotFailover(ctx context.Context, db dbsqlc.DBTX, slot string) (failover string, synced bool, err error) {
+	supported, err := slotFailoverSupported(ctx, db)
+	if err != nil || !supported {
+		return "", false, err
+	}
+	var on bool
+	err = db.QueryRow(ctx, `SELECT failover, synced FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&on, &synced)
+	if err != nil {
+		return "", false, fmt.Errorf("read the failover flag of slot %q: %w", slot, err)
+	}
+	if on {
+		return "yes", synced, nil
+	}
+	return "no", synced, nil
 }
 
 // failoverMinVersion is the first PostgreSQL (server_version_num) whose

@@ -144,9 +144,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "slot\t%s\n", st.Slot)
-	if !st.Exists {
+	switch {
+	case !st.Exists && st.Recorded:
+		fmt.Fprintf(w, "exists\tno: GONE. Ferry published from it; relay run refuses to start, relay recover replaces it\n")
+	case !st.Exists:
 		fmt.Fprintf(w, "exists\tno (relay run creates it)\n")
-	} else {
+	default:
 		active := "no"
 		if st.Active {
 			active = fmt.Sprintf("yes (pid %d)", st.ActivePID)
@@ -157,6 +160,17 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(w, "restart_lsn\t%s\n", st.RestartLSN)
 		fmt.Fprintf(w, "retained_wal_bytes\t%d\n", st.RetainedWALBytes)
 		fmt.Fprintf(w, "wal_status\t%s\n", st.WALStatus)
+		if st.Failover != "" {
+			fmt.Fprintf(w, "failover\t%s\n", st.Failover)
+			fmt.Fprintf(w, "synced\t%t\n", st.Synced)
+		}
+	}
+	if st.Recorded {
+		at := "none yet"
+		if !st.RecordedCommitAt.IsZero() {
+			at = st.RecordedCommitAt.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(w, "recorded_lsn\t%s (commit time %s)\n", st.RecordedLSN, at)
 	}
 	fmt.Fprintf(w, "quarantined\t%d\n", st.Quarantined)
 	if err := w.Flush(); err != nil {

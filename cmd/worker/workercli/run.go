@@ -40,6 +40,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	handlerTimeout := f.Duration("handler-timeout", inbox.HandlerTimeoutDefault, "longest handler call")
 	drainTimeout := f.Duration("drain-timeout", inbox.DrainTimeoutDefault, "how long revokes and SIGTERM wait for transactions in flight")
 	commitInterval := f.Duration("commit-interval", inbox.CommitIntervalDefault, "how often applied offsets are committed to Kafka")
+	healthTimeout := f.Duration("health-timeout", 0, "/healthz fails when a transaction ran this long or offset commits stopped this long; default 2m, or more when --handler-timeout needs it")
 	offsetReset := f.String("offset-reset", string(inbox.OffsetResetDefault), "where a partition without a committed offset starts: earliest, latest or none")
 	dlqSuffix := f.String("dlq-suffix", inbox.DeadLetterSuffixDefault, "dead-letter topic = topic + this suffix")
 	hashIDs := f.Bool("id-from-payload-hash", false, "give records without an id header the SHA-256 of key and value as id, instead of dead-lettering them")
@@ -93,6 +94,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		HandlerTimeout:    *handlerTimeout,
 		DrainTimeout:      *drainTimeout,
 		CommitInterval:    *commitInterval,
+		HealthTimeout:     *healthTimeout,
 		OffsetReset:       inbox.OffsetReset(*offsetReset),
 		DeadLetterTopic:   func(topic string) string { return topic + suffix },
 		IDFromPayloadHash: *hashIDs,
@@ -115,7 +117,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		return errors.New("no handlers registered: App.Register added none; see README, \"Writing a worker\"")
 	}
 
-	stopHTTP, err := http.Serve(reg, cli.Probes{Ready: w.Ready}, logger)
+	stopHTTP, err := http.Serve(reg, cli.Probes{Healthy: w.Healthy, Ready: w.Ready}, logger)
 	if err != nil {
 		return err
 	}
