@@ -31,7 +31,7 @@ verify: $(SQLC) ## fail on stale sqlc code, gofmt, go vet or an untidy go.mod
 	@echo "== sqlc diff"; $(SQLC) diff || { echo "generated sqlc code is stale: run 'make generate'"; exit 1; }
 	@echo "== gofmt"; out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@echo "== go vet"; $(GO) vet ./...
+	@echo "== go vet"; $(GO) vet ./... && $(GO) vet -tags faults,ferryfault ./...
 	@echo "== go mod tidy"; $(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 
 .PHONY: test

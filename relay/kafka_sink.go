@@ -141,9 +141,17 @@ func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*
 			err = fmt.Errorf("%w: %w", errBatchTooLarge, err)
 			s.rebuild.Store(true)
 		}
+		if faultHoldAck != nil && faultHoldAck(r, err, promise) {
+			return
+		}
 		promise(r, err)
 	})
 }
+
+// faultHoldAck is nil except in relays built with the ferryfault tag (the
+// fault suite's, see ackhold_ferryfault.go): it may keep an
+// acknowledgement back, and then returns true and answers promise later.
+var faultHoldAck func(r *kgo.Record, err error, promise func(*kgo.Record, error)) bool
 
 // autoCreate reports whether the client asks the broker to create missing
 // topics (kgo.AllowAutoTopicCreation).

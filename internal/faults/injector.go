@@ -48,6 +48,12 @@ const (
 	// failover to a server without it would), `relay recover`, and the
 	// relay started again, while the load goes on.
 	FaultSlotDrop FaultKind = "slot-drop-recover"
+	// FaultPartitionStall is a partition that stops acknowledging: the
+	// relay (built with the ferryfault tag) keeps back Kafka's answers for
+	// partition 0 until its window of unconfirmed records reaches
+	// --max-in-flight, and 2 s more, then hands them over. The window must
+	// stay within the bound plus one transaction.
+	FaultPartitionStall FaultKind = "partition-stall"
 	// FaultUnsafeRelayKill is the negative control's SIGKILL of a relay
 	// started with --unsafe-confirm-on-send, while the broker is down.
 	FaultUnsafeRelayKill FaultKind = "unsafe-relay-sigkill"
@@ -58,7 +64,7 @@ const (
 
 // AllFaults are the kinds Run injects by default.
 var AllFaults = []FaultKind{FaultRelayKill, FaultWorkerKill, FaultKafkaStop, FaultPGRestart, FaultWorkerPause,
-	FaultRelayPause, FaultSlotDrop}
+	FaultRelayPause, FaultSlotDrop, FaultPartitionStall}
 
 // Fault is one injected fault.
 type Fault struct {
@@ -268,6 +274,35 @@ func (in *injector) inject(ctx context.Context, k FaultKind) error {
 			return err
 		}
 		in.add(Fault{Kind: k, Target: "relay", At: at, Healed: in.now(), Detail: fmt.Sprintf("pid %d; %s", pid, firstLine(out, 1))})
+	case FaultPartitionStall:
+		// The relay handles the signal once it runs: a relay restarted by
+		// the previous fault may not yet.
+		if err := p.waitReady(ctx, p.relay, p.relayAddr); err != nil {
+			return err
+		}
+		at, pid := in.now(), p.relay.Pid()
+		if err := p.relay.Signal(syscall.SIGUSR1); err != nil {
+			return err
+		}
+		// A full window is the bound less at most one transaction: the
+		// relay stops reading before the transaction that would pass it.
+		limit := relayMaxInFlight + p.o.MaxTx + 2 // a transaction may add a poison and a huge event
+		peak, full, err := p.watchRelayWindow(ctx, relayMaxInFlight-p.o.MaxTx-2, 30*time.Second, 2*time.Second)
+		if serr := p.relay.Signal(syscall.SIGUSR2); serr != nil && err == nil {
+			err = serr
+		}
+		if err != nil {
+			return err
+		}
+		held := in.now() - at
+		p.logf("fault %s: relay pid %d held partition 0's acknowledgements for %s; window peak %d (--max-in-flight %d, full %t)",
+			k, pid, held.Round(time.Millisecond), peak, relayMaxInFlight, full)
+		if peak > limit {
+			return fmt.Errorf("the relay's unconfirmed window reached %d records behind a partition that stopped acknowledging: "+
+				"more than --max-in-flight %d plus one transaction (%d)", peak, relayMaxInFlight, limit)
+		}
+		in.add(Fault{Kind: k, Target: "relay", At: at, Healed: in.now(),
+			Detail: fmt.Sprintf("pid %d, held %s, window peak %d of %d", pid, held.Round(time.Millisecond), peak, relayMaxInFlight)})
 	case FaultWorkerPause:
 		// One pause at a time; it runs alongside the next faults.
 		in.pauses.Wait()

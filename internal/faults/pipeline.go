@@ -30,9 +30,11 @@ type Binaries struct {
 	Faults string // internal/faults/cmd/ferryfaults: the checker worker and the load generator
 }
 
-// BuildBinaries compiles the relay and ferryfaults into dir.
+// BuildBinaries compiles the relay and ferryfaults into dir. The relay is
+// built with the ferryfault tag, which lets the suite hold back Kafka's
+// acknowledgements of one partition (relay/ackhold_ferryfault.go).
 func BuildBinaries(ctx context.Context, dir string) (Binaries, error) {
-	bins, err := procs.Build(ctx, dir, "github.com/ferryhq/ferry/cmd/relay", "github.com/ferryhq/ferry/internal/faults/cmd/ferryfaults")
+	bins, err := procs.BuildTagged(ctx, dir, "ferryfault", "github.com/ferryhq/ferry/cmd/relay", "github.com/ferryhq/ferry/internal/faults/cmd/ferryfaults")
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -196,13 +198,66 @@ func (p *pipeline) startRelay(ctx context.Context, extra ...string) error {
 	}
 	p.relayAddr = addr
 	p.relayArgs = append([]string{"run", "--slot", p.slot, "--topic-template", "faults." + p.name + ".{aggregate_type}",
-		"--http-addr", addr}, extra...)
+		"--http-addr", addr, "--max-in-flight", strconv.Itoa(relayMaxInFlight)}, extra...)
 	p.relay, err = procs.Start(procs.Spec{Name: "relay", Path: p.o.Bins.Relay, Args: p.relayArgs, Env: p.childEnv(),
 		LogFile: filepath.Join(p.dir, "relay.log")})
 	if err != nil {
 		return err
 	}
 	return p.waitReady(ctx, p.relay, addr)
+}
+
+// relayMaxInFlight is the suite relay's --max-in-flight: low enough that a
+// stalled partition fills the window within seconds of the load.
+const relayMaxInFlight = 1500
+
+// watchRelayWindow scrapes the relay's unconfirmed window until it reached
+// full records and then for after more, or for at most limit; it returns
+// the largest window seen and whether it reached full.
+func (p *pipeline) watchRelayWindow(ctx context.Context, full int, limit, after time.Duration) (peak int, reached bool, err error) {
+	deadline := time.Now().Add(limit)
+	var until time.Time
+	c := http.Client{Timeout: 2 * time.Second}
+	for {
+		if resp, gerr := c.Get("http://" + p.relayAddr + "/metrics"); gerr == nil {
+			v, ok, perr := parseGauge(resp.Body, "ferry_relay_unconfirmed_records")
+			resp.Body.Close()
+			if perr != nil {
+				return peak, reached, perr
+			}
+			if ok {
+				peak = max(peak, int(v))
+			}
+		}
+		now := time.Now()
+		if !reached && peak >= full {
+			reached, until = true, now.Add(after)
+		}
+		if (reached && now.After(until)) || now.After(deadline) {
+			return peak, reached, nil
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return peak, reached, err
+		}
+	}
+}
+
+// parseGauge returns the value of an unlabelled metric in a /metrics page.
+func parseGauge(r io.Reader, name string) (float64, bool, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[len(name):]), 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		return v, true, nil
+	}
+	return 0, false, sc.Err()
 }
 
 // dropSlot drops the relay's slot once its walsender has let go of it.

@@ -291,6 +291,11 @@ func (p *Proc) Restart() error {
 // paths, in the order of pkgs. Each binary is named after the last element
 // of its package path.
 func Build(ctx context.Context, dir string, pkgs ...string) ([]string, error) {
+	return BuildTagged(ctx, dir, "", pkgs...)
+}
+
+// BuildTagged is Build with build tags (comma-separated; "" for none).
+func BuildTagged(ctx context.Context, dir, tags string, pkgs ...string) ([]string, error) {
 	if len(pkgs) == 0 {
 		return nil, errors.New("procs: Build needs at least one package")
 	}
@@ -298,7 +303,11 @@ func Build(ctx context.Context, dir string, pkgs ...string) ([]string, error) {
 		return nil, fmt.Errorf("procs: build dir: %w", err)
 	}
 	// One go build for all: -o naming a directory takes several mains.
-	args := append([]string{"build", "-o", strings.TrimRight(dir, "/") + "/"}, pkgs...)
+	args := []string{"build", "-o", strings.TrimRight(dir, "/") + "/"}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	args = append(args, pkgs...)
 	if b, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("procs: go build %s: %w\n%s", strings.Join(pkgs, " "), err, b)
 	}
