@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -9,6 +10,11 @@ import (
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
+
+// ErrNotQuarantined means a requeue or discard named an event that is not
+// in quarantine: an ordinary outbox row, or no event at all. Nothing was
+// changed.
+var ErrNotQuarantined = errors.New("relay: not a quarantined event")
 
 // Beginner begins a transaction, as pgx.BeginFunc needs: *pgxpool.Pool,
 // *pgx.Conn and pgx.Tx (whose Begin makes a savepoint) all have it.
@@ -86,12 +92,27 @@ func Discard(ctx context.Context, db Beginner, ids []uuid.UUID) (int64, error) {
 // selection is the quarantined events an operation on ids touches: every
 // one for nil, else ids plus, if withBehind, the events quarantined behind
 // them.
+// An id that is not quarantined is an error (ErrNotQuarantined): the
+// caller named the wrong event, and acting on the others would hide it.
 func selection(ctx context.Context, q *dbsqlc.Queries, tx pgx.Tx, ids []uuid.UUID, withBehind bool) ([]uuid.UUID, error) {
-	switch {
-	case ids == nil:
+	if ids == nil {
 		return q.OutboxQuarantineIDs(ctx, tx)
-	case withBehind:
-		return q.OutboxQuarantineWithBehind(ctx, tx, dbsqlc.OutboxQuarantineWithBehindParams{Ids: ids, BehindReason: ReasonBehindQuarantined})
+	}
+	found, err := q.OutboxQuarantineWithBehind(ctx, tx, dbsqlc.OutboxQuarantineWithBehindParams{Ids: ids, BehindReason: ReasonBehindQuarantined})
+	if err != nil {
+		return nil, err
+	}
+	in := make(map[uuid.UUID]bool, len(found))
+	for _, id := range found {
+		in[id] = true
+	}
+	for _, id := range ids {
+		if !in[id] {
+			return nil, fmt.Errorf("%w: %s is not in outbox_quarantine (an ordinary outbox event, or none; `relay quarantine list` shows the quarantined ones)", ErrNotQuarantined, id)
+		}
+	}
+	if withBehind {
+		return found, nil
 	}
 	return ids, nil
 }

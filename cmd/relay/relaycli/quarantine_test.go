@@ -47,7 +47,12 @@ func TestQuarantineDiscard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	code, out, stderr := run(t, ctx, "quarantine", "discard", "--id", gone.String()+", "+uuid.NewString())
+	// An id that is not quarantined is refused by name, and nothing goes.
+	stranger := uuid.NewString()
+	if code, _, stderr := run(t, ctx, "quarantine", "discard", "--id", gone.String()+", "+stranger); code != 1 || !strings.Contains(stderr, stranger) {
+		t.Fatalf("relay quarantine discard of an id not quarantined: exit %d, want 1 and an error naming it\n%s", code, stderr)
+	}
+	code, out, stderr := run(t, ctx, "quarantine", "discard", "--id", gone.String())
 	if code != 0 || !strings.Contains(out, "discarded 1 quarantined events for good") {
 		t.Fatalf("relay quarantine discard: exit %d\n%s\n%s", code, out, stderr)
 	}
