@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -32,6 +35,23 @@ func (d *Database) PoolConfig() (*pgxpool.Config, error) {
 		return nil, Usagef("--database-url is not a valid PostgreSQL connection string")
 	}
 	return cfg, nil
+}
+
+// Target names the database the setting points at, "database orders on
+// db1:5432", so that a command that changes it says which one: a flag
+// ignored or a stale environment variable must not go unnoticed. It never
+// shows the password.
+func (d *Database) Target() (string, error) {
+	cfg, err := d.PoolConfig()
+	if err != nil {
+		return "", err
+	}
+	cc := cfg.ConnConfig
+	hosts := []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
+	for _, fb := range cc.Fallbacks {
+		hosts = append(hosts, net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))))
+	}
+	return fmt.Sprintf("database %s on %s", cc.Database, strings.Join(hosts, ",")), nil
 }
 
 // Validate is PoolConfig without the result.

@@ -22,6 +22,8 @@ import (
 type Flags struct {
 	*flag.FlagSet
 	envErrs []error
+	maxArgs int
+	args    []string
 }
 
 // NewFlags returns the flag set of subcommand name ("relay run"), printing
@@ -38,19 +40,61 @@ func EnvName(flagName string) string {
 	return "FERRY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// TakesArgs lets the command take up to n arguments besides its flags
+// (`migrate down`). Without it an argument is a usage error.
+func (f *Flags) TakesArgs(n int) { f.maxArgs = n }
+
 // Parse parses args, then reports the first malformed environment variable.
-// Every error but a request for help wraps ErrUsage.
+// Flags may come before, between and after the arguments: the flag package
+// alone stops at the first argument, and the flags after it, such as the
+// --database-url of `migrate down --database-url B`, would be ignored in
+// silence. After "--" everything is an argument. More arguments than
+// TakesArgs allows are refused by name. Every error but a request for help
+// wraps ErrUsage.
 func (f *Flags) Parse(args []string) error {
-	if err := f.FlagSet.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	f.args = nil
+	for {
+		if err := f.FlagSet.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return Usage(err)
 		}
-		return Usage(err)
+		rest := f.FlagSet.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(rest) < len(args) && args[len(args)-len(rest)-1] == "--" {
+			f.args = append(f.args, rest...)
+			break
+		}
+		f.args = append(f.args, rest[0])
+		args = rest[1:]
+	}
+	switch {
+	case len(f.args) > f.maxArgs && f.maxArgs == 0:
+		return Usagef("unexpected argument %q: %s takes flags only", f.args[0], f.Name())
+	case len(f.args) > f.maxArgs:
+		return Usagef("unexpected argument %q: %s takes at most %d", f.args[f.maxArgs], f.Name(), f.maxArgs)
 	}
 	if len(f.envErrs) > 0 {
 		return Usage(f.envErrs[0])
 	}
 	return nil
+}
+
+// Args are the arguments besides the flags, wherever they stood.
+func (f *Flags) Args() []string { return f.args }
+
+// NArg is len(Args()).
+func (f *Flags) NArg() int { return len(f.args) }
+
+// Arg is the i-th argument, or "" when there is none.
+func (f *Flags) Arg(i int) string {
+	if i < 0 || i >= len(f.args) {
+		return ""
+	}
+	return f.args[i]
 }
 
 // Var registers v as flag name with its environment variable.

@@ -43,3 +43,34 @@ func TestFlagsReadTheEnvironment(t *testing.T) {
 		t.Errorf("unknown flag: %v, want a usage error", err)
 	}
 }
+
+// Flags may come after a command's arguments, as in `migrate down
+// --database-url B`: the flag package alone stops at the first argument and
+// would leave --database-url to the environment, the wrong database. After
+// "--" everything is an argument; an argument a command does not take is a
+// usage error that names it.
+func TestFlagsAfterArgumentsAreParsed(t *testing.T) {
+	t.Setenv("FERRY_DATABASE_URL", "postgres://from-env/A")
+	f := NewFlags("test", io.Discard)
+	f.TakesArgs(2)
+	url := f.String("database-url", "", "")
+	yes := f.FlagSet.Bool("yes", false, "")
+	if err := f.Parse([]string{"down", "--database-url", "postgres://from-flag/B", "--yes", "--", "--not-a-flag"}); err != nil {
+		t.Fatal(err)
+	}
+	if *url != "postgres://from-flag/B" || !*yes || f.NArg() != 2 || f.Arg(0) != "down" || f.Arg(1) != "--not-a-flag" {
+		t.Errorf("got database-url %q, yes %v, args %q; want the flags after the argument, args [down --not-a-flag]", *url, *yes, f.Args())
+	}
+
+	f = NewFlags("test", io.Discard)
+	f.String("database-url", "", "")
+	err := f.Parse([]string{"--database-url", "x", "stray"})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), `"stray"`) {
+		t.Errorf("an argument the command does not take: %v, want a usage error naming it", err)
+	}
+	f = NewFlags("test", io.Discard)
+	f.TakesArgs(1)
+	if err := f.Parse([]string{"down", "up"}); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), `"up"`) {
+		t.Errorf("one argument too many: %v, want a usage error naming it", err)
+	}
+}

@@ -12,16 +12,40 @@ import (
 	"github.com/ferryhq/ferry/migrate"
 )
 
-// Migrate runs `<binary> migrate [up|down|status]`: Ferry's tables first,
-// then each of own in order. down rolls back one migration, of the last set
-// that has one applied.
-func Migrate(ctx context.Context, databaseURL, action string, out io.Writer, logger *slog.Logger, own ...migrate.Set) error {
+// MigrateFlags are the settings of `<binary> migrate [up|down|status]`.
+type MigrateFlags struct {
+	Base
+	yes *bool
+}
+
+// Register binds the settings to f, which takes the action as its argument.
+func (m *MigrateFlags) Register(f *Flags) {
+	m.Base.Register(f)
+	f.TakesArgs(1)
+	// No environment variable: a confirmation left there would confirm every
+	// rollback.
+	m.yes = f.FlagSet.Bool("yes", false, "migrate down: roll back for real (it drops tables and their rows)")
+}
+
+// Migrate runs `<binary> migrate [up|down|status]` on the database of the
+// parsed settings: Ferry's tables first, then each of own in order. down
+// rolls back one migration, of the last set that has one applied, and only
+// with --yes. Every action first names the database it acts on.
+func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer, logger *slog.Logger, own ...migrate.Set) error {
 	switch action {
 	case "", "up", "down", "status":
 	default:
 		return Usagef("migrate: unknown action %q: want up, down or status", action)
 	}
-	db, err := sql.Open("pgx", databaseURL)
+	target, err := m.DB.Target()
+	if err != nil {
+		return err
+	}
+	if action == "down" && !*m.yes {
+		return Usagef("migrate down rolls back the newest migration of %s, dropping what it created with its rows: add --yes to do it", target)
+	}
+	fmt.Fprintln(out, target)
+	db, err := sql.Open("pgx", m.DB.URL)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}

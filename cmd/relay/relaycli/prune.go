@@ -52,11 +52,16 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := c.Parse(f, args, stderr); err != nil {
 		return err
 	}
+	target, err := c.DB.Target()
+	if err != nil {
+		return err
+	}
 	pool, err := c.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	fmt.Fprintln(stdout, target)
 	res, err := relay.Prune(ctx, pool, c.slot, p.config())
 	if res == nil {
 		return cli.Usage(err) // the settings were refused before anything ran

@@ -39,6 +39,15 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer pool.Close()
+	if verb != "list" {
+		// Say where it acts before it does: the database may come from the
+		// environment rather than the command line.
+		target, err := c.DB.Target()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, target)
+	}
 
 	switch verb {
 	case "list":

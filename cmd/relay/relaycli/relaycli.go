@@ -29,7 +29,8 @@ Usage:
   relay quarantine discard --id ID|--all
                                    delete quarantined events for good: never published
   relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
-                                   the publication and slot (--no-slot: schema only)
+                                   the publication and slot (--no-slot: schema only);
+                                   down rolls back one, with --yes
   relay help                       show this text
 
 Settings come from flags or the environment; run "relay <command> -h".
@@ -61,16 +62,17 @@ func (c *common) register(f *cli.Flags) {
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := cli.NewFlags("relay migrate", stderr)
-	var c common
-	c.register(f)
+	var m cli.MigrateFlags
+	m.Register(f)
+	slot := f.String("slot", relay.SlotDefault, "logical replication slot")
 	publication := f.String("publication", relay.PublicationDefault, "publication on the outbox table")
 	noSlot := f.FlagSet.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
-	logger, err := c.Parse(f, args, stderr)
+	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
 	action := f.Arg(0)
-	if err := cli.Migrate(ctx, c.DB.URL, action, stdout, logger); err != nil {
+	if err := m.Migrate(ctx, action, stdout, logger); err != nil {
 		return err
 	}
 	if *noSlot || (action != "" && action != "up") {
@@ -78,14 +80,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// The slot keeps every transaction that commits after it exists: made
 	// now, before the application's first event, nothing is ever missed.
-	pool, err := c.DB.Pool(ctx)
+	pool, err := m.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := relay.Setup(ctx, pool, c.slot, *publication, logger); err != nil {
+	if err := relay.Setup(ctx, pool, *slot, *publication, logger); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "publication %s and slot %s are ready\n", *publication, c.slot)
+	fmt.Fprintf(stdout, "publication %s and slot %s are ready\n", *publication, *slot)
 	return nil
 }

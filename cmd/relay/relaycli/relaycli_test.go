@@ -204,7 +204,7 @@ func TestMigrateRunStatus(t *testing.T) {
 		t.Fatalf("relay quarantine list: exit %d\n%s\n%s", code, out, stderr)
 	}
 	code, out, stderr = run(t, context.Background(), "quarantine", "requeue", "--all")
-	if code != 0 || !strings.Contains(out, "requeued 0 events") {
+	if code != 0 || !strings.Contains(out, "requeued 0 events") || !strings.Contains(out, "database "+db.Name+" on ") {
 		t.Fatalf("relay quarantine requeue --all: exit %d\n%s\n%s", code, out, stderr)
 	}
 
@@ -219,7 +219,7 @@ func TestMigrateRunStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, stderr = run(t, context.Background(), "prune", "--prune-confirm-wait", "200ms")
-	if code != 1 || !strings.Contains(out, "deleted 0 confirmed outbox rows") || !strings.Contains(stderr, "not confirmed") {
+	if code != 1 || !strings.Contains(out, "deleted 0 confirmed outbox rows") || !strings.Contains(stderr, "not confirmed") || !strings.Contains(out, "database "+db.Name+" on ") {
 		t.Fatalf("relay prune with an unpublished expired row: exit %d\n%s\n%s", code, out, stderr)
 	}
 

@@ -88,6 +88,7 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 	if d.empty() && !*all {
 		return cli.Usagef("redrive needs a selection (--id, --since, --until, --consumer) or --all")
 	}
+	fmt.Fprintf(stdout, "dead-letter topic %s on %s\n", *d.topic, d.kafka.Brokers)
 	res, err := inbox.Redrive(ctx, kopts, *d.topic, d.filter())
 	if res != nil {
 		for _, dl := range res.Redriven {

@@ -57,11 +57,16 @@ func runPrune(ctx context.Context, name string, args []string, stdout, stderr io
 	if _, err := base.Parse(f, args, stderr); err != nil {
 		return err
 	}
+	target, err := base.DB.Target()
+	if err != nil {
+		return err
+	}
 	pool, err := base.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	fmt.Fprintln(stdout, target)
 	res, err := inbox.Prune(ctx, pool, p.config())
 	if res == nil {
 		return cli.Usage(err) // the settings were refused before anything ran

@@ -60,7 +60,8 @@ Usage:
   %[1]s prune                     delete inbox rows older than the dedupe window
   %[1]s dlq list --topic T        show dead letters: what, why, when, from where
   %[1]s dlq redrive --topic T     republish dead letters with their original id
-  %[1]s migrate [up|down|status]  apply Ferry's schema migrations%[3]s
+  %[1]s migrate [up|down|status]  apply Ferry's schema migrations%[3]s;
+                                  down rolls back one, with --yes
   %[1]s scaffold NAME --dir PATH  write a new worker (handler, test, migration, main)
   %[1]s help                      show this text
 
@@ -113,13 +114,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 
 func runMigrate(ctx context.Context, name string, args []string, stdout, stderr io.Writer, own []migrate.Set) error {
 	f := cli.NewFlags(name+" migrate", stderr)
-	var base cli.Base
-	base.Register(f)
-	logger, err := base.Parse(f, args, stderr)
+	var m cli.MigrateFlags
+	m.Register(f)
+	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
-	return cli.Migrate(ctx, base.DB.URL, f.Arg(0), stdout, logger, own...)
+	return m.Migrate(ctx, f.Arg(0), stdout, logger, own...)
 }
 
 // splitList reads a comma-separated flag, dropping empty items.

@@ -106,13 +106,19 @@ func TestMigrateAndPrune(t *testing.T) {
 		"00001_extra.sql": {Data: []byte("-- +goose Up\nCREATE TABLE extra (id int);\n-- +goose Down\nDROP TABLE extra;\n")},
 	}}}}
 	code, stdout, stderr := run(ctx, app, "migrate", "--database-url", db.URL, "--log-level", "warn")
-	if code != 0 || !strings.Contains(stdout, "schema version 2 of 2 (table ferry_schema_version)") ||
+	if code != 0 || !strings.Contains(stdout, "(table ferry_schema_version)") ||
 		!strings.Contains(stdout, "schema version 1 of 1 (table app_schema_version)") {
 		t.Fatalf("migrate: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	code, stdout, stderr = run(ctx, app, "migrate", "--database-url", db.URL, "--log-level", "warn", "down")
-	if code != 0 || !strings.Contains(stdout, "rolled back 00001_extra.sql") || !strings.Contains(stdout, "schema version 2 of 2 (table ferry_schema_version)") {
-		t.Fatalf("migrate down: exit %d\n%s\n%s", code, stdout, stderr)
+	// down names its database and wants --yes; flags after it count.
+	code, stdout, stderr = run(ctx, app, "migrate", "down", "--database-url", db.URL, "--log-level", "warn")
+	if code != 2 || !strings.Contains(stderr, "--yes") || !strings.Contains(stderr, "database "+db.Name) {
+		t.Fatalf("migrate down without --yes: exit %d\n%s\n%s\nwant exit 2 naming --yes and database %s", code, stdout, stderr, db.Name)
+	}
+	code, stdout, stderr = run(ctx, app, "migrate", "down", "--database-url", db.URL, "--log-level", "warn", "--yes")
+	if code != 0 || !strings.Contains(stdout, "database "+db.Name) || !strings.Contains(stdout, "rolled back 00001_extra.sql") ||
+		!strings.Contains(stdout, "(table ferry_schema_version)") || !strings.Contains(stdout, "schema version 0 of 1 (table app_schema_version)") {
+		t.Fatalf("migrate down --yes: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO inbox (consumer, message_id, processed_at)
 		SELECT 'c', 'm' || i, now() - interval '30 days' FROM generate_series(1, 25) i`); err != nil {
@@ -123,7 +129,7 @@ func TestMigrateAndPrune(t *testing.T) {
 		t.Fatalf("prune with a 1h window: exit %d, %q; want a refusal explaining duplicates", code, stderr)
 	}
 	code, stdout, stderr = run(ctx, nil, "prune", "--database-url", db.URL, "--inbox-retention", "14d", "--prune-batch-size", "10")
-	if code != 0 || !strings.Contains(stdout, "deleted 25 inbox rows in 3 batches") {
+	if code != 0 || !strings.Contains(stdout, "deleted 25 inbox rows in 3 batches") || !strings.Contains(stdout, "database "+db.Name+" on ") {
 		t.Fatalf("prune: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
@@ -232,7 +238,7 @@ func TestDeadLetterCommands(t *testing.T) {
 	}
 
 	code, stdout, stderr = run(ctx, nil, "dlq", "redrive", "--topic", dlq, "--kafka-brokers", brokers, "--id", "m-2")
-	if code != 0 || !strings.Contains(stdout, "1 redriven, 0 skipped") {
+	if code != 0 || !strings.Contains(stdout, "1 redriven, 0 skipped") || !strings.Contains(stdout, "dead-letter topic "+dlq+" on "+brokers) {
 		t.Fatalf("dlq redrive: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	consumer := ferrytest.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {1: kgo.NewOffset().AtStart()}}))
