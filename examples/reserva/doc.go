@@ -2,7 +2,11 @@
 // the example to copy when writing services and workers of your own.
 //
 //   - The order service (Service, an HTTP JSON API) writes an order and its
-//     OrderPlaced event in one transaction with outbox.Write.
+//     OrderPlaced event in one transaction with outbox.Write. It bounds every
+//     field (MaxItems and the other limits), so every order it accepts makes
+//     events Kafka takes; it answers every bad request with a 4xx and a JSON
+//     error; and an Idempotency-Key header, stored with the order in the same
+//     transaction, makes a client's retry return the order it already placed.
 //   - The stock-reservation worker (consumer "stock.reservation") reserves
 //     each order's items and writes StockReserved or StockRejected through
 //     the outbox in the same transaction as the reservation, so the chain

@@ -3,7 +3,6 @@ package reserva
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,28 +47,9 @@ type StockDecision struct {
 	Reason  string    `json:"reason,omitempty"`
 }
 
-var errInvalidOrder = errors.New("invalid order")
-
-// validate checks what the API checks on the way in; a worker checks it
-// again, since anything can be written to the outbox.
-func validateItems(items []Item) error {
-	if len(items) == 0 {
-		return fmt.Errorf("%w: no items", errInvalidOrder)
-	}
-	seen := map[string]bool{}
-	for _, it := range items {
-		switch {
-		case it.SKU == "":
-			return fmt.Errorf("%w: item without sku", errInvalidOrder)
-		case it.Qty <= 0:
-			return fmt.Errorf("%w: sku %s: quantity %d is not positive", errInvalidOrder, it.SKU, it.Qty)
-		case seen[it.SKU]:
-			return fmt.Errorf("%w: sku %s listed twice", errInvalidOrder, it.SKU)
-		}
-		seen[it.SKU] = true
-	}
-	return nil
-}
+// ErrInvalidOrder is wrapped by the errors of an order that breaks a rule or
+// a limit (see MaxItems and the other limits).
+var ErrInvalidOrder = errors.New("invalid order")
 
 func decode[T any](payload []byte) (T, error) {
 	var v T

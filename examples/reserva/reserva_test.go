@@ -3,11 +3,15 @@ package reserva_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,7 +202,7 @@ func TestDuplicateDeliveryReservesOnce(t *testing.T) {
 		for _, j := range rng.Perm(len(skus))[:1+rng.IntN(2)] {
 			items = append(items, reserva.Item{SKU: skus[j], Qty: 1 + rng.IntN(3)})
 		}
-		if _, err := b.svc.PlaceOrder(b.ctx, reserva.PlaceOrderRequest{Customer: fmt.Sprint("c", i), Items: items}); err != nil {
+		if _, err := b.svc.PlaceOrder(b.ctx, reserva.PlaceOrderRequest{Customer: fmt.Sprint("c", i), Items: items}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -280,10 +284,11 @@ func TestMalformedOrderIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, err := b.svc.PlaceOrder(b.ctx, reserva.PlaceOrderRequest{Customer: "ok", Items: []reserva.Item{{SKU: "apple", Qty: 1}}})
+	placed, err := b.svc.PlaceOrder(b.ctx, reserva.PlaceOrderRequest{Customer: "ok", Items: []reserva.Item{{SKU: "apple", Qty: 1}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	good := placed.ID
 	b.waitFor(t, "the good order reserved", func() bool {
 		return b.count(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'reserved'`, good) == 1
 	})
@@ -412,5 +417,278 @@ func TestOrderAPI(t *testing.T) {
 	}
 	if resp, err := http.Get(srv.URL + "/orders/" + uuid.NewString()); err != nil || resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("GET unknown order: %v %v", resp, err)
+	}
+}
+
+// apiSetup gives an API test its own database with reserva's tables and
+// the order service on a test server.
+func apiSetup(t *testing.T) (context.Context, *ferrytest.DB, *httptest.Server) {
+	t.Helper()
+	db := ferrytest.NewMigratedDB(t)
+	ctx := ferrytest.Context(t, 2*time.Minute)
+	m, err := migrate.New(db.SQL(t), reserva.Migrations, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(reserva.NewService(db.Pool, nil).Handler())
+	t.Cleanup(srv.Close)
+	return ctx, db, srv
+}
+
+type apiAnswer struct {
+	status int
+	header http.Header
+	body   map[string]string
+	raw    string
+}
+
+// postOrder sends POST /orders with this content type and, unless empty, this
+// Idempotency-Key.
+func postOrder(t *testing.T, url, contentType, key, body string) apiAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/orders", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := apiAnswer{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &a.body)
+	return a
+}
+
+func countRows(t *testing.T, ctx context.Context, db *ferrytest.DB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(ctx, query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// Every bad request is refused with a 4xx and a JSON error that names what
+// is wrong (never a 500), and writes nothing.
+func TestOrderAPIRefusesBadInputWith4xx(t *testing.T) {
+	t.Parallel()
+	ctx, db, srv := apiSetup(t)
+	items := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf(`{"sku":"sku-%d","qty":1}`, i)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	const json = "application/json"
+	for _, c := range []struct {
+		name, contentType, body, want string
+	}{
+		{"quantity beyond int4", json, `{"customer":"ada","items":[{"sku":"apple","qty":3000000000}]}`, "quantity"},
+		{"quantity beyond int64", json, `{"customer":"ada","items":[{"sku":"apple","qty":1e30}]}`, "qty"},
+		{"NUL in customer", json, `{"customer":"a\u0000b","items":[{"sku":"apple","qty":1}]}`, "customer"},
+		{"NUL in sku", json, `{"customer":"ada","items":[{"sku":"app\u0000le","qty":1}]}`, "sku"},
+		{"control byte in customer", json, `{"customer":"a\u001b]0;pwned\u0007","items":[{"sku":"apple","qty":1}]}`, "customer"},
+		{"1 MiB customer", json, `{"customer":"` + strings.Repeat("x", 1_000_000) + `","items":[{"sku":"apple","qty":1}]}`, "body"},
+		{"customer of 201 characters", json, `{"customer":"` + strings.Repeat("é", 201) + `","items":[{"sku":"apple","qty":1}]}`, "customer"},
+		{"long sku", json, `{"customer":"ada","items":[{"sku":"` + strings.Repeat("s", 1000) + `","qty":1}]}`, "sku"},
+		{"too many items", json, `{"customer":"ada","items":` + items(1000) + `}`, "items"},
+		{"text/plain", "text/plain", `{"customer":"ada","items":[{"sku":"apple","qty":1}]}`, "Content-Type"},
+		{"form", "application/x-www-form-urlencoded", `{"customer":"ada","items":[{"sku":"apple","qty":1}]}`, "Content-Type"},
+		{"no content type", "", `{"customer":"ada","items":[{"sku":"apple","qty":1}]}`, "Content-Type"},
+		{"trailing data", json, `{"customer":"ada","items":[{"sku":"apple","qty":1}]} {"customer":"eve"}`, "body"},
+		{"body of 2 MiB", json, `{"customer":"` + strings.Repeat("x", 2<<20) + `","items":[]}`, "body"},
+		{"null items", json, `{"customer":"ada","items":null}`, "items"},
+		{"not an object", json, `[]`, "body"},
+	} {
+		a := postOrder(t, srv.URL, c.contentType, "", c.body)
+		if a.status/100 != 4 || !strings.Contains(a.body["error"], c.want) {
+			t.Errorf("%s: %d %.200q, want a 4xx JSON error naming %q", c.name, a.status, a.raw, c.want)
+		}
+	}
+	if n := countRows(t, ctx, db, `SELECT count(*) FROM orders`); n != 0 {
+		t.Fatalf("%d orders written by refused requests", n)
+	}
+	if n := countRows(t, ctx, db, `SELECT count(*) FROM outbox`); n != 0 {
+		t.Fatalf("%d events written by refused requests", n)
+	}
+}
+
+// The same Idempotency-Key with the same body answers with the original
+// order, also after a restart (the key is in PostgreSQL, not in memory);
+// with another body it is refused. 20 identical concurrent requests make
+// one order.
+func TestIdempotencyKeyMakesOneOrder(t *testing.T) {
+	t.Parallel()
+	ctx, db, srv := apiSetup(t)
+	const body = `{"customer":"ada","items":[{"sku":"apple","qty":2}]}`
+	const json = "application/json"
+
+	first := postOrder(t, srv.URL, json, "key-1", body)
+	if first.status != http.StatusCreated || first.body["id"] == "" {
+		t.Fatalf("first request: %d %s", first.status, first.raw)
+	}
+	restarted := httptest.NewServer(reserva.NewService(db.Pool, nil).Handler())
+	defer restarted.Close()
+	// Spacing differs; the request is the same.
+	again := postOrder(t, restarted.URL, json, "key-1", `{ "customer": "ada", "items": [ {"qty": 2, "sku": "apple"} ] }`)
+	if again.status != first.status || again.body["id"] != first.body["id"] || again.header.Get("Location") != first.header.Get("Location") {
+		t.Fatalf("same key, same body: %d %s, want the original %d %s", again.status, again.raw, first.status, first.raw)
+	}
+	if again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("a replayed answer lacks Idempotent-Replayed: true (headers %v)", again.header)
+	}
+	other := postOrder(t, srv.URL, json, "key-1", `{"customer":"ada","items":[{"sku":"apple","qty":3}]}`)
+	if other.status != http.StatusUnprocessableEntity || !strings.Contains(other.body["error"], "Idempotency-Key") {
+		t.Fatalf("same key, other body: %d %s, want 422 naming the Idempotency-Key", other.status, other.raw)
+	}
+	for _, bad := range []string{strings.Repeat("k", 300), "key\x01"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(body))
+		req.Header.Set("Content-Type", json)
+		req.Header["Idempotency-Key"] = []string{bad}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			// net/http refuses to send a control byte in a header: also fine.
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("Idempotency-Key %.20q: %d, want 400", bad, resp.StatusCode)
+		}
+	}
+
+	const clients = 20
+	answers := make([]apiAnswer, clients)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range clients {
+		wg.Go(func() {
+			<-start
+			answers[i] = postOrder(t, srv.URL, json, "key-2", body)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, a := range answers {
+		if a.status != http.StatusCreated || a.body["id"] != answers[0].body["id"] {
+			t.Fatalf("concurrent request %d: %d %s; request 0 got %s", i, a.status, a.raw, answers[0].raw)
+		}
+	}
+	if n := countRows(t, ctx, db, `SELECT count(*) FROM orders`); n != 2 {
+		t.Fatalf("%d orders, want 2: one per Idempotency-Key", n)
+	}
+	if n := countRows(t, ctx, db, `SELECT count(*) FROM outbox WHERE event_type = 'OrderPlaced'`); n != 2 {
+		t.Fatalf("%d OrderPlaced events, want 2", n)
+	}
+	// Without a key every request is a new order.
+	postOrder(t, srv.URL, json, "", body)
+	postOrder(t, srv.URL, json, "", body)
+	if n := countRows(t, ctx, db, `SELECT count(*) FROM orders`); n != 4 {
+		t.Fatalf("%d orders, want 4 after two requests without a key", n)
+	}
+}
+
+// Every order the API accepts reaches the worker and is decided: none makes
+// an event the relay has to quarantine, which would leave the order
+// "placed" forever.
+func TestEveryAcceptedOrderIsDecided(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := reserva.SeedStock(b.ctx, b.db.Pool, map[string]int{"apple": 10}); err != nil {
+		t.Fatal(err)
+	}
+	b.startWorker(t)
+	srv := httptest.NewServer(b.svc.Handler())
+	defer srv.Close()
+	bodies := []string{
+		`{"customer":"` + strings.Repeat("x", 1_040_000) + `","items":[{"sku":"apple","qty":1}]}`,
+		`{"customer":"` + strings.Repeat("<", 340_000) + `","items":[{"sku":"apple","qty":1}]}`,
+		`{"customer":"` + strings.Repeat("x", 500_000) + `","items":[{"sku":"apple","qty":1}]}`,
+	}
+	// The largest order the limits allow, with the customer name JSON
+	// escapes the most ('<' becomes \u003c).
+	largest := reserva.PlaceOrderRequest{Customer: strings.Repeat("<", reserva.MaxCustomerChars)}
+	for i := range reserva.MaxItems {
+		sku := fmt.Sprintf("%0*d", reserva.MaxSKUBytes, i)
+		largest.Items = append(largest.Items, reserva.Item{SKU: sku, Qty: reserva.MaxQty})
+	}
+	body, err := json.Marshal(largest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies = append(bodies, string(body))
+	var accepted []string
+	for _, body := range bodies {
+		a := postOrder(t, srv.URL, "application/json", "", body)
+		switch {
+		case a.status == http.StatusCreated:
+			accepted = append(accepted, a.body["id"])
+		case a.status/100 != 4:
+			t.Fatalf("POST /orders of %d bytes: %d %.200s, want 201 or a 4xx", len(body), a.status, a.raw)
+		}
+	}
+	for _, id := range accepted {
+		b.waitFor(t, "order "+id+" decided or its event quarantined", func() bool {
+			return b.count(t, `SELECT count(*) FROM orders WHERE id = $1 AND status <> 'placed'`, id) == 1 ||
+				b.count(t, `SELECT count(*) FROM outbox_quarantine WHERE aggregate_id = $1`, id) > 0
+		})
+		if n := b.count(t, `SELECT count(*) FROM outbox_quarantine WHERE aggregate_id = $1`, id); n > 0 {
+			t.Fatalf("order %s was accepted, but its OrderPlaced event is quarantined: it stays placed forever", id)
+		}
+	}
+	if len(accepted) != 1 {
+		t.Fatalf("%d orders accepted, want only the largest valid one", len(accepted))
+	}
+	// Its event is far inside any topic's record limit, not just Kafka's
+	// default one.
+	if n := b.count(t, `SELECT max(octet_length(payload)) FROM outbox WHERE aggregate_id = $1`, accepted[0]); n > 16<<10 {
+		t.Fatalf("the largest valid order makes a %d-byte OrderPlaced event, want at most 16 KiB", n)
+	}
+}
+
+// The API server drops a client that sends its body too slowly (here: never)
+// instead of holding the connection and a goroutine for as long as the
+// client likes.
+func TestAPIServerDropsASlowBody(t *testing.T) {
+	t.Parallel()
+	_, db, _ := apiSetup(t)
+	srv := reserva.NewService(db.Pool, nil).Server("127.0.0.1:0")
+	ln, err := net.Listen("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Headers in full, then one byte of the 100 promised.
+	if _, err := io.WriteString(conn, "POST /orders HTTP/1.1\r\nHost: reserva\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	// The test's own limit, far beyond the server's: reaching it means the
+	// server never let go.
+	limit := time.Minute
+	_ = conn.SetReadDeadline(time.Now().Add(limit))
+	_, err = io.Copy(io.Discard, conn)
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		t.Fatalf("the server held a connection with an unfinished body for %s", limit)
 	}
 }

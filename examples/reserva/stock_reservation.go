@@ -29,7 +29,7 @@ func ReserveStock(ctx context.Context, tx pgx.Tx, m *inbox.Message) error {
 		return inbox.Permanent(err)
 	}
 	if order.OrderID.String() != m.AggregateID {
-		return inbox.Permanent(fmt.Errorf("%w: order_id %s differs from the aggregate id %q", errInvalidOrder, order.OrderID, m.AggregateID))
+		return inbox.Permanent(fmt.Errorf("%w: order_id %s differs from the aggregate id %q", ErrInvalidOrder, order.OrderID, m.AggregateID))
 	}
 
 	reason, err := takeStock(ctx, tx, order.Items)

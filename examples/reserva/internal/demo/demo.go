@@ -157,7 +157,7 @@ func (d *demo) run(ctx context.Context) error {
 	if d.o.once {
 		return nil
 	}
-	d.say("\nEverything keeps running. Try:\n  curl -s -XPOST http://%s/orders -d '{\"customer\":\"you\",\"items\":[{\"sku\":\"apple\",\"qty\":1}]}'\n  curl -s http://%s/orders/<id>\nCtrl-C stops the relay, the workers and the API.", d.o.apiAddr, d.o.apiAddr)
+	d.say("\nEverything keeps running. Try:\n  curl -s http://%s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' -d '{\"customer\":\"you\",\"items\":[{\"sku\":\"apple\",\"qty\":1}]}'\n  curl -s http://%s/orders/<id>\nCtrl-C stops the relay, the workers and the API.", d.o.apiAddr, d.o.apiAddr)
 	<-ctx.Done()
 	d.say("\n== stopping")
 	return nil

@@ -91,7 +91,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	srv := &http.Server{Addr: *addr, Handler: reserva.NewService(pool, logger).Handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := reserva.NewService(pool, logger).Server(*addr)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
