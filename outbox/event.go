@@ -57,6 +57,19 @@ const (
 // event may not carry its own headers with these names.
 var ReservedHeaders = []string{HeaderID, HeaderEventType, HeaderAggregateType, HeaderAggregateID}
 
+// ReservedHeaderPrefix starts the names of the headers Ferry's workers set
+// (ferry.dlq.* on a dead letter, ferry.redrive.from on a redriven record);
+// an event may not carry its own headers with such names either.
+const ReservedHeaderPrefix = "ferry."
+
+// IsReservedHeader reports whether name is Ferry's: one of ReservedHeaders
+// or starting with ReservedHeaderPrefix. The writer refuses such a header,
+// the outbox table's check constraint refuses it from SQL, and the relay
+// quarantines a row that has one anyway (an older table).
+func IsReservedHeader(name string) bool {
+	return slices.Contains(ReservedHeaders, name) || strings.HasPrefix(name, ReservedHeaderPrefix)
+}
+
 // Validation errors. A failed Write returns them wrapped in an *EventError, so
 // errors.Is(err, outbox.ErrPayloadTooLarge) tells the cause and errors.As
 // gives the position of the offending event.
@@ -109,7 +122,7 @@ func validate(i int, ev *Event, maxPayload int) error {
 		switch {
 		case k == "":
 			return fail("headers", fmt.Errorf("%w: empty name", ErrInvalidHeader))
-		case slices.Contains(ReservedHeaders, k):
+		case IsReservedHeader(k):
 			return fail("headers", fmt.Errorf("%w: %q is reserved for Ferry", ErrInvalidHeader, k))
 		case !validText(k):
 			return fail("headers", fmt.Errorf("%w: name %q: %w", ErrInvalidHeader, k, ErrInvalidText))

@@ -286,6 +286,7 @@ func TestInvalidEventWritesNothing(t *testing.T) {
 		{"invalid UTF-8 event type", func(e *outbox.Event) { e.EventType = "\xff" }, "event_type", outbox.ErrInvalidText},
 		{"empty header name", func(e *outbox.Event) { e.Headers = map[string]string{"": "v"} }, "headers", outbox.ErrInvalidHeader},
 		{"reserved header", func(e *outbox.Event) { e.Headers = map[string]string{"id": "x"} }, "headers", outbox.ErrInvalidHeader},
+		{"header in Ferry's namespace", func(e *outbox.Event) { e.Headers = map[string]string{"ferry.dlq.original_topic": "x"} }, "headers", outbox.ErrInvalidHeader},
 		{"NUL in header value", func(e *outbox.Event) { e.Headers = map[string]string{"k": "\x00"} }, "headers", outbox.ErrInvalidHeader},
 		{"invalid UTF-8 header name", func(e *outbox.Event) { e.Headers = map[string]string{"\xfe": "v"} }, "headers", outbox.ErrInvalidHeader},
 	}

@@ -321,7 +321,7 @@ func (s *session) holdAggregates(ctx context.Context, pool *pgxpool.Pool) error 
 			case <-s.sctx.Done():
 				return
 			case p := <-next:
-				s.send(p, validTopic(p.rec.Topic))
+				s.send(p, topicProblem(p.rec.Topic))
 			}
 		}
 	}()

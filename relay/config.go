@@ -283,7 +283,27 @@ func checkTopicTemplate(tmpl string) error {
 	if !validTopic(fixed) {
 		return fmt.Errorf("relay: Config.TopicTemplate %q: the fixed part must be a valid Kafka topic name (letters, digits, '.', '_', '-')", tmpl)
 	}
+	if strings.HasSuffix(tmpl, deadLetterSuffix) {
+		return fmt.Errorf("relay: Config.TopicTemplate %q names dead-letter topics (ending in %s): the relay never writes into them", tmpl, deadLetterSuffix)
+	}
 	return nil
+}
+
+// deadLetterSuffix ends the workers' dead-letter topics (the default of
+// inbox.DeadLetterSuffixDefault). The relay never writes into one: an event
+// there would pose as a dead letter that a redrive trusts.
+const deadLetterSuffix = ".dlq"
+
+// topicProblem says why the relay will not write to topic s: "" when it
+// may. Kafka's topic name rules, and no dead-letter topic.
+func topicProblem(s string) string {
+	switch {
+	case !validTopic(s):
+		return fmt.Sprintf("topic name %q is not valid in Kafka", s)
+	case strings.HasSuffix(s, deadLetterSuffix):
+		return fmt.Sprintf("topic %q is a dead-letter topic (ending in %s), which only workers write", s, deadLetterSuffix)
+	}
+	return ""
 }
 
 // validTopic applies Kafka's topic name rules.

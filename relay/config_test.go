@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/relay"
 )
 
@@ -40,4 +41,20 @@ func TestPoolParametersInTheURL(t *testing.T) {
 	b.start(t, cfg)
 	ids := b.write(t, evt("order", "o", 1))
 	consume(t, []string{topic}, ids, time.Minute, 0)
+}
+
+// A topic template whose every topic is a dead-letter topic (the workers'
+// default suffix) is refused at start-up: the relay never writes into one.
+func TestNewRefusesADeadLetterTopicTemplate(t *testing.T) {
+	t.Parallel()
+	for _, tmpl := range []string{"orders" + inbox.DeadLetterSuffixDefault, "outbox.{aggregate_type}" + inbox.DeadLetterSuffixDefault} {
+		cfg := relay.Config{
+			DatabaseURL:   "postgres://ferry@localhost/ferry",
+			TopicTemplate: tmpl,
+			KafkaOpts:     []kgo.Opt{kgo.SeedBrokers("localhost:9092")},
+		}
+		if _, err := relay.New(&cfg); err == nil || !strings.Contains(err.Error(), "dead-letter") || !strings.Contains(err.Error(), tmpl) {
+			t.Errorf("New with TopicTemplate %q = %v, want an error naming it as dead-letter topics", tmpl, err)
+		}
+	}
 }

@@ -56,6 +56,17 @@ func (p *inflight) fill(topic string) {
 	p.size = recordSize(&p.rec)
 }
 
+// reservedHeader returns the first of the row's own header names that
+// Ferry reserves (outbox.IsReservedHeader).
+func (p *inflight) reservedHeader() (string, bool) {
+	for _, h := range p.row.Headers {
+		if outbox.IsReservedHeader(string(h.Key)) {
+			return string(h.Key), true
+		}
+	}
+	return "", false
+}
+
 const hexDigits = "0123456789abcdef"
 
 // encodeUUID writes the canonical text of a UUID without allocating.

@@ -18,6 +18,9 @@ const (
 	ReasonMessageTooLarge = "message_too_large"
 	ReasonInvalidTopic    = "invalid_topic"
 	ReasonInvalidRecord   = "invalid_record"
+	// ReasonReservedHeader is a row (written with SQL: the Go writer
+	// refuses it) whose own headers use a name Ferry reserves.
+	ReasonReservedHeader = "reserved_header"
 	// ReasonBehindQuarantined is an event held behind an earlier
 	// quarantined event of its aggregate (Config.QuarantineOrder keep); its
 	// error names that event.

@@ -17,8 +17,8 @@ type topicNamer struct {
 }
 
 type namedTopic struct {
-	name  string
-	valid bool
+	name    string
+	problem string // why the relay will not write to it (topicProblem); "" when it may
 }
 
 func newTopicNamer(template string) *topicNamer {
@@ -56,7 +56,7 @@ func (n *topicNamer) topic(r *row) namedTopic {
 	if n.usesEvent {
 		name = strings.ReplaceAll(name, "{event_type}", string(r.EventType))
 	}
-	t := namedTopic{name: name, valid: validTopic(name)}
+	t := namedTopic{name: name, problem: topicProblem(name)}
 	if len(n.cache) > 10_000 { // aggregate types are few; never grow without bound
 		clear(n.cache)
 	}

@@ -265,11 +265,11 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 	promise := func(rec *kgo.Record, err error) {
 		p := rec.Context.(*inflight)
 		mu.Lock()
-		switch _, permanent := permanentReason(err); {
+		switch reason, permanent := permanentReason(err); {
 		case err == nil:
 			res.Republished++
 		case permanent:
-			refused = append(refused, refusal{p, err})
+			refused = append(refused, refusal{p, reason, err})
 		case failed == nil:
 			failed = err
 		}
@@ -302,9 +302,15 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 			}
 			topic := r.namer.topic(&p.row)
 			p.fill(topic.name)
-			if !topic.valid {
+			if topic.problem != "" {
 				mu.Lock()
-				refused = append(refused, refusal{p, fmt.Errorf("topic name %q is not valid in Kafka", topic.name)})
+				refused = append(refused, refusal{p, ReasonInvalidTopic, errors.New(topic.problem)})
+				mu.Unlock()
+				continue
+			}
+			if name, ok := p.reservedHeader(); ok {
+				mu.Lock()
+				refused = append(refused, refusal{p, ReasonReservedHeader, fmt.Errorf("the row's headers use %q, a name Ferry reserves", name)})
 				mu.Unlock()
 				continue
 			}
@@ -323,10 +329,7 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 		return fmt.Errorf("kafka: %w", failed)
 	}
 	for _, f := range refused {
-		reason, ok := permanentReason(f.err)
-		if !ok {
-			reason = ReasonInvalidTopic
-		}
+		reason := f.reason
 		if _, err := q.OutboxQuarantineInsert(ctx, pool, quarantineParams(f.p, reason, f.err)); err != nil {
 			return fmt.Errorf("quarantine outbox row %s: %w", f.p.row.ID, err)
 		}
@@ -339,8 +342,9 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 
 // refusal is a row Kafka will never accept, on its way to quarantine.
 type refusal struct {
-	p   *inflight
-	err error
+	p      *inflight
+	reason string
+	err    error
 }
 
 // createSlotExportingSnapshot creates the slot on a replication connection

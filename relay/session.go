@@ -375,13 +375,20 @@ func (s *session) publish(p *inflight) {
 	if s.hold != nil && !s.hold.admit(s.sctx, p) {
 		return // behind an earlier event of its aggregate: waiting, or quarantined
 	}
-	s.send(p, topic.valid)
+	s.send(p, topic.problem)
 }
 
-// send hands a record whose turn it is to Kafka, or to quarantine.
-func (s *session) send(p *inflight, validTopic bool) {
-	if !validTopic {
-		s.quarantine(quarantined{p: p, reason: ReasonInvalidTopic, err: fmt.Errorf("topic name %q is not valid in Kafka", p.rec.Topic)})
+// send hands a record whose turn it is to Kafka, or to quarantine: when
+// its topic is one the relay will not write to (topicProblem), or when the
+// row's own headers use a name Ferry reserves.
+func (s *session) send(p *inflight, topicProblem string) {
+	if topicProblem != "" {
+		s.quarantine(quarantined{p: p, reason: ReasonInvalidTopic, err: errors.New(topicProblem)})
+		return
+	}
+	if name, ok := p.reservedHeader(); ok {
+		s.quarantine(quarantined{p: p, reason: ReasonReservedHeader,
+			err: fmt.Errorf("the row's headers use %q, a name Ferry reserves (outbox.IsReservedHeader): published, it could pose as Ferry's own", name)})
 		return
 	}
 	if s.cfg.unsafeConfirmOnSend {
