@@ -114,20 +114,28 @@ func newMessage(consumer string, r *kgo.Record, hashIDs bool, received time.Time
 		Timestamp:  r.Timestamp,
 		ReceivedAt: received,
 	}
-	var haveID bool
+	// Ferry's headers must be unambiguous: a record carrying one twice was
+	// not written by Ferry's relay (which refuses such rows), and whichever
+	// copy a handler read could be the forged one.
+	var haveID, haveType, haveAggType, haveAggID bool
 	for _, h := range r.Headers {
+		var seen *bool
 		switch h.Key {
 		case outbox.HeaderID:
-			if !haveID {
-				m.ID, haveID = string(h.Value), true
-			}
+			m.ID, seen = string(h.Value), &haveID
 		case outbox.HeaderEventType:
-			m.EventType = string(h.Value)
+			m.EventType, seen = string(h.Value), &haveType
 		case outbox.HeaderAggregateType:
-			m.AggregateType = string(h.Value)
+			m.AggregateType, seen = string(h.Value), &haveAggType
 		case outbox.HeaderAggregateID:
-			m.AggregateID = string(h.Value)
+			m.AggregateID, seen = string(h.Value), &haveAggID
+		default:
+			continue
 		}
+		if *seen {
+			return nil, &decodeFailure{ReasonUndecodable, fmt.Errorf("header %q appears more than once: Ferry's headers must be unambiguous", h.Key)}
+		}
+		*seen = true
 	}
 	switch {
 	case !haveID || m.ID == "":

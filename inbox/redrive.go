@@ -133,13 +133,38 @@ func ListDeadLetters(ctx context.Context, kafkaOpts []kgo.Opt, topic string, fil
 // RedriveResult says what Redrive did.
 type RedriveResult struct {
 	Redriven []DeadLetter // republished, in order
-	Skipped  []DeadLetter // matched but lacking origin headers: not republished
+	// Skipped matched but were not republished: they lack the origin
+	// headers, or name an original topic the dead-letter topic does not
+	// belong to (see Redrive). SkipReasons says why, by position.
+	Skipped     []DeadLetter
+	SkipReasons []string
+}
+
+// redriveTarget checks that d may go back to its original topic: a
+// dead-letter topic is its topic's name plus a suffix that starts with '.',
+// '-' or '_', so a dead letter in it can only have come from that topic. One naming another topic was not
+// written by a worker of this topic (Kafka ACLs should let only workers
+// write to dead-letter topics), and republishing it there would forge an
+// event into a topic its writer could not write to.
+func redriveTarget(d *DeadLetter) error {
+	if !strings.HasPrefix(d.Topic, d.OriginalTopic) || len(d.Topic) == len(d.OriginalTopic) ||
+		!strings.ContainsRune(".-_", rune(d.Topic[len(d.OriginalTopic)])) {
+		return fmt.Errorf("dead letter %s/%d/%d names original topic %q, but dead-letter topic %s belongs to another topic: not redriven",
+			d.Topic, d.Partition, d.Offset, d.OriginalTopic, d.Topic)
+	}
+	if d.Reason == "" {
+		return fmt.Errorf("dead letter %s/%d/%d has no %s header: not written by a Ferry worker, not redriven", d.Topic, d.Partition, d.Offset, HeaderDeadLetterReason)
+	}
+	return nil
 }
 
 // Redrive republishes the dead letters that match filter (nil: all) to
 // their original topic and partition with their original key, value and
 // headers, so that the id header is the same and the inbox keeps the
-// effect single however often a message is redriven. Each redriven record
+// effect single however often a message is redriven. It republishes only
+// to the topic the dead-letter topic belongs to (topic minus its suffix)
+// and only records with Ferry's dead-letter headers; others are skipped
+// with their reason. Each redriven record
 // also carries HeaderRedrivenFrom. It returns after Kafka acknowledged every
 // record. Redrive does not delete dead letters (Kafka cannot): select them
 // by id or time.
@@ -151,8 +176,12 @@ func Redrive(ctx context.Context, kafkaOpts []kgo.Opt, topic string, filter *Dea
 		if !filter.match(d) {
 			return
 		}
+		if perr == nil {
+			perr = redriveTarget(d)
+		}
 		if perr != nil {
 			res.Skipped = append(res.Skipped, *d)
+			res.SkipReasons = append(res.SkipReasons, perr.Error())
 			return
 		}
 		headers := make([]kgo.RecordHeader, 0, len(d.Headers)+1)
@@ -173,12 +202,12 @@ func Redrive(ctx context.Context, kafkaOpts []kgo.Opt, topic string, filter *Dea
 	// later events of its key are.
 	cl, err := kgo.NewClient(append(slices.Clone(kafkaOpts), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
-		return &RedriveResult{Skipped: res.Skipped}, fmt.Errorf("inbox: redrive: kafka client: %w", err)
+		return &RedriveResult{Skipped: res.Skipped, SkipReasons: res.SkipReasons}, fmt.Errorf("inbox: redrive: kafka client: %w", err)
 	}
 	defer cl.Close()
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		// Some may have been written; redriving them again is harmless.
-		return &RedriveResult{Skipped: res.Skipped}, fmt.Errorf("inbox: redrive from %s: %w", topic, err)
+		return &RedriveResult{Skipped: res.Skipped, SkipReasons: res.SkipReasons}, fmt.Errorf("inbox: redrive from %s: %w", topic, err)
 	}
 	return res, nil
 }

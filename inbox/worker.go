@@ -203,6 +203,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 
+	for _, name := range consumers {
+		for t := range w.handlers[name] {
+			if dlq := w.cfg.DeadLetterTopic(t); dlq == t || dlq == "" {
+				return fmt.Errorf("inbox: Config.DeadLetterTopic(%q) is %q: a dead-letter topic must be another topic, or every failure would be consumed again", t, dlq)
+			}
+		}
+	}
 	var groups []*groupConsumer
 	for _, name := range consumers {
 		topics := make(map[string]Handler, len(w.handlers[name]))
