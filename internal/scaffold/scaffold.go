@@ -5,14 +5,21 @@ package scaffold
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"errors"
 	"fmt"
+	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/template"
+	"unicode/utf8"
+
+	"github.com/ferryhq/ferry/inbox"
 )
 
 //go:embed templates/*.tmpl
@@ -44,16 +51,39 @@ type Result struct {
 	NewModule  bool // a go.mod was written
 }
 
-var validName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,40}$`)
-
-type data struct {
-	Name, Package, EventType, AggregateType, ImportPath string
+// OptionError is an option Generate refuses: NAME, --event-type or
+// --aggregate-type. The command line answers it as a usage error.
+type OptionError struct {
+	Option string // as the command line spells it
+	Value  string
+	Err    error
 }
 
-// Generate writes the worker. It refuses to overwrite a file.
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("scaffold: %s %q: %v", e.Option, e.Value, e.Err)
+}
+
+func (e *OptionError) Unwrap() error { return e.Err }
+
+var validName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,40}$`)
+
+// data fills the templates. Name and Package are checked to be plain words;
+// everything else reaches Go source only as a quoted literal (the Quoted
+// fields), never pasted in raw.
+type data struct {
+	Name, Package                              string
+	EventTypeQuoted, TopicQuoted, ImportQuoted string
+}
+
+// Generate writes the worker. It refuses to overwrite a file or to write
+// through a symbolic link.
 func Generate(o Options) (*Result, error) {
 	if !validName.MatchString(o.Name) || strings.HasSuffix(o.Name, "-") {
-		return nil, fmt.Errorf("scaffold: NAME %q: use lower-case letters, digits and dashes, starting with a letter", o.Name)
+		return nil, &OptionError{"NAME", o.Name, errors.New("use lower-case letters, digits and dashes, starting with a letter")}
+	}
+	pkg := strings.ReplaceAll(o.Name, "-", "")
+	if err := checkPackageName(pkg); err != nil {
+		return nil, &OptionError{"NAME", o.Name, fmt.Errorf("%w; choose another name", err)}
 	}
 	if o.Dir == "" {
 		return nil, errors.New("scaffold: --dir is required")
@@ -62,17 +92,19 @@ func Generate(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	eventType := cmp.Or(o.EventType, camel(o.Name)+"Requested")
+	if err := checkEventType(eventType); err != nil {
+		return nil, &OptionError{"--event-type", eventType, err}
+	}
+	topic := "outbox.event." + cmp.Or(o.AggregateType, "order")
+	if err := checkTopic(topic); err != nil {
+		return nil, &OptionError{"--aggregate-type", o.AggregateType, err}
+	}
 	d := data{
-		Name:          o.Name,
-		Package:       strings.ReplaceAll(o.Name, "-", ""),
-		EventType:     o.EventType,
-		AggregateType: o.AggregateType,
-	}
-	if d.EventType == "" {
-		d.EventType = camel(o.Name) + "Requested"
-	}
-	if d.AggregateType == "" {
-		d.AggregateType = "order"
+		Name:            o.Name,
+		Package:         pkg,
+		EventTypeQuoted: strconv.Quote(eventType),
+		TopicQuoted:     strconv.Quote(topic),
 	}
 	res := &Result{}
 	modDir, modPath, err := findModule(dir)
@@ -82,8 +114,10 @@ func Generate(o Options) (*Result, error) {
 	var gomod []byte
 	if modDir == "" {
 		res.NewModule = true
-		modDir, modPath = dir, d.Package
-		gomod = fmt.Appendf(nil, "module %s\n\ngo 1.26\n\nrequire github.com/ferryhq/ferry v0.0.0\n", modPath)
+		// Go reserves paths whose first element has no dot for its standard
+		// library: a module named "fmt" or "errors" would clash with it.
+		modDir, modPath = dir, "example.com/"+d.Package
+		gomod = fmt.Appendf(nil, "// Put your repository's path here: example.com keeps it clear of the\n// standard library's paths.\nmodule %s\n\ngo 1.26\n\nrequire github.com/ferryhq/ferry v0.0.0\n", modPath)
 		if o.FerryReplace != "" {
 			abs, err := filepath.Abs(o.FerryReplace)
 			if err != nil {
@@ -96,11 +130,11 @@ func Generate(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.ImportPath = modPath
+	res.ImportPath = modPath
 	if rel != "." {
-		d.ImportPath = modPath + "/" + filepath.ToSlash(rel)
+		res.ImportPath = modPath + "/" + filepath.ToSlash(rel)
 	}
-	res.ImportPath = d.ImportPath
+	d.ImportQuoted = strconv.Quote(res.ImportPath)
 
 	files := map[string]string{
 		d.Package + ".go":      "handler.go.tmpl",
@@ -124,8 +158,8 @@ func Generate(o Options) (*Result, error) {
 		out["go.mod"] = gomod
 	}
 	for name := range out {
-		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			return nil, fmt.Errorf("scaffold: %s exists; choose an empty --dir", filepath.Join(dir, name))
+		if err := checkFree(dir, name); err != nil {
+			return nil, err
 		}
 	}
 	for name, body := range out {
@@ -133,16 +167,101 @@ func Generate(o Options) (*Result, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(path, body, 0o644); err != nil {
-			return nil, err
+		if err := writeNew(path, body); err != nil {
+			return nil, fmt.Errorf("scaffold: --dir %s: %w", dir, err)
 		}
 		res.Files = append(res.Files, path)
 	}
 	return res, nil
 }
 
+// checkFree refuses to write name (a path inside dir) when it or a directory
+// on the way to it exists as a symbolic link: a dangling one would be
+// written through, and a file would land outside --dir. Lstat, not Stat,
+// since Stat follows the link and a dangling link looks absent.
+func checkFree(dir, name string) error {
+	path := dir
+	for _, part := range strings.Split(name, string(filepath.Separator)) {
+		path = filepath.Join(path, part)
+		fi, err := os.Lstat(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
+			return fmt.Errorf("scaffold: --dir %s: %w", dir, err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return fmt.Errorf("scaffold: --dir %s: %s is a symbolic link; the scaffold writes only inside --dir, remove it or choose another --dir", dir, name)
+		case path == filepath.Join(dir, name):
+			return fmt.Errorf("scaffold: --dir %s: %s exists; choose an empty --dir", dir, name)
+		}
+	}
+	return nil
+}
+
+// writeNew creates path, failing if anything, even a dangling symbolic link,
+// is already there (O_EXCL does not follow links): nothing checked above can
+// be swapped for a link before the write.
+func writeNew(path string, body []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// checkPackageName refuses what cannot name an importable Go package. Other
+// words (fmt, os, t) are fine: the generated files import the package under
+// the fixed name worker, so it shadows nothing.
+func checkPackageName(pkg string) error {
+	switch {
+	case token.IsKeyword(pkg):
+		return fmt.Errorf("its package name %q is a Go keyword", pkg)
+	case pkg == "main":
+		return errors.New(`its package name "main" is a program, which cannot be imported`)
+	}
+	return nil
+}
+
+// checkEventType refuses what the outbox writer refuses in an event type.
+func checkEventType(s string) error {
+	if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		return errors.New("must be UTF-8 text without NUL bytes, as the outbox requires")
+	}
+	return nil
+}
+
+// checkTopic applies Kafka's topic name rules to the topic the worker reads,
+// and keeps it out of the dead-letter topics, which the relay never writes.
+func checkTopic(topic string) error {
+	if len(topic) > 249 {
+		return fmt.Errorf("the topic %s is longer than Kafka's 249 characters", topic)
+	}
+	for i := range len(topic) {
+		c := topic[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return errors.New("use letters, digits, '.', '_' and '-': it names a Kafka topic")
+		}
+	}
+	if strings.HasSuffix(topic, inbox.DeadLetterSuffixDefault) {
+		return fmt.Errorf("the topic %s would be a dead-letter topic", topic)
+	}
+	return nil
+}
+
 // findModule returns the directory and module path of the go.mod above dir.
 func findModule(dir string) (string, string, error) {
+	// A go.mod in dir that is there but cannot be read (a dangling symbolic
+	// link) is an error: looking further up would take another module's
+	// path, or end in writing a new go.mod through the link.
+	if _, err := os.Lstat(filepath.Join(dir, "go.mod")); err == nil {
+		if _, err := os.ReadFile(filepath.Join(dir, "go.mod")); err != nil {
+			return "", "", fmt.Errorf("scaffold: --dir %s: go.mod cannot be read: %w; remove it or choose another --dir", dir, err)
+		}
+	}
 	for d := dir; ; d = filepath.Dir(d) {
 		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
 		if err == nil {

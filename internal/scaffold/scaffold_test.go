@@ -88,3 +88,109 @@ func TestScaffoldInsideAModule(t *testing.T) {
 		}
 	}
 }
+
+// Workers whose names are standard package names, or names the generated
+// files use for their own variables and imports, build and pass go vet: in
+// a new module (whose path must not be taken for the standard library's)
+// and inside it. Names that cannot be a Go package (keywords, main) are
+// refused, naming NAME.
+func TestScaffoldNamesThatClashWithGoBuild(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join(t.TempDir(), "fmt")
+	if _, err := scaffold.Generate(scaffold.Options{Name: "fmt", Dir: root, FerryReplace: ferrytest.RepoRoot(t)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"os", "errors", "context", "testing", "inbox", "migrate", "pgx", "workercli",
+		"db", "url", "pool", "schema", "cfg", "t", "b", "m", "string", "init", "worker", "handler"} {
+		if _, err := scaffold.Generate(scaffold.Options{Name: name, Dir: filepath.Join(root, "workers", name)}); err != nil {
+			t.Fatalf("NAME %s: %v", name, err)
+		}
+	}
+	goCmd(t, root, "mod", "tidy")
+	goCmd(t, root, "vet", "./...")
+	goCmd(t, root, "build", "./...")
+
+	for _, name := range []string{"func", "main", "type", "go-to", "import", "range"} {
+		_, err := scaffold.Generate(scaffold.Options{Name: name, Dir: t.TempDir()})
+		if err == nil || !strings.Contains(err.Error(), "NAME") {
+			t.Fatalf("NAME %s: %v, want a refusal naming NAME", name, err)
+		}
+	}
+}
+
+// --event-type and --aggregate-type reach the generated code only as
+// escaped Go string literals: quotes, backslashes, newlines and verbs
+// compile, vet cleanly and reach the handler unchanged (its generated test
+// passes). What the relay could never publish is refused, naming the flag.
+func TestScaffoldEscapesTheEventType(t *testing.T) {
+	t.Parallel()
+	ferrytest.AdminURL(t) // the generated test needs the stack: fail, don't skip
+	dir := filepath.Join(t.TempDir(), "audit")
+	eventType := "Order \"Placed\" \\ %w\n}\nfunc init() { panic(1) }\n// "
+	if _, err := scaffold.Generate(scaffold.Options{Name: "audit", Dir: dir, EventType: eventType, FerryReplace: ferrytest.RepoRoot(t)}); err != nil {
+		t.Fatal(err)
+	}
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "vet", "./...")
+	out := goCmd(t, dir, "test", "-count=1", "-v", "./...")
+	for _, test := range []string{"TestHandleRecordsTheEffect", "TestHandleRefusesMalformedPayloadForGood"} {
+		if !strings.Contains(out, "--- PASS: "+test) {
+			t.Fatalf("%s did not pass:\n%s", test, out)
+		}
+	}
+	for _, c := range []struct{ eventType, aggregateType, flag string }{
+		{"Bad\x00Type", "", "--event-type"},
+		{"Bad\xffType", "", "--event-type"},
+		{"", "order\"; panic(1) //", "--aggregate-type"},
+		{"", "a/b", "--aggregate-type"},
+		{"", strings.Repeat("a", 300), "--aggregate-type"},
+	} {
+		_, err := scaffold.Generate(scaffold.Options{Name: "audit", Dir: t.TempDir(), EventType: c.eventType, AggregateType: c.aggregateType})
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Fatalf("event type %q, aggregate type %q: %v, want a refusal naming %s", c.eventType, c.aggregateType, err, c.flag)
+		}
+	}
+}
+
+// A go.mod in --dir that is a symlink pointing nowhere is refused, not
+// written through: the scaffold writes nothing outside --dir.
+func TestScaffoldDoesNotWriteThroughASymlink(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	dir := filepath.Join(base, "work")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(base, "elsewhere", "go.mod")
+	if err := os.Mkdir(filepath.Dir(outside), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "go.mod")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := scaffold.Generate(scaffold.Options{Name: "billing", Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "--dir") || !strings.Contains(err.Error(), "go.mod") {
+		t.Fatalf("Generate into a dir with a dangling go.mod symlink: %v, want a refusal naming --dir and go.mod", err)
+	}
+	if _, err := os.Lstat(outside); err == nil {
+		t.Fatalf("the scaffold wrote %s, outside --dir, through the symlink", outside)
+	}
+	// A symlinked subdirectory would carry files out of --dir too.
+	dir2 := filepath.Join(base, "work2")
+	if err := os.MkdirAll(dir2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir2, "go.mod"), []byte("module example.com/w\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(dir2, "migrations")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = scaffold.Generate(scaffold.Options{Name: "billing", Dir: dir2})
+	if err == nil || !strings.Contains(err.Error(), "--dir") || !strings.Contains(err.Error(), "migrations") {
+		t.Fatalf("Generate into a dir whose migrations/ is a symlink: %v, want a refusal naming --dir and migrations", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(outside)); len(entries) != 0 {
+		t.Fatalf("the scaffold wrote %v outside --dir, through a symlinked directory", entries)
+	}
+}

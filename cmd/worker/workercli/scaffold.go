@@ -1,6 +1,7 @@
 package workercli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,8 +21,8 @@ func runScaffold(name string, args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	dir := fs.String("dir", "", "directory to write the worker into (required; files are never overwritten)")
-	eventType := fs.String("event-type", "", `event the handler applies (default "<Name>Requested")`)
-	aggregateType := fs.String("aggregate-type", "", `aggregate type whose topic the worker reads (default "order")`)
+	eventType := fs.String("event-type", "", `event the handler applies (default "<Name>Requested"); any UTF-8 text without NUL`)
+	aggregateType := fs.String("aggregate-type", "", `aggregate type whose topic the worker reads (default "order"); letters, digits, '.', '_', '-'`)
 	replace := fs.String("ferry-replace", "", "when PATH is in no Go module: make the new go.mod use this Ferry checkout")
 	// NAME may come before or after the flags.
 	var worker string
@@ -41,6 +42,9 @@ func runScaffold(name string, args []string, stdout, stderr io.Writer) error {
 	res, err := scaffold.Generate(scaffold.Options{
 		Name: worker, Dir: *dir, EventType: *eventType, AggregateType: *aggregateType, FerryReplace: *replace,
 	})
+	if _, ok := errors.AsType[*scaffold.OptionError](err); ok {
+		return cli.Usage(err) // a wrong command line: exit 2
+	}
 	if err != nil {
 		return err
 	}
