@@ -238,6 +238,21 @@ func (c Config) validate() error {
 			return fmt.Errorf("inbox: Config.%s is %d: must be at least 1", f.name, f.v)
 		}
 	}
+	// Each transaction in flight holds a PostgreSQL connection and a slot
+	// allocated at start; each key lane is a goroutine in every partition.
+	// Beyond these bounds a typo allocates gigabytes, or overflows.
+	for _, f := range []struct {
+		name      string
+		v, most   int
+		allocates string
+	}{
+		{"Concurrency", c.Concurrency, 10_000, "a PostgreSQL connection for each transaction in flight"},
+		{"KeyConcurrency", c.KeyConcurrency, 1_000, "a goroutine for each key lane of every partition"},
+	} {
+		if f.v > f.most {
+			return fmt.Errorf("inbox: Config.%s is %d: must be at most %d, since the worker opens %s", f.name, f.v, f.most, f.allocates)
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    time.Duration

@@ -241,6 +241,9 @@ func (c Config) validate() error {
 	switch {
 	case c.MaxInFlightRecords < 1:
 		return fmt.Errorf("relay: Config.MaxInFlightRecords is %d: must be at least 1", c.MaxInFlightRecords)
+	case c.MaxInFlightRecords > 1_000_000:
+		// The relay sizes queues by it up front: 2,000,000,000 asked for 80 GB.
+		return fmt.Errorf("relay: Config.MaxInFlightRecords is %d: must be at most 1000000, since the relay allocates its queues for that many records at start", c.MaxInFlightRecords)
 	case c.MaxInFlightBytes < 1:
 		return fmt.Errorf("relay: Config.MaxInFlightBytes is %d: must be at least 1", c.MaxInFlightBytes)
 	case c.StatusInterval <= 0 || c.StatusInterval > 10*time.Second:

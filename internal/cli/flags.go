@@ -137,6 +137,22 @@ func (f *Flags) Int(name string, def int, usage string) *int {
 	return p
 }
 
+// Count is an int flag of at least 1 (see CountValue) with the flag's
+// environment variable.
+func (f *Flags) Count(name string, def int, usage string) *int {
+	v := &CountValue{N: def}
+	f.Var(v, name, usage)
+	return &v.N
+}
+
+// PositiveDuration is Duration for a span that must be positive: an
+// engine's Config reads 0 as "use the default".
+func (f *Flags) PositiveDuration(name string, def time.Duration, usage string) *time.Duration {
+	v := &DurationValue{D: def, Positive: true}
+	f.Var(v, name, usage)
+	return &v.D
+}
+
 // Duration is a duration flag with the flag's environment variable. It
 // also takes whole days ("7d"), since retention windows are counted in days.
 func (f *Flags) Duration(name string, def time.Duration, usage string) *time.Duration {

@@ -2,13 +2,18 @@ package cli
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 )
 
 // DurationValue is a duration flag that also accepts whole days ("14d").
-type DurationValue struct{ D time.Duration }
+// A Positive one refuses 0 and less.
+type DurationValue struct {
+	D        time.Duration
+	Positive bool
+}
 
 func (v *DurationValue) String() string {
 	if v == nil {
@@ -26,6 +31,9 @@ func (v *DurationValue) Set(s string) error {
 	if err != nil {
 		return err
 	}
+	if v.Positive && d <= 0 {
+		return fmt.Errorf("%q: must be positive", s)
+	}
 	v.D = d
 	return nil
 }
@@ -33,9 +41,15 @@ func (v *DurationValue) Set(s string) error {
 // ParseDuration reads a Go duration ("36h") or a whole number of days ("7d").
 func ParseDuration(s string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
+		n, err := strconv.ParseInt(days, 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("%q: want a duration such as 168h or 7d", s)
+		}
+		// time.Duration counts nanoseconds in an int64: 106,751 days at most.
+		// Beyond that the product would wrap around, to a negative or a
+		// wrong window.
+		if n > maxDays || n < -maxDays {
+			return 0, fmt.Errorf("%q: longer than %dd, the longest duration there is", s, maxDays)
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
@@ -44,6 +58,30 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q: want a duration such as 168h or 7d", s)
 	}
 	return d, nil
+}
+
+const maxDays = int64(math.MaxInt64 / (24 * time.Hour))
+
+// CountValue is an int flag of at least 1: a number of records, rows,
+// transactions or attempts. An engine's Config reads 0 as "use the
+// default", so a 0 let through would be replaced in silence.
+type CountValue struct{ N int }
+
+func (v *CountValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return strconv.Itoa(v.N)
+}
+
+// Set parses a whole number of at least 1.
+func (v *CountValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q: want a whole number, at least 1", s)
+	}
+	v.N = int(n)
+	return nil
 }
 
 // TimeValue is a point in time given as RFC 3339 ("2026-05-01T12:00:00Z")

@@ -22,10 +22,10 @@ type pruneFlags struct {
 
 // register binds the settings; scheduled adds --prune-interval.
 func (p *pruneFlags) register(f *cli.Flags, scheduled bool) {
-	p.retention = f.Duration("outbox-retention", relay.OutboxRetentionDefault,
+	p.retention = f.PositiveDuration("outbox-retention", relay.OutboxRetentionDefault,
 		"outbox rows older than this are deleted once the slot confirmed them")
-	p.batchSize = f.Int("prune-batch-size", relay.PruneBatchSizeDefault, "rows per DELETE statement")
-	p.wait = f.Duration("prune-confirm-wait", relay.ConfirmWaitDefault, "how long to wait for the slot to confirm expired rows before leaving them for the next round")
+	p.batchSize = f.Count("prune-batch-size", relay.PruneBatchSizeDefault, "rows per DELETE statement")
+	p.wait = f.PositiveDuration("prune-confirm-wait", relay.ConfirmWaitDefault, "how long to wait for the slot to confirm expired rows before leaving them for the next round")
 	if scheduled {
 		p.interval = f.Duration("prune-interval", relay.PruneIntervalDefault, "how often to delete expired outbox rows the slot has confirmed; 0 disables")
 	}
@@ -64,7 +64,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintln(stdout, target)
 	res, err := relay.Prune(ctx, pool, c.slot, p.config())
 	if res == nil {
-		return cli.Usage(err) // the settings were refused before anything ran
+		return cli.ConfigError(err, configFlags) // the settings were refused before anything ran
 	}
 	fmt.Fprintf(stdout, "deleted %d confirmed outbox rows in %d batches\n", res.Deleted, res.Batches)
 	if errors.Is(err, relay.ErrUnconfirmed) {

@@ -14,7 +14,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f := cli.NewFlags("relay recover", stderr)
 	var e engine
 	e.register(f)
-	margin := f.Duration("recover-margin", relay.RecoverMarginDefault, "republish from this long before the last confirmed commit time")
+	margin := f.PositiveDuration("recover-margin", relay.RecoverMarginDefault, "republish from this long before the last confirmed commit time")
 	var since cli.TimeValue
 	f.FlagSet.Var(&since, "since", "republish outbox rows created at or after this RFC 3339 time or duration ago (7d); needed when Ferry has no record of the slot")
 	force := f.FlagSet.Bool("force", false, "republish even when the outbox holds no row older than the window, that is when rows of it may have been deleted")
@@ -24,7 +24,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	r, err := relay.New(cfg)
 	if err != nil {
-		return cli.Usage(err)
+		return cli.ConfigError(err, configFlags)
 	}
 	res, err := r.Recover(ctx, &relay.RecoverOpts{Margin: *margin, Since: since.T, Force: *force})
 	if res != nil && res.SlotLSN != "" {

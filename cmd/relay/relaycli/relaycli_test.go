@@ -66,7 +66,7 @@ func TestSettingsAreValidatedByName(t *testing.T) {
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"status", "--database-url", "host=/nowhere port=port"}, "--database-url is not a valid PostgreSQL connection string"},
 		{[]string{"run", "--database-url", "postgres://x@127.0.0.1/x", "--kafka-brokers", "h:1", "--max-in-flight", "lots"}, "max-in-flight"},
-		{[]string{"prune", "--database-url", "postgres://x@127.0.0.1:1/x", "--outbox-retention", "-1h"}, "Retention"},
+		{[]string{"prune", "--database-url", "postgres://x@127.0.0.1:1/x", "--outbox-retention", "-1h"}, "outbox-retention"},
 		{[]string{"prune", "--database-url", "postgres://x@127.0.0.1:1/x", "--slot", "Bad-Slot"}, "slot"},
 		{[]string{"migrate", "--database-url", "postgres://x@127.0.0.1:1/x", "sideways"}, "unknown action"},
 	}

@@ -16,6 +16,27 @@ import (
 // /readyz unless told otherwise.
 const HTTPAddrDefault = ":9187"
 
+// configFlags name the flag of each relay.Config and relay.PruneConfig
+// field, for the errors of their validation (see cli.ConfigError).
+var configFlags = map[string]string{
+	"Config.DatabaseURL":        "database-url",
+	"Config.Slot":               "slot",
+	"Config.Publication":        "publication",
+	"Config.TopicTemplate":      "topic-template",
+	"Config.KafkaOpts":          "kafka-brokers",
+	"Config.MaxInFlightRecords": "max-in-flight",
+	"Config.StatusInterval":     "status-interval",
+	"Config.ServerTimeout":      "server-timeout",
+	"Config.UnknownTopicWait":   "unknown-topic-wait",
+	"Config.HealthTimeout":      "health-timeout",
+	"Config.ShutdownTimeout":    "shutdown-timeout",
+	"Config.QuarantineOrder":    "quarantine-order",
+	"PruneConfig.Retention":     "outbox-retention",
+	"PruneConfig.BatchSize":     "prune-batch-size",
+	"PruneConfig.Interval":      "prune-interval",
+	"PruneConfig.ConfirmWait":   "prune-confirm-wait",
+}
+
 // engine are the settings of a relay that publishes: `relay run` and
 // `relay recover`.
 type engine struct {
@@ -38,12 +59,12 @@ func (e *engine) register(f *cli.Flags) {
 	e.publication = f.String("publication", relay.PublicationDefault, "publication on the outbox table")
 	e.noCreate = f.Bool("no-create", false, "fail instead of creating a missing slot or publication")
 	e.topic = f.String("topic-template", relay.TopicTemplateDefault, "topic of each event; {aggregate_type} and {event_type} are replaced")
-	e.maxInFlight = f.Int("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
-	e.status = f.Duration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
-	e.server = f.Duration("server-timeout", relay.ServerTimeoutDefault, "silence tolerated on the replication connection, both ways: set as its wal_sender_timeout (a frozen relay's slot is freed for a standby) and the relay reconnects when the server says nothing for this long")
-	e.unknown = f.Duration("unknown-topic-wait", relay.UnknownTopicWaitDefault, "how long the records of a topic that does not exist are held (other topics flow) before they are quarantined as unknown_topic")
-	e.health = f.Duration("health-timeout", relay.HealthTimeoutDefault, "/healthz fails when the relay's loops made no progress for this long")
-	e.shutdown = f.Duration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
+	e.maxInFlight = f.Count("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
+	e.status = f.PositiveDuration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
+	e.server = f.PositiveDuration("server-timeout", relay.ServerTimeoutDefault, "silence tolerated on the replication connection, both ways: set as its wal_sender_timeout (a frozen relay's slot is freed for a standby) and the relay reconnects when the server says nothing for this long")
+	e.unknown = f.PositiveDuration("unknown-topic-wait", relay.UnknownTopicWaitDefault, "how long the records of a topic that does not exist are held (other topics flow) before they are quarantined as unknown_topic")
+	e.health = f.PositiveDuration("health-timeout", relay.HealthTimeoutDefault, "/healthz fails when the relay's loops made no progress for this long")
+	e.shutdown = f.PositiveDuration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
 }
 
 // parse parses args, checks that Kafka takes the connection's security
@@ -104,7 +125,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	r, err := relay.New(cfg)
 	if err != nil {
-		return cli.Usage(err)
+		return cli.ConfigError(err, configFlags)
 	}
 	stopHTTP, err := http.Serve(reg, cli.Probes{Healthy: r.Healthy, Ready: r.Ready, Active: r.Active}, logger)
 	if err != nil {

@@ -22,11 +22,11 @@ type pruneFlags struct {
 
 // register binds the settings; scheduled adds --prune-interval.
 func (p *pruneFlags) register(f *cli.Flags, scheduled bool) {
-	p.inboxRetention = f.Duration("inbox-retention", inbox.InboxRetentionDefault,
+	p.inboxRetention = f.PositiveDuration("inbox-retention", inbox.InboxRetentionDefault,
 		"dedupe window: inbox rows older than this are deleted; must exceed the time any duplicate can arrive")
-	p.inboxRetentionMin = f.Duration("inbox-retention-min", inbox.InboxRetentionMinDefault,
+	p.inboxRetentionMin = f.PositiveDuration("inbox-retention-min", inbox.InboxRetentionMinDefault,
 		"safety minimum: a shorter --inbox-retention is refused")
-	p.batchSize = f.Int("prune-batch-size", inbox.PruneBatchSizeDefault, "rows per DELETE statement")
+	p.batchSize = f.Count("prune-batch-size", inbox.PruneBatchSizeDefault, "rows per DELETE statement")
 	if scheduled {
 		p.interval = f.Duration("prune-interval", inbox.PruneIntervalDefault, "how often to prune expired inbox rows; 0 disables")
 	}
@@ -69,7 +69,7 @@ func runPrune(ctx context.Context, name string, args []string, stdout, stderr io
 	fmt.Fprintln(stdout, target)
 	res, err := inbox.Prune(ctx, pool, p.config())
 	if res == nil {
-		return cli.Usage(err) // the settings were refused before anything ran
+		return cli.ConfigError(err, configFlags) // the settings were refused before anything ran
 	}
 	fmt.Fprintf(stdout, "deleted %d inbox rows in %d batches\n", res.InboxDeleted, res.Batches)
 	return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -22,6 +23,45 @@ const HTTPAddrDefault = ":9188"
 // SessionTimeoutDefault is --kafka-session-timeout's default, Kafka's own.
 const SessionTimeoutDefault = 45 * time.Second
 
+// configFlags name the flag of each inbox.Config and inbox.PruneConfig
+// field, for the errors of their validation (see cli.ConfigError).
+var configFlags = map[string]string{
+	"Config.Concurrency":            "concurrency",
+	"Config.KeyConcurrency":         "key-concurrency",
+	"Config.BatchSize":              "batch-size",
+	"Config.MaxAttempts":            "max-attempts",
+	"Config.RetryBackoff":           "retry-backoff",
+	"Config.RetryBackoffMax":        "retry-backoff-max",
+	"Config.HandlerTimeout":         "handler-timeout",
+	"Config.DrainTimeout":           "drain-timeout",
+	"Config.CommitInterval":         "commit-interval",
+	"Config.HealthTimeout":          "health-timeout",
+	"Config.OffsetReset":            "offset-reset",
+	"Config.Consumers":              "consumers",
+	"PruneConfig.InboxRetention":    "inbox-retention",
+	"PruneConfig.InboxRetentionMin": "inbox-retention-min",
+	"PruneConfig.BatchSize":         "prune-batch-size",
+	"PruneConfig.Interval":          "prune-interval",
+}
+
+// checkDeadLetterSuffix refuses a --dlq-suffix that does not make a
+// dead-letter topic of its own: an empty one names the topic itself, so
+// every dead letter would be consumed, fail and be dead-lettered again, and
+// a character Kafka does not allow in topic names would fail every dead
+// letter's produce.
+func checkDeadLetterSuffix(s string) error {
+	if s == "" {
+		return cli.Usagef("--dlq-suffix (FERRY_DLQ_SUFFIX) is empty: the dead-letter topic would be the topic itself; "+
+			"use a suffix such as %s", inbox.DeadLetterSuffixDefault)
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return cli.Usagef("--dlq-suffix (FERRY_DLQ_SUFFIX) %q: Kafka topic names take letters, digits, '.', '_' and '-' only", s)
+		}
+	}
+	return nil
+}
+
 func runWorker(ctx context.Context, name string, args []string, stderr io.Writer, register Register) error {
 	f := cli.NewFlags(name+" run", stderr)
 	var base cli.Base
@@ -31,20 +71,20 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	var http cli.HTTP
 	http.Register(f, HTTPAddrDefault)
 	consumers := f.String("consumers", "", "comma-separated consumers to run; default all registered")
-	concurrency := f.Int("concurrency", inbox.ConcurrencyDefault, "transactions in flight at once, over all partitions")
-	keyConcurrency := f.Int("key-concurrency", inbox.KeyConcurrencyDefault, "keys of one partition applied at once; 1 keeps offset order")
-	batchSize := f.Int("batch-size", inbox.BatchSizeDefault, "messages per transaction, with a savepoint each")
-	maxAttempts := f.Int("max-attempts", inbox.MaxAttemptsDefault, "handler calls before a message is dead-lettered")
-	backoff := f.Duration("retry-backoff", inbox.RetryBackoffDefault, "wait after the first failure, doubled each time")
-	backoffMax := f.Duration("retry-backoff-max", inbox.RetryBackoffMaxDefault, "longest wait between attempts")
-	handlerTimeout := f.Duration("handler-timeout", inbox.HandlerTimeoutDefault, "longest handler call")
-	drainTimeout := f.Duration("drain-timeout", inbox.DrainTimeoutDefault, "how long revokes and SIGTERM wait for transactions in flight")
-	commitInterval := f.Duration("commit-interval", inbox.CommitIntervalDefault, "how often applied offsets are committed to Kafka")
+	concurrency := f.Count("concurrency", inbox.ConcurrencyDefault, "transactions in flight at once, over all partitions")
+	keyConcurrency := f.Count("key-concurrency", inbox.KeyConcurrencyDefault, "keys of one partition applied at once; 1 keeps offset order")
+	batchSize := f.Count("batch-size", inbox.BatchSizeDefault, "messages per transaction, with a savepoint each")
+	maxAttempts := f.Count("max-attempts", inbox.MaxAttemptsDefault, "handler calls before a message is dead-lettered")
+	backoff := f.PositiveDuration("retry-backoff", inbox.RetryBackoffDefault, "wait after the first failure, doubled each time")
+	backoffMax := f.PositiveDuration("retry-backoff-max", inbox.RetryBackoffMaxDefault, "longest wait between attempts")
+	handlerTimeout := f.PositiveDuration("handler-timeout", inbox.HandlerTimeoutDefault, "longest handler call")
+	drainTimeout := f.PositiveDuration("drain-timeout", inbox.DrainTimeoutDefault, "how long revokes and SIGTERM wait for transactions in flight")
+	commitInterval := f.PositiveDuration("commit-interval", inbox.CommitIntervalDefault, "how often applied offsets are committed to Kafka")
 	healthTimeout := f.Duration("health-timeout", 0, "/healthz fails when a transaction ran this long or offset commits stopped this long; default 2m, or more when --handler-timeout needs it")
 	offsetReset := f.String("offset-reset", string(inbox.OffsetResetDefault), "where a partition without a committed offset starts: earliest, latest or none")
 	dlqSuffix := f.String("dlq-suffix", inbox.DeadLetterSuffixDefault, "dead-letter topic = topic + this suffix")
 	hashIDs := f.Bool("id-from-payload-hash", false, "give records without an id header the SHA-256 of key and value as id, instead of dead-lettering them")
-	sessionTimeout := f.Duration("kafka-session-timeout", SessionTimeoutDefault, "how long the group waits for a member that stopped heartbeating (a crashed worker) before giving its partitions to others; the broker allows 6s to 5m by default")
+	sessionTimeout := f.PositiveDuration("kafka-session-timeout", SessionTimeoutDefault, "how long the group waits for a member that stopped heartbeating (a crashed worker) before giving its partitions to others; the broker allows 6s to 5m by default")
 	var p pruneFlags
 	p.register(f, true)
 	unsafeCommit := f.FlagSet.Bool("unsafe-commit-before-db", false, "NEGATIVE CONTROL ONLY: commit Kafka offsets before the database transaction, which loses effects on a crash")
@@ -56,9 +96,6 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	if *sessionTimeout <= 0 {
-		return cli.Usagef("--kafka-session-timeout must be positive")
-	}
 	kopts, err := kafka.Opts(logger)
 	if err != nil {
 		return err
@@ -69,9 +106,14 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	// Heartbeat at least three times per session, as Kafka advises.
 	kopts = append(kopts, kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3)))
 
+	if err := checkDeadLetterSuffix(*dlqSuffix); err != nil {
+		return err
+	}
 	if !strings.Contains(base.DB.URL, "pool_max_conns") {
 		// One connection per transaction in flight, and one for pruning.
-		poolCfg.MaxConns = int32(max(*concurrency, 1) + 2)
+		// inbox.New refuses a --concurrency near MaxInt32; min keeps the
+		// sum from wrapping around before it can.
+		poolCfg.MaxConns = int32(min(*concurrency, math.MaxInt32-2) + 2)
 	}
 	pool, err := cli.OpenPool(ctx, poolCfg)
 	if err != nil {
@@ -108,7 +150,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	}
 	w, err := inbox.New(cfg)
 	if err != nil {
-		return cli.Usage(err)
+		return cli.ConfigError(err, configFlags)
 	}
 	if err := register(w); err != nil {
 		return fmt.Errorf("register handlers: %w", err)
