@@ -11,7 +11,11 @@ SELECT
     coalesce(confirmed_flush_lsn::text, '')::text AS confirmed_flush_lsn,
     coalesce(restart_lsn::text, '')::text         AS restart_lsn,
     coalesce(wal_status, '')::text                AS wal_status,
-    coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint AS retained_wal_bytes,
+    -- a standby (which may hold a synchronized copy) has no current WAL
+    -- position of its own: measure against what it replayed
+    coalesce(pg_wal_lsn_diff(
+        CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
+        restart_lsn), 0)::bigint AS retained_wal_bytes,
     coalesce(database = current_database(), false)::bool AS same_database
 FROM pg_catalog.pg_replication_slots
 WHERE slot_name = @slot_name::text;
