@@ -17,7 +17,7 @@ const MaxIdempotencyKeyBytes = 255
 
 var (
 	// ErrInvalidIdempotencyKey is returned for a key that is empty, too long
-	// or not printable ASCII.
+	// or not printable ASCII (space included, as HTTP header strings are).
 	ErrInvalidIdempotencyKey = errors.New("invalid idempotency key")
 	// ErrIdempotencyKeyReused is returned when a key comes back with another
 	// request: answering with the first order would tell the client its new
@@ -30,7 +30,7 @@ func validateIdempotencyKey(key string) error {
 		return fmt.Errorf("%w: %d bytes, want 1 to %d", ErrInvalidIdempotencyKey, len(key), MaxIdempotencyKeyBytes)
 	}
 	for i := range len(key) {
-		if key[i] < '!' || key[i] > '~' {
+		if key[i] < ' ' || key[i] > '~' {
 			return fmt.Errorf("%w: byte %d is not printable ASCII", ErrInvalidIdempotencyKey, i)
 		}
 	}
