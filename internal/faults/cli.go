@@ -59,11 +59,15 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	soak := fs.Bool("soak", false, "the long run: 1,000,000 events over 20 minutes, faults in rounds")
 	control := fs.Bool("control", cmd == "control", "also run the negative controls (the unsafe relay, then the unsafe worker)")
 	events := fs.Int("events", 0, "events to commit (default: 24000, or 1000000 with -soak)")
-	duration := fs.Duration("duration", 0, "spread the events over this long (default 80s, or 20m with -soak)")
+	duration := fs.Duration("duration", 0, "spread the events over this long (default 60s, or 20m with -soak)")
 	seed := fs.Uint64("seed", 0, "seed of the fault schedule and the load (default: from the clock)")
 	keep := fs.Bool("keep", false, "keep the databases, topics and logs of the runs (a failed run keeps them anyway)")
 	report := fs.String("report", "", "also write the markdown report to this file")
-	kinds := fs.String("faults", "", "comma-separated fault kinds to inject (default all: relay-sigkill, worker-sigkill, kafka-stop, pg-restart-immediate, worker-sigstop)")
+	all := make([]string, len(AllFaults))
+	for i, k := range AllFaults {
+		all[i] = string(k)
+	}
+	kinds := fs.String("faults", "", "comma-separated fault kinds to inject (default all: "+strings.Join(all, ", ")+")")
 	workDir := fs.String("workdir", "", "directory for binaries and logs (default: a new temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

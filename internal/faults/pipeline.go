@@ -242,6 +242,25 @@ func (p *pipeline) watchRelayWindow(ctx context.Context, full int, limit, after 
 	}
 }
 
+// topicEnd returns the sum of the run topic's end offsets: how many records
+// the broker has received (each is written once, acknowledged or not).
+func (p *pipeline) topicEnd(ctx context.Context) (int64, error) {
+	var sum int64
+	err := retry(ctx, func(ctx context.Context) error {
+		ends, err := p.adm.ListEndOffsets(ctx, p.topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return err
+		}
+		sum = 0
+		ends.Each(func(o kadm.ListedOffset) { sum += o.Offset })
+		return nil
+	})
+	return sum, err
+}
+
 // parseGauge returns the value of an unlabelled metric in a /metrics page.
 func parseGauge(r io.Reader, name string) (float64, bool, error) {
 	sc := bufio.NewScanner(r)
