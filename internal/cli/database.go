@@ -54,6 +54,22 @@ func (d *Database) Target() (string, error) {
 	return fmt.Sprintf("database %s on %s", cc.Database, strings.Join(hosts, ",")), nil
 }
 
+// Names are the user, database name and hosts of the setting, which the
+// probe server's answers must not show (see Probes.Hide); nil when the
+// setting does not parse.
+func (d *Database) Names() []string {
+	cfg, err := d.PoolConfig()
+	if err != nil {
+		return nil
+	}
+	cc := cfg.ConnConfig
+	names := []string{cc.User, cc.Database, cc.Host}
+	for _, fb := range cc.Fallbacks {
+		names = append(names, fb.Host)
+	}
+	return names
+}
+
 // Validate is PoolConfig without the result.
 func (d *Database) Validate() error {
 	_, err := d.PoolConfig()

@@ -7,7 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -18,12 +23,28 @@ import (
 type Probe func() error
 
 // Probes are what an engine answers over HTTP. A nil probe always says yes;
-// a nil Active serves no /activez.
+// a nil Active serves no /activez. A probe that says no answers 503 with its
+// reason, in which the values of Hide, and the user, database and host of a
+// failed PostgreSQL connection (*pgconn.ConnectError), never show: the
+// server listens on every interface of the pod (see HTTP), and the reason
+// would tell anyone there where the database is and whom to log in as.
 type Probes struct {
 	Healthy Probe // /healthz, for a liveness probe: no means restart me
 	Ready   Probe // /readyz, for a readiness probe
 	Active  Probe // /activez: this process does the work (holds the slot)
+
+	Hide []string // such as the database's user, name and hosts (Database.Names)
 }
+
+// Timeouts of the HTTP server: a client that sends slowly, or keeps an idle
+// connection open, must not hold a connection indefinitely. Probes and
+// scrapes send no body and read one short response.
+const (
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 10 * time.Second // the whole request
+	httpWriteTimeout      = 30 * time.Second // the response: /metrics of a busy process takes far less
+	httpIdleTimeout       = time.Minute      // between two requests on a keep-alive connection
+)
 
 // HTTPServer serves /metrics, /healthz and /readyz on one port.
 type HTTPServer struct {
@@ -42,27 +63,95 @@ func NewHTTPServer(addr string, gatherer prometheus.Gatherer, probes Probes) (*H
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", probeHandler(probes.Healthy))
-	mux.HandleFunc("GET /readyz", probeHandler(probes.Ready))
+	mux.HandleFunc("GET /healthz", probeHandler(probes.Healthy, probes.Hide))
+	mux.HandleFunc("GET /readyz", probeHandler(probes.Ready, probes.Hide))
 	if probes.Active != nil {
-		mux.HandleFunc("GET /activez", probeHandler(probes.Active))
+		mux.HandleFunc("GET /activez", probeHandler(probes.Active, probes.Hide))
 	}
 	return &HTTPServer{
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
-		ln:  ln,
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: httpReadHeaderTimeout,
+			ReadTimeout:       httpReadTimeout,
+			WriteTimeout:      httpWriteTimeout,
+			IdleTimeout:       httpIdleTimeout,
+		},
+		ln: ln,
 	}, nil
 }
 
-func probeHandler(p Probe) http.HandlerFunc {
+func probeHandler(p Probe, hide []string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		if p != nil {
 			if err := p(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				http.Error(w, publicReason(err, hide), http.StatusServiceUnavailable)
 				return
 			}
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	}
+}
+
+// publicReason is err's text without the values of hide, the user, database
+// and hosts of a failed PostgreSQL connection in err, or IP addresses.
+func publicReason(err error, hide []string) string {
+	names := slices.Clone(hide)
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) && ce.Config != nil {
+		names = append(names, ce.Config.User, ce.Config.Database, ce.Config.Host)
+		for _, fb := range ce.Config.Fallbacks {
+			names = append(names, fb.Host)
+		}
+	}
+	// Longest first, so that a name inside another goes with it.
+	slices.SortFunc(names, func(a, b string) int { return len(b) - len(a) })
+	s := err.Error()
+	for _, name := range names {
+		s = hideWord(s, name)
+	}
+	return addressLike.ReplaceAllStringFunc(s, func(tok string) string {
+		if net.ParseIP(tok) != nil {
+			return redacted
+		}
+		if host, port, err := net.SplitHostPort(tok); err == nil && net.ParseIP(host) != nil {
+			return redacted + ":" + port
+		}
+		return tok
+	})
+}
+
+const redacted = "<redacted>"
+
+// addressLike finds candidates for IP addresses, with or without a port.
+var addressLike = regexp.MustCompile(`[0-9A-Fa-f:.\[\]]+`)
+
+// hideWord replaces the occurrences of word in s that stand alone, not
+// inside a longer name ("ferry" in "ferry_orders").
+func hideWord(s, word string) string {
+	if word == "" {
+		return s
+	}
+	inName := func(b byte) bool {
+		return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '.' || b == '-'
+	}
+	var out strings.Builder
+	for {
+		i := strings.Index(s, word)
+		if i < 0 {
+			break
+		}
+		end := i + len(word)
+		if (i > 0 && inName(s[i-1])) || (end < len(s) && inName(s[end])) {
+			out.WriteString(s[:i+1])
+			s = s[i+1:]
+			continue
+		}
+		out.WriteString(s[:i])
+		out.WriteString(redacted)
+		s = s[end:]
+	}
+	out.WriteString(s)
+	return out.String()
 }
 
 // Addr is the address the server listens on.
@@ -91,7 +180,10 @@ func (s *HTTPServer) Run(ctx context.Context, logger *slog.Logger) {
 }
 
 // HTTP is the --http-addr setting: where /metrics, /healthz and /readyz
-// are served.
+// are served. The binaries' defaults (":9187", ":9188") listen on every
+// interface, not loopback, because Kubernetes sends its probes, and
+// Prometheus its scrapes, to the pod's IP; the answers hold no secret and
+// no database address (see Probes).
 type HTTP struct {
 	Addr string
 }

@@ -127,7 +127,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return cli.ConfigError(err, configFlags)
 	}
-	stopHTTP, err := http.Serve(reg, cli.Probes{Healthy: r.Healthy, Ready: r.Ready, Active: r.Active}, logger)
+	stopHTTP, err := http.Serve(reg, cli.Probes{Healthy: r.Healthy, Ready: r.Ready, Active: r.Active, Hide: e.DB.Names()}, logger)
 	if err != nil {
 		return err
 	}

@@ -159,7 +159,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		return errors.New("no handlers registered: App.Register added none; see README, \"Writing a worker\"")
 	}
 
-	stopHTTP, err := http.Serve(reg, cli.Probes{Healthy: w.Healthy, Ready: w.Ready}, logger)
+	stopHTTP, err := http.Serve(reg, cli.Probes{Healthy: w.Healthy, Ready: w.Ready, Hide: base.DB.Names()}, logger)
 	if err != nil {
 		return err
 	}
