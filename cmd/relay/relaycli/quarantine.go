@@ -58,7 +58,9 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tQUARANTINED\tTOPIC\tREASON\tBYTES\tERROR")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.QuarantinedAt.Format("2006-01-02 15:04:05Z07:00"), r.Topic, r.Reason, len(r.Payload), r.Error)
+			// The topic and the error come from event data: escaped and cut.
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.QuarantinedAt.Format("2006-01-02 15:04:05Z07:00"),
+				cli.Cell(r.Topic, 100), cli.Cell(r.Reason, 40), len(r.Payload), cli.Cell(r.Error, 120))
 		}
 		return w.Flush()
 	case "discard":

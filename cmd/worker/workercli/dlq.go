@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -92,7 +91,7 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 	res, err := inbox.Redrive(ctx, kopts, *d.topic, d.filter())
 	if res != nil {
 		for _, dl := range res.Redriven {
-			fmt.Fprintf(stdout, "redriven %s from %s/%d/%d to %s/%d\n", dl.ID, dl.Topic, dl.Partition, dl.Offset, dl.OriginalTopic, dl.OriginalPartition)
+			fmt.Fprintf(stdout, "redriven %s from %s/%d/%d to %s/%d\n", cli.Cell(dl.ID, 80), dl.Topic, dl.Partition, dl.Offset, cli.Cell(dl.OriginalTopic, 100), dl.OriginalPartition)
 		}
 		for _, dl := range res.Skipped {
 			fmt.Fprintf(stdout, "skipped %s/%d/%d: no origin headers\n", dl.Topic, dl.Partition, dl.Offset)
@@ -105,10 +104,13 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 func printDeadLetters(w io.Writer, dls []inbox.DeadLetter) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FAILED AT\tID\tREASON\tATTEMPTS\tCONSUMER\tFROM\tAT\tERROR")
+	// Every header is whatever the record's producer wrote: escaped and cut
+	// (see cli.Cell). The error is always quoted, as it often spans lines.
 	for _, d := range dls {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s/%d/%d\t%s/%d/%d\t%s\n",
-			d.FailedAt.UTC().Format(time.RFC3339), orDash(d.ID), d.Reason, d.Attempts, d.Consumer,
-			d.OriginalTopic, d.OriginalPartition, d.OriginalOffset, d.Topic, d.Partition, d.Offset, oneLine(d.Error))
+			d.FailedAt.UTC().Format(time.RFC3339), cli.Cell(orDash(d.ID), 80), cli.Cell(d.Reason, 40), d.Attempts, cli.Cell(d.Consumer, 60),
+			cli.Cell(d.OriginalTopic, 100), d.OriginalPartition, d.OriginalOffset, cli.Cell(d.Topic, 100), d.Partition, d.Offset,
+			cli.Cell(strconv.Quote(d.Error), 120))
 	}
 	_ = tw.Flush()
 }
@@ -118,12 +120,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func oneLine(s string) string {
-	s = strings.ReplaceAll(strings.ReplaceAll(s, "\n", " "), "\t", " ")
-	if len(s) > 120 {
-		s = s[:117] + "..."
-	}
-	return strconv.Quote(s)
 }
