@@ -2,14 +2,19 @@ package inbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/backoff"
+	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
 
 // Headers a dead letter carries next to the original record's headers.
@@ -68,12 +73,21 @@ func (p *partition) deadLetterDelivery(d *delivery, reason string, cause error) 
 
 // deadLetter writes rec to its dead-letter topic and waits for Kafka's
 // acknowledgement. A failed write is retried with backoff until it succeeds
-// or the partition stops: the message is never finished, so never
-// committed, without its dead letter.
+// or the partition stops, and the partition is stuck meanwhile (Ready and
+// ferry_worker_stuck_partitions say so). A dead letter Kafka refuses for
+// good (larger than the producer or the dead-letter topic accepts) is
+// parked in inbox_parked instead. Either way the message is finished only
+// once a durable copy exists, so never committed without one.
 func (p *partition) deadLetter(rec *kgo.Record, id, reason string, cause error, attempts int) bool {
 	cfg := &p.w.cfg
 	topic := cfg.DeadLetterTopic(rec.Topic)
 	failedAt := time.Now()
+	stuck := false
+	defer func() {
+		if stuck {
+			p.unstick()
+		}
+	}()
 	for n := 1; ; n++ {
 		out := deadLetterRecord(rec, topic, p.g.name, reason, cause, attempts, failedAt)
 		ctx, cancel := context.WithTimeout(p.stopCtx, 30*time.Second)
@@ -81,19 +95,22 @@ func (p *partition) deadLetter(rec *kgo.Record, id, reason string, cause error, 
 		cancel()
 		if err == nil {
 			p.metrics.deadLettered(reason)
-			errText := ""
-			if cause != nil {
-				errText = errorText(cause)
-			}
 			p.log.Warn("message dead-lettered", slog.String("id", id), slog.Int64("offset", rec.Offset),
 				slog.String("reason", reason), slog.Int("attempts", attempts), slog.String("dead_letter_topic", topic),
-				slog.String("error", errText))
+				slog.String("error", causeText(cause)))
 			return true
 		}
 		if p.stopCtx.Err() != nil {
 			return false
 		}
 		p.metrics.deadLetterError()
+		if refusedForGood(err) {
+			return p.park(rec, id, reason, cause, attempts, fmt.Errorf("dead-letter topic %s: %w", topic, err))
+		}
+		if !stuck {
+			stuck = true
+			p.stick(fmt.Sprintf("the dead letter of offset %d cannot be written to %s: %v", rec.Offset, topic, err))
+		}
 		wait := backoff.Delay(n, cfg.RetryBackoff, cfg.RetryBackoffMax)
 		p.log.Error("cannot write dead letter; retrying (the message stays uncommitted until it is written)",
 			slog.String("id", id), slog.Int64("offset", rec.Offset), slog.String("dead_letter_topic", topic),
@@ -102,4 +119,69 @@ func (p *partition) deadLetter(rec *kgo.Record, id, reason string, cause error, 
 			return false
 		}
 	}
+}
+
+// refusedForGood reports whether Kafka will refuse a dead letter however
+// often it is sent: it is too large (the dead letter adds headers to a
+// record that may already be near the limit) or malformed.
+func refusedForGood(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage)
+}
+
+// park stores rec, which can be neither applied nor dead-lettered, in
+// inbox_parked with both reasons, retrying the database with backoff (the
+// partition is stuck meanwhile).
+func (p *partition) park(rec *kgo.Record, id, reason string, cause error, attempts int, refused error) bool {
+	cfg := &p.w.cfg
+	stuck := false
+	defer func() {
+		if stuck {
+			p.unstick()
+		}
+	}()
+	keys := make([]string, len(rec.Headers))
+	values := make([][]byte, len(rec.Headers))
+	for i, h := range rec.Headers {
+		keys[i], values[i] = h.Key, h.Value
+	}
+	params := dbsqlc.InboxParkedInsertParams{
+		Consumer: p.g.name, Topic: rec.Topic, KafkaPartition: rec.Partition, KafkaOffset: rec.Offset, MessageID: id,
+		RecordKey: rec.Key, RecordValue: rec.Value, HeaderKeys: keys, HeaderValues: values,
+		RecordTimestamp: rec.Timestamp, Reason: reason, Error: causeText(cause), Attempts: int32(attempts),
+		DeadLetterError: refused.Error(),
+	}
+	for n := 1; ; n++ {
+		err := pgx.BeginFunc(p.stopCtx, cfg.DB, func(tx pgx.Tx) error {
+			return p.w.queries.InboxParkedInsert(p.stopCtx, tx, params)
+		})
+		if err == nil {
+			p.metrics.parked(reason)
+			p.log.Error("message parked in inbox_parked: Kafka refuses its dead letter for good; `worker dlq parked` lists it",
+				slog.String("id", id), slog.Int64("offset", rec.Offset), slog.String("reason", reason),
+				slog.String("error", causeText(cause)), slog.String("dead_letter_error", refused.Error()))
+			return true
+		}
+		if p.stopCtx.Err() != nil {
+			return false
+		}
+		if !stuck {
+			stuck = true
+			p.stick(fmt.Sprintf("offset %d can be neither dead-lettered (%v) nor parked: %v", rec.Offset, refused, err))
+		}
+		p.metrics.databaseError()
+		wait := backoff.Delay(n, cfg.RetryBackoff, cfg.RetryBackoffMax)
+		p.log.Error("cannot park message; retrying (the message stays uncommitted until it is parked)",
+			slog.String("id", id), slog.Int64("offset", rec.Offset), slog.Duration("retry_in", wait), slog.String("error", err.Error()))
+		if !p.sleep(wait) {
+			return false
+		}
+	}
+}
+
+func causeText(cause error) string {
+	if cause == nil {
+		return ""
+	}
+	return errorText(cause)
 }

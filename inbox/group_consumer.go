@@ -146,6 +146,22 @@ func (g *groupConsumer) pollLoop(ctx context.Context) {
 	}
 }
 
+// stuck returns an error naming a partition that cannot move, nil if none.
+func (g *groupConsumer) stuck() error {
+	g.mu.Lock()
+	parts := make([]*partition, 0, len(g.parts))
+	for _, p := range g.parts {
+		parts = append(parts, p)
+	}
+	g.mu.Unlock()
+	for _, p := range parts {
+		if why := p.stuckReason(); why != "" {
+			return fmt.Errorf("consumer %s, %s partition %d cannot move: %s", g.name, p.topic, p.id, why)
+		}
+	}
+	return nil
+}
+
 // partition returns the worker of an owned partition, starting it on first
 // use. With BlockRebalanceOnPoll, polled records always belong to partitions
 // the member owns at that moment.

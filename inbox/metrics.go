@@ -22,6 +22,8 @@ type metrics struct {
 	assigned         *prometheus.GaugeVec
 	pruned           *prometheus.CounterVec
 	pauses           *prometheus.CounterVec
+	parked           *prometheus.CounterVec
+	stuck            *prometheus.GaugeVec
 
 	nProcessed          atomic.Int64
 	nDuplicates         atomic.Int64
@@ -34,6 +36,7 @@ type metrics struct {
 	nLost               atomic.Int64
 	nBackoffInterrupted atomic.Int64
 	nPauses             atomic.Int64
+	nParked             atomic.Int64
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -74,13 +77,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_fetch_pauses_total", Help: "Times a partition's fetching paused because it held MaxBufferedBytesPerPartition.",
 		}, []string{"consumer"}),
+		parked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_parked_total", Help: "Messages parked in inbox_parked: neither applied nor accepted as a dead letter by Kafka.",
+		}, []string{"consumer", "topic", "reason"}),
+		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ferry_worker_stuck_partitions", Help: "Partitions that cannot move: a dead letter that Kafka or the database will not take yet is retried (readiness is red meanwhile).",
+		}, []string{"consumer"}),
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_pruned_rows_total", Help: "Rows deleted by retention.",
 		}, []string{"table"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duplicates, m.retries, m.deadLettered, m.deadLetterErrors,
-			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses)
+			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses, m.parked, m.stuck)
 	}
 	return m
 }
@@ -133,6 +142,11 @@ func (pm *partitionMetrics) deadLettered(reason string) {
 	pm.m.nDeadLettered.Add(1)
 }
 
+func (pm *partitionMetrics) parked(reason string) {
+	pm.m.parked.WithLabelValues(pm.consumer, pm.topic, reason).Inc()
+	pm.m.nParked.Add(1)
+}
+
 func (pm *partitionMetrics) deadLetterError() {
 	pm.deadLetterErrors.Inc()
 	pm.m.nDeadLetterErrors.Add(1)
@@ -161,6 +175,7 @@ type Stats struct {
 	PartitionsLost      int64 // partitions lost with the group membership
 	BackoffsInterrupted int64 // retry waits cut short by a revoke or shutdown
 	FetchPauses         int64 // partitions paused for holding too much fetched data
+	Parked              int64 // messages parked in inbox_parked: neither applied nor dead-lettered
 }
 
 func (m *metrics) stats() Stats {
@@ -173,6 +188,7 @@ func (m *metrics) stats() Stats {
 		DatabaseErrors:      m.nDatabaseErrors.Load(),
 		CommitErrors:        m.nCommitErrors.Load(),
 		PartitionsRevoked:   m.nRevoked.Load(),
+		Parked:              m.nParked.Load(),
 		PartitionsLost:      m.nLost.Load(),
 		BackoffsInterrupted: m.nBackoffInterrupted.Load(),
 		FetchPauses:         m.nPauses.Load(),

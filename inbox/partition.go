@@ -40,6 +40,11 @@ type partition struct {
 	paused        bool
 	highWatermark int64
 	lastCommitted kgo.EpochOffset
+
+	// stuckLanes counts the lanes retrying a dead letter (or a park) that
+	// will not go through; stuckWhy is the first one's reason, for Ready.
+	stuckLanes int
+	stuckWhy   string
 }
 
 type lane struct {
@@ -176,6 +181,35 @@ func (p *partition) stop() { p.stopNow() }
 func (p *partition) cancel() {
 	p.stopNow()
 	p.cancelWork()
+}
+
+// stick marks one lane unable to move past a message, for why.
+func (p *partition) stick(why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stuckLanes == 0 {
+		p.stuckWhy = why
+		p.w.metrics.stuck.WithLabelValues(p.g.name).Inc()
+	}
+	p.stuckLanes++
+}
+
+// unstick ends a stick.
+func (p *partition) unstick() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stuckLanes--
+	if p.stuckLanes == 0 {
+		p.stuckWhy = ""
+		p.w.metrics.stuck.WithLabelValues(p.g.name).Dec()
+	}
+}
+
+// stuckReason returns why the partition cannot move, "" when it can.
+func (p *partition) stuckReason() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stuckWhy
 }
 
 // forget releases what the partition holds in the client and the metrics

@@ -140,6 +140,9 @@ func (w *Worker) Ready() error {
 		if !g.joined.Load() {
 			return fmt.Errorf("consumer %s has not joined its group yet", g.name)
 		}
+		if err := g.stuck(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -523,6 +524,11 @@ func TestDeadLetterWriteRetriedUntilAcknowledged(t *testing.T) {
 	})
 	b.start(w)
 	b.waitFor("a failed dead-letter write", func() (bool, error) { return w.Stats().DeadLetterErrors >= 1, nil })
+	// The partition cannot move, and readiness says so by name.
+	b.waitFor("readiness to report the stuck partition", func() (bool, error) {
+		err := w.Ready()
+		return err != nil && strings.Contains(err.Error(), "cannot move") && strings.Contains(err.Error(), missing), nil
+	})
 	if got := b.committed(b.consumer, 0); got > 0 {
 		t.Fatalf("offset %d committed without the dead letter", got)
 	}
@@ -531,6 +537,7 @@ func TestDeadLetterWriteRetriedUntilAcknowledged(t *testing.T) {
 	}
 	ferrytest.CreateTopic(t, missing, 1)
 	b.waitCommitted(b.consumer, 0, 2)
+	b.waitFor("readiness once the dead letter is written", func() (bool, error) { return w.Ready() == nil, nil })
 	dls, err := ListDeadLetters(b.ctx, b.kopts, missing, nil)
 	if err != nil {
 		t.Fatal(err)

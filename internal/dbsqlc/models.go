@@ -28,6 +28,24 @@ type Inbox struct {
 	ProcessedAt time.Time
 }
 
+type InboxParked struct {
+	Consumer        string
+	Topic           string
+	KafkaPartition  int32
+	KafkaOffset     int64
+	MessageID       string
+	RecordKey       []byte
+	RecordValue     []byte
+	HeaderKeys      []string
+	HeaderValues    [][]byte
+	RecordTimestamp time.Time
+	Reason          string
+	Error           string
+	Attempts        int32
+	DeadLetterError string
+	ParkedAt        time.Time
+}
+
 type Outbox struct {
 	ID            uuid.UUID
 	AggregateType string

@@ -15,6 +15,7 @@ import (
 const dlqUsage = `Usage:
   %[1]s dlq list --topic T [--id ID,...] [--consumer C] [--since T] [--until T]
   %[1]s dlq redrive --topic T (--id ID,... | --since T | --until T | --consumer C | --all)
+  %[1]s dlq parked list|redrive ...  (messages Kafka refused as dead letters)
 
 --topic is a dead-letter topic, such as outbox.event.order.dlq. --since and
 --until take an RFC 3339 time or a duration ago (24h, 7d) and compare with
@@ -54,9 +55,12 @@ func (d *dlqFlags) empty() bool {
 }
 
 func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "parked" {
+		return runParked(ctx, name, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive") {
 		fmt.Fprintf(stderr, dlqUsage, name)
-		return cli.Usagef("want dlq list or dlq redrive")
+		return cli.Usagef("want dlq list, dlq redrive or dlq parked")
 	}
 	action := args[0]
 	f := cli.NewFlags(name+" dlq "+action, stderr)
@@ -93,8 +97,8 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 		for _, dl := range res.Redriven {
 			fmt.Fprintf(stdout, "redriven %s from %s/%d/%d to %s/%d\n", cli.Cell(dl.ID, 80), dl.Topic, dl.Partition, dl.Offset, cli.Cell(dl.OriginalTopic, 100), dl.OriginalPartition)
 		}
-		for _, dl := range res.Skipped {
-			fmt.Fprintf(stdout, "skipped %s/%d/%d: no origin headers\n", dl.Topic, dl.Partition, dl.Offset)
+		for i, dl := range res.Skipped {
+			fmt.Fprintf(stdout, "skipped %s/%d/%d: %s\n", dl.Topic, dl.Partition, dl.Offset, cli.Cell(res.SkipReasons[i], 300))
 		}
 		fmt.Fprintf(stdout, "%d redriven, %d skipped\n", len(res.Redriven), len(res.Skipped))
 	}
