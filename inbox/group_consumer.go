@@ -41,6 +41,7 @@ type groupConsumer struct {
 	log      *slog.Logger
 	joined   atomic.Bool
 	beat     atomic.Int64 // unix nanos of the commit loop's last run (see Worker.Healthy)
+	kafkaOK  atomic.Int64 // unix nanos of Kafka's last answer to a ping (see Worker.Ready)
 
 	mu    sync.Mutex                    // guards parts
 	parts map[topicPartition]*partition // the partitions the member owns

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
 )
 
 // A handler that ignores its context wedges its lane: the handler timeout
@@ -52,4 +54,37 @@ func TestFaultWedgedHandlerFailsLiveness(t *testing.T) {
 	release()
 	b.waitFor("m-1 applied", func() (bool, error) { return b.effects("m-1") == 1, nil })
 	b.waitFor("liveness to recover", func() (bool, error) { return w.Healthy() == nil, nil })
+}
+
+// An idle worker's readiness follows Kafka and PostgreSQL: red (naming
+// which) while one does not answer, green once it is back. Its poll and its
+// transactions alone would not notice: an idle worker runs neither.
+func TestFaultWorkerReadinessFollowsKafkaAndPostgreSQL(t *testing.T) {
+	b := setup(t, 1)
+	w := b.newWorker(b.config(), effectHandler)
+	b.start(w)
+	ready := func(want string) {
+		t.Helper()
+		b.waitFor("Ready "+want, func() (bool, error) {
+			err := w.Ready()
+			return (want == "" && err == nil) || (want != "" && err != nil && strings.Contains(err.Error(), want)), nil
+		})
+	}
+	ready("")
+	for _, svc := range []struct{ stop, start, says string }{
+		{"kafka-stop", "kafka-start", "Kafka has not answered"},
+		{"pg-stop", "pg-start", "PostgreSQL has not answered"},
+	} {
+		ferrytest.Stack(t, svc.stop)
+		down := true
+		t.Cleanup(func() {
+			if down {
+				ferrytest.Stack(t, svc.start)
+			}
+		})
+		ready(svc.says)
+		ferrytest.Stack(t, svc.start)
+		down = false
+		ready("")
+	}
 }

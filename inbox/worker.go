@@ -40,6 +40,7 @@ type Worker struct {
 
 	running atomic.Bool
 	groups  atomic.Pointer[[]*groupConsumer]
+	dbOK    atomic.Int64 // unix nanos of PostgreSQL's last answer to a ping (see reachability)
 }
 
 // New returns a Worker configured by cfg.
@@ -143,8 +144,50 @@ func (w *Worker) Ready() error {
 		if err := g.stuck(); err != nil {
 			return err
 		}
+		if silent := time.Since(time.Unix(0, g.kafkaOK.Load())); silent > unreachableAfter {
+			return fmt.Errorf("consumer %s: Kafka has not answered for %s (unreachable?)", g.name, silent.Round(time.Second))
+		}
+	}
+	if silent := time.Since(time.Unix(0, w.dbOK.Load())); silent > unreachableAfter {
+		return fmt.Errorf("PostgreSQL has not answered for %s (unreachable?)", silent.Round(time.Second))
 	}
 	return nil
+}
+
+// pingInterval is how often a running worker asks Kafka and PostgreSQL
+// whether they answer; unreachableAfter is how long without an answer makes
+// it not ready. An idle worker learns nothing otherwise: its poll waits
+// quietly and it runs no transaction.
+const (
+	pingInterval     = 5 * time.Second
+	unreachableAfter = 3 * pingInterval
+)
+
+// reachability pings Kafka (each consumer's client) and PostgreSQL every
+// pingInterval until ctx ends, for Ready.
+func (w *Worker) reachability(ctx context.Context, groups []*groupConsumer) {
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		for _, g := range groups {
+			pctx, cancel := context.WithTimeout(ctx, pingInterval)
+			if g.cl.Ping(pctx) == nil {
+				g.kafkaOK.Store(time.Now().UnixNano())
+			}
+			cancel()
+		}
+		pctx, cancel := context.WithTimeout(ctx, pingInterval)
+		if tx, err := w.cfg.DB.Begin(pctx); err == nil {
+			_ = tx.Rollback(pctx)
+			w.dbOK.Store(time.Now().UnixNano())
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Healthy returns nil unless the worker is wedged, for a liveness probe: a
@@ -228,11 +271,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		groups = append(groups, g)
 	}
+	now := time.Now().UnixNano()
+	for _, g := range groups {
+		g.kafkaOK.Store(now)
+	}
+	w.dbOK.Store(now)
 	w.groups.Store(&groups)
 	w.running.Store(true)
 	defer w.running.Store(false)
 
 	var wg sync.WaitGroup
+	wg.Go(func() { w.reachability(ctx, groups) })
 	for _, g := range groups {
 		wg.Go(func() { g.run(ctx) })
 	}

@@ -220,3 +220,7 @@ func (s *kafkaSink) AbortBufferedRecords(ctx context.Context) error {
 
 // Close closes the client.
 func (s *kafkaSink) Close() { s.client().Close() }
+
+// Ping asks a broker for its API versions: an idle relay's proof that Kafka
+// answers (see Relay.Ready).
+func (s *kafkaSink) Ping(ctx context.Context) error { return s.client().Ping(ctx) }

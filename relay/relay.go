@@ -46,7 +46,8 @@ type Relay struct {
 	gate     atomic.Pointer[topicGate] // the streaming session's, for Ready
 	running  atomic.Bool
 	beat     atomic.Int64 // unix nanoseconds of the last heartbeat of Run's loops
-	lastAck  atomic.Int64 // unix nanoseconds of Kafka's last answer to a record
+	lastAck  atomic.Int64 // unix nanoseconds of Kafka's last answer to a record (or to a ping)
+	pinging  atomic.Bool  // the sink answers pings, so an idle relay knows Kafka answers
 }
 
 // connectTimeoutDefault bounds a connection attempt when the URL sets no
@@ -134,6 +135,10 @@ func (r *Relay) Ready() error {
 			return fmt.Errorf("relay is streaming, but Kafka answered none of %d records in flight for %s (unreachable, or refusing the credentials?)",
 				n, silent.Round(time.Second))
 		}
+		if r.pinging.Load() && silent > kafkaStall(&r.cfg) {
+			return fmt.Errorf("relay is streaming, but Kafka has not answered for %s (unreachable?): an event written now would wait",
+				silent.Round(time.Second))
+		}
 	}
 	return nil
 }
@@ -186,6 +191,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	go r.monitorWAL(runCtx, pool, cancelRun, log)
+	if p, ok := sink.(pinger); ok {
+		r.pinging.Store(true)
+		defer r.pinging.Store(false)
+		go r.pingKafka(runCtx, p)
+	}
 	if r.cfg.Prune != nil {
 		go r.pruneLoop(runCtx, pool, log)
 	}
@@ -204,6 +214,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		if errors.Is(err, ErrFatal) {
 			return err
+		}
+		if pgerr.InsufficientPrivilege(err) {
+			// A GRANT missing (SELECT on outbox, the ferry_relay_slot
+			// table): an administrator must act, a retry cannot.
+			return fmt.Errorf("%w: the relay's role lacks a privilege (see README, least privilege): %w", ErrFatal, err)
 		}
 		if errors.Is(err, errSlotBusy) {
 			r.state.Store(int32(StateStandby))
@@ -271,6 +286,34 @@ func (r *Relay) producerOpts() []kgo.Opt {
 		kgo.MaxBufferedRecords(r.cfg.MaxInFlightRecords+1),
 		kgo.ProducerLinger(time.Millisecond),
 	)
+}
+
+// pinger is a Sink that can ask Kafka whether it answers.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// pingKafka asks Kafka for an answer whenever none came for a
+// ServerTimeout (an idle relay produces nothing), so that Ready turns red
+// while the broker is unreachable even with no event in flight.
+func (r *Relay) pingKafka(ctx context.Context, p pinger) {
+	t := time.NewTicker(r.cfg.ServerTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, r.lastAck.Load())) < r.cfg.ServerTimeout {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.ServerTimeout)
+		if p.Ping(pctx) == nil {
+			r.lastAck.Store(time.Now().UnixNano())
+		}
+		cancel()
+	}
 }
 
 // monitorWAL reads the slot's retained WAL and stops the relay, loudly, if

@@ -168,6 +168,10 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(r.cfg.ServerTimeout.Milliseconds(), 10)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
+		if pgerr.InsufficientPrivilege(err) {
+			return nil, fmt.Errorf("%w: replication connection refused: role %q needs the REPLICATION attribute "+
+				"(ALTER ROLE %s WITH REPLICATION; see README, least privilege): %w", ErrFatal, cfg.User, cfg.User, err)
+		}
 		if pgerr.ConnectRefused(err) {
 			return nil, fmt.Errorf("%w: replication connection: %w", ErrFatal, err)
 		}

@@ -89,6 +89,11 @@ func ConnectRefused(err error) bool {
 	return pgerrcode.IsInvalidAuthorizationSpecification(code) || code == pgerrcode.InvalidCatalogName
 }
 
+// InsufficientPrivilege reports whether the role lacks a privilege
+// (42501): a walsender without the REPLICATION attribute, a table without
+// GRANT. An administrator must act; retrying cannot change it.
+func InsufficientPrivilege(err error) bool { return Is(err, pgerrcode.InsufficientPrivilege) }
+
 // DuplicateObject reports whether a CREATE failed because the object exists
 // (42710): for a slot or a publication, another process created it first.
 func DuplicateObject(err error) bool { return Is(err, pgerrcode.DuplicateObject) }
