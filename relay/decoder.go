@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
@@ -185,10 +187,14 @@ func (rs *relations) decodeColumn(ev *row, col int, oid uint32, binaryData bool,
 		ev.Headers = hs
 		return err
 	case colCreatedAt:
+		// The fast path holds within 292 years of 2000, where microseconds
+		// fit a time.Duration; pgtype decodes the rest, 'infinity' included
+		// (they used to wrap around to a wrong time).
 		if binaryData && oid == pgtype.TimestamptzOID && len(data) == 8 {
-			us := int64(binary.BigEndian.Uint64(data))
-			ev.CreatedAt = pgEpoch.Add(time.Duration(us) * time.Microsecond)
-			return nil
+			if us := int64(binary.BigEndian.Uint64(data)); us > -maxDurationMicros && us < maxDurationMicros {
+				ev.CreatedAt = pgEpoch.Add(time.Duration(us) * time.Microsecond)
+				return nil
+			}
 		}
 		var ts pgtype.Timestamptz
 		format := int16(pgtype.TextFormatCode)
@@ -204,6 +210,8 @@ func (rs *relations) decodeColumn(ev *row, col int, oid uint32, binaryData bool,
 }
 
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const maxDurationMicros = int64(math.MaxInt64 / time.Microsecond)
 
 // parseHeaders reads the headers object. The common case, an object of
 // strings without escapes as jsonb prints it, is sliced in place; anything
@@ -234,7 +242,9 @@ func parseHeaders(data []byte) ([]header, error) {
 }
 
 // parseSimpleObject parses {"k": "v", ...} whose strings have no escapes.
-// jsonb prints keys sorted (by length, then bytes), unique.
+// jsonb prints keys sorted (by length, then bytes), unique. What it would
+// read differently from encoding/json (a repeated key, a control byte,
+// invalid UTF-8, bytes after the object) it leaves to the slow path.
 func parseSimpleObject(d []byte) ([]header, bool) {
 	p := skipSpace(d, 0)
 	if p >= len(d) || d[p] != '{' {
@@ -264,6 +274,9 @@ func parseSimpleObject(d []byte) ([]header, bool) {
 			return nil, false
 		}
 		if d[p] == '}' {
+			if skipSpace(d, p+1) != len(d) {
+				return nil, false
+			}
 			break
 		}
 		if d[p] != ',' {
@@ -272,6 +285,11 @@ func parseSimpleObject(d []byte) ([]header, bool) {
 		p = skipSpace(d, p+1)
 	}
 	slices.SortFunc(hs, func(a, b header) int { return bytes.Compare(a.Key, b.Key) })
+	for i := 1; i < len(hs); i++ {
+		if bytes.Equal(hs[i-1].Key, hs[i].Key) {
+			return nil, false
+		}
+	}
 	return hs, true
 }
 
@@ -282,7 +300,8 @@ func skipSpace(d []byte, p int) int {
 	return p
 }
 
-// simpleString reads a JSON string starting at d[p] that has no escapes.
+// simpleString reads a JSON string starting at d[p] that has no escapes,
+// no control bytes and is valid UTF-8.
 func simpleString(d []byte, p int) (s []byte, next int, ok bool) {
 	if p >= len(d) || d[p] != '"' {
 		return nil, 0, false
@@ -292,7 +311,14 @@ func simpleString(d []byte, p int) (s []byte, next int, ok bool) {
 		return nil, 0, false
 	}
 	s = d[p+1 : p+1+end : p+1+end]
-	if bytes.IndexByte(s, '\\') >= 0 {
+	ascii := true
+	for _, c := range s {
+		if c == '\\' || c < 0x20 {
+			return nil, 0, false
+		}
+		ascii = ascii && c < utf8.RuneSelf
+	}
+	if !ascii && !utf8.Valid(s) {
 		return nil, 0, false
 	}
 	return s, p + 2 + end, true
