@@ -42,6 +42,19 @@ test: ## start PostgreSQL + Kafka, verify, run every test, tear down
 test-short: ## unit tests only, no services
 	$(GO) test -short ./...
 
+# Every func FuzzXxx in a _test.go file, as dir:FuzzXxx. go test takes one
+# -fuzz target per run, so each runs on its own; -short keeps the packages'
+# TestMain from wanting PostgreSQL and Kafka, which no fuzz target needs.
+FUZZTIME ?= 1m
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each (default 1m; make test runs them briefly)
+	@set -e; targets=$$(grep -rHo --include='*_test.go' --exclude-dir=.git --exclude-dir=.bin '^func Fuzz[A-Za-z0-9_]*' . | sed 's/:func /:/' | sort); \
+	[ -n "$$targets" ] || { echo "no fuzz targets found"; exit 1; }; \
+	for t in $$targets; do dir=$$(dirname "$${t%%:*}"); fn=$${t##*:}; \
+		echo "== fuzz $$fn $$dir ($(FUZZTIME))"; \
+		$(GO) test -short -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "$$dir"; \
+	done
+
 .PHONY: soak
 soak: ## the long fault-injection run (1,000,000 events, about 25 min) on a stack of its own; report in docs/soak.md
 	scripts/faults run -soak -control -report docs/soak.md
