@@ -9,7 +9,39 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
+
+type FerryMigration struct {
+	Name       string
+	OldChannel json.RawMessage
+	NewChannel json.RawMessage
+	Groups     []string
+	CreatedAt  time.Time
+	CreatedBy  string
+}
+
+type FerryMigrationRequest struct {
+	ID          int64
+	Migration   string
+	RequestedAt time.Time
+	RequestedBy string
+	FromPhase   string
+	FromSlices  int32
+	ToPhase     string
+	ToSlices    int32
+	Accepted    bool
+	Reason      string
+}
+
+type FerryMigrationStep struct {
+	Migration string
+	Epoch     int32
+	Phase     string
+	Slices    int32
+	RequestID pgtype.Int8
+	CreatedAt time.Time
+}
 
 type FerryRelaySlot struct {
 	SlotName          string

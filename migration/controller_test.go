@@ -1,0 +1,221 @@
+package migration_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/migration"
+)
+
+// evidence is what the consumer groups have reported, set by the test.
+type evidence struct {
+	mu      sync.Mutex
+	gate    map[string]bool
+	drained map[string]bool
+}
+
+func (e *evidence) ShadowGate(_ context.Context, _, group string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.gate[group] {
+		return errors.New("missing 3 events older than the allowed lateness")
+	}
+	return nil
+}
+
+func (e *evidence) Drained(_ context.Context, _, group string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.drained[group] {
+		return errors.New("lag 12 on the old channel")
+	}
+	return nil
+}
+
+func plan(name string) migration.Plan {
+	return migration.Plan{
+		Name:   name,
+		Old:    migration.Channel{Brokers: []string{"a:9092"}, TopicTemplate: "outbox.event.{aggregate_type}"},
+		New:    migration.Channel{Brokers: []string{"b:9092"}, TopicTemplate: "outbox.event.{aggregate_type}", SASLMechanism: "SCRAM-SHA-512", SASLUsername: "ferry", SASLPasswordEnv: "FERRY_NEW_SASL_PASSWORD"},
+		Groups: []string{"stock", "billing"},
+	}
+}
+
+// The phase machine, through every phase, slice steps, a rollback drill
+// and the retirement: each request is recorded with who and whether it was
+// accepted; forbidden and premature ones are rejected with their reason
+// and change nothing; OLD_RETIRED is final.
+func TestPhasesAcceptOnlyAllowedRequestsAndRecordEveryOne(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	ev := &evidence{gate: map[string]bool{}, drained: map[string]bool{}}
+	c := &migration.Controller{DB: db.Pool, Evidence: ev}
+	if err := c.Create(ctx, plan("move-1"), "ops@test"); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		to       migration.Phase
+		slices   int
+		before   func()
+		accepted bool
+		reason   string // part of the recorded reason
+	}{
+		{migration.Cutover, 6, nil, false, "forbidden: OLD_ONLY -> CUTOVER"},
+		{migration.OldRetired, 0, nil, false, "forbidden"},
+		{migration.DualWrite, 0, nil, true, "accepted"},
+		{migration.DualWrite, 0, nil, false, "already"},
+		{migration.Cutover, 6, nil, false, "shadow gate not passed: group stock"},
+		{migration.Cutover, 6, func() { ev.gate["stock"] = true }, false, "group billing"},
+		{migration.Cutover, 0, func() { ev.gate["billing"] = true }, false, "1 to 128 slices"},
+		{migration.Cutover, 6, nil, true, "slices 0-5"},
+		{migration.Cutover, 3, nil, false, "moves more slices"},
+		{migration.OldRetired, 0, nil, false, "6 of 128 slices"},
+		{migration.Cutover, 128, nil, true, "accepted"},
+		{migration.OldRetired, 0, nil, false, "no rollback drill"},
+		{migration.OldOnly, 0, nil, false, "forbidden: CUTOVER -> OLD_ONLY"},
+		{migration.DualWrite, 0, nil, true, "rollback"},
+		{migration.Cutover, 128, nil, true, "accepted"},
+		{migration.OldRetired, 0, nil, false, "not drained: group stock: lag 12"},
+		{migration.OldRetired, 0, func() { ev.drained["stock"], ev.drained["billing"] = true, true }, true, "new channel only"},
+		{migration.DualWrite, 0, nil, false, "final"},
+	}
+	epoch := 0
+	for i, s := range steps {
+		if s.before != nil {
+			s.before()
+		}
+		d, err := c.Request(ctx, "move-1", s.to, s.slices, "ops@test")
+		if err != nil {
+			t.Fatalf("step %d (%s %d): %v", i, s.to, s.slices, err)
+		}
+		if d.Accepted != s.accepted || !strings.Contains(d.Reason, s.reason) {
+			t.Fatalf("step %d (%s %d): accepted %t, %q; want %t and %q", i, s.to, s.slices, d.Accepted, d.Reason, s.accepted, s.reason)
+		}
+		if s.accepted {
+			epoch++
+		}
+		st, err := c.State(ctx, "move-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Epoch != epoch || (s.accepted && (st.Phase != s.to || st.Slices != s.slices)) {
+			t.Fatalf("step %d: state %s %d epoch %d, want epoch %d (and %s %d if accepted)", i, st.Phase, st.Slices, st.Epoch, epoch, s.to, s.slices)
+		}
+	}
+	hist, err := c.History(ctx, "move-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != len(steps) {
+		t.Fatalf("%d requests recorded, want %d", len(hist), len(steps))
+	}
+	for i, h := range hist {
+		if h.Accepted != steps[i].accepted || h.To != steps[i].to || h.By != "ops@test" || h.At.IsZero() || h.Reason == "" {
+			t.Errorf("request %d recorded as %+v", i, h)
+		}
+	}
+}
+
+// Two operators asking at once: the requests are serialized, so exactly one
+// moves OLD_ONLY to DUAL_WRITE and the other is recorded as rejected.
+func TestConcurrentRequestsAreSerialized(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	c := &migration.Controller{DB: db.Pool, Evidence: &evidence{}}
+	if err := c.Create(ctx, plan("move-2"), "ops@test"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	results := make(chan *migration.Decision, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			d, err := c.Request(ctx, "move-2", migration.DualWrite, 0, "ops@test")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results <- d
+		})
+	}
+	wg.Wait()
+	close(results)
+	accepted := 0
+	for d := range results {
+		if d.Accepted {
+			accepted++
+		}
+	}
+	if accepted != 1 {
+		t.Fatalf("%d of %d concurrent DUAL_WRITE requests accepted, want 1", accepted, n)
+	}
+	if st, err := c.State(ctx, "move-2"); err != nil || st.Epoch != 1 {
+		t.Fatalf("state %+v, %v; want epoch 1", st, err)
+	}
+}
+
+// A plan is refused with the field at fault; a secret is never part of it.
+func TestPlanValidation(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	c := &migration.Controller{DB: db.Pool}
+	for _, tc := range []struct {
+		mutate func(*migration.Plan)
+		want   string
+	}{
+		{func(p *migration.Plan) { p.Name = "Move 1" }, "plan name"},
+		{func(p *migration.Plan) { p.Old.Brokers = nil }, "old channel: no brokers"},
+		{func(p *migration.Plan) { p.New.TopicTemplate = "" }, "new channel: no topic template"},
+		{func(p *migration.Plan) { p.New.TopicTemplate = "x.dlq" }, "dead-letter"},
+		{func(p *migration.Plan) { p.New = p.Old }, "the same"},
+		{func(p *migration.Plan) { p.Groups = nil }, "Groups"},
+		{func(p *migration.Plan) { p.New.SASLPasswordEnv = "hunter2!" }, "environment variable"},
+		{func(p *migration.Plan) { p.New.SASLMechanism = "GSSAPI" }, "SASL mechanism"},
+	} {
+		p := plan("move-3")
+		tc.mutate(&p)
+		if err := c.Create(ctx, p, "ops@test"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Create: %v, want an error naming %q", err, tc.want)
+		}
+	}
+	if err := c.Create(ctx, plan("move-3"), "ops@test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, plan("move-3"), "ops@test"); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("second Create: %v, want an error saying it exists", err)
+	}
+	if _, err := c.Request(ctx, "nope", migration.DualWrite, 0, "ops@test"); !errors.Is(err, migration.ErrNotFound) {
+		t.Fatalf("Request of an unknown plan: %v, want ErrNotFound", err)
+	}
+}
+
+// Slice is stable (the same aggregate id, the same slice, in every
+// process and release) and spreads ids over all 128 slices.
+func TestSliceIsStableAndSpreads(t *testing.T) {
+	t.Parallel()
+	if got := migration.Slice([]byte("order-42")); got != migration.Slice([]byte("order-42")) || got < 0 || got >= migration.Slices {
+		t.Fatalf("Slice(order-42) = %d", got)
+	}
+	// Pinned values (FNV-1a 32 modulo 128, computed apart): changing the
+	// hash would move aggregates mid-migration.
+	for id, want := range map[string]int{"": 69, "order-42": 116, "stock-7": 77} {
+		if got := migration.Slice([]byte(id)); got != want {
+			t.Errorf("Slice(%q) = %d, want %d", id, got, want)
+		}
+	}
+	seen := map[int]bool{}
+	for i := range 10_000 {
+		seen[migration.Slice([]byte("agg-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune(i))))] = true
+	}
+	if len(seen) != migration.Slices {
+		t.Fatalf("10,000 ids fell in %d slices, want all %d", len(seen), migration.Slices)
+	}
+}

@@ -1,0 +1,101 @@
+package migration
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Channel is one side of a migration: a Kafka cluster and the topic
+// template the relay fills ({aggregate_type}, {event_type}). The SASL
+// password is never stored: SASLPasswordEnv names the environment variable
+// that holds it wherever the channel is used.
+type Channel struct {
+	Brokers         []string `json:"brokers"`
+	TopicTemplate   string   `json:"topic_template"`
+	TLS             bool     `json:"tls,omitempty"`
+	TLSCAFile       string   `json:"tls_ca_file,omitempty"`
+	TLSCertFile     string   `json:"tls_cert_file,omitempty"`
+	TLSKeyFile      string   `json:"tls_key_file,omitempty"`
+	SASLMechanism   string   `json:"sasl_mechanism,omitempty"` // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+	SASLUsername    string   `json:"sasl_username,omitempty"`
+	SASLPasswordEnv string   `json:"sasl_password_env,omitempty"`
+}
+
+// Plan is a migration: its name, the channel it leaves, the channel it goes
+// to (the same cluster with another topic template is valid: moving a topic
+// to more partitions) and the consumer groups that must follow.
+type Plan struct {
+	Name   string
+	Old    Channel
+	New    Channel
+	Groups []string
+}
+
+var (
+	planName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	envName  = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+)
+
+// validate names the first problem of the plan, by field.
+func (p *Plan) validate() error {
+	if !planName.MatchString(p.Name) {
+		return fmt.Errorf("migration: plan name %q: want 1-63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", p.Name)
+	}
+	if err := p.Old.validate("old"); err != nil {
+		return err
+	}
+	if err := p.New.validate("new"); err != nil {
+		return err
+	}
+	if slices.Equal(sorted(p.Old.Brokers), sorted(p.New.Brokers)) && p.Old.TopicTemplate == p.New.TopicTemplate {
+		return errors.New("migration: the old and the new channel are the same (same brokers, same topic template)")
+	}
+	if len(p.Groups) == 0 {
+		return errors.New("migration: Plan.Groups is empty: name the consumer groups that must follow")
+	}
+	for _, g := range p.Groups {
+		if strings.TrimSpace(g) == "" || strings.ContainsAny(g, ", \t\n") {
+			return fmt.Errorf("migration: consumer group %q: want a name without spaces or commas", g)
+		}
+	}
+	return nil
+}
+
+func (c *Channel) validate(side string) error {
+	switch {
+	case len(c.Brokers) == 0:
+		return fmt.Errorf("migration: %s channel: no brokers", side)
+	case slices.Contains(c.Brokers, ""):
+		return fmt.Errorf("migration: %s channel: an empty broker address", side)
+	case c.TopicTemplate == "":
+		return fmt.Errorf("migration: %s channel: no topic template", side)
+	case strings.HasSuffix(c.TopicTemplate, ".dlq"):
+		return fmt.Errorf("migration: %s channel: topic template %q names dead-letter topics", side, c.TopicTemplate)
+	}
+	switch c.SASLMechanism {
+	case "":
+		if c.SASLUsername != "" || c.SASLPasswordEnv != "" {
+			return fmt.Errorf("migration: %s channel: a SASL username or password variable without a SASL mechanism", side)
+		}
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.SASLUsername == "" || !envName.MatchString(c.SASLPasswordEnv) {
+			return fmt.Errorf("migration: %s channel: SASL %s needs a username and the name of the environment variable "+
+				"holding the password (never the password itself), got %q", side, c.SASLMechanism, c.SASLPasswordEnv)
+		}
+	default:
+		return fmt.Errorf("migration: %s channel: SASL mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", side, c.SASLMechanism)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return fmt.Errorf("migration: %s channel: a TLS client certificate needs both the certificate and the key file", side)
+	}
+	return nil
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}
