@@ -114,10 +114,12 @@ func (p *partition) settle(d *delivery) bool {
 		p.w.release(slot)
 		switch out {
 		case outcomeApplied:
+			p.w.dbAnswered()
 			p.metrics.addProcessed(1)
 			p.finish(d.rec)
 			return true
 		case outcomeDuplicate:
+			p.w.dbAnswered()
 			p.metrics.addDuplicates(1)
 			p.finish(d.rec)
 			return true
@@ -236,6 +238,7 @@ func (p *partition) applyBatch(ds []*delivery) bool {
 	p.w.release(slot)
 	switch out {
 	case outcomeApplied:
+		p.w.dbAnswered()
 		p.metrics.addProcessed(res.applied)
 		p.metrics.addDuplicates(res.duplicates)
 		for i, d := range ds {

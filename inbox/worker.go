@@ -40,7 +40,7 @@ type Worker struct {
 
 	running atomic.Bool
 	groups  atomic.Pointer[[]*groupConsumer]
-	dbOK    atomic.Int64 // unix nanos of PostgreSQL's last answer to a ping (see reachability)
+	dbOK    atomic.Int64 // unix nanos of PostgreSQL's last answer: a committed transaction or a ping (see reachability)
 }
 
 // New returns a Worker configured by cfg.
@@ -148,11 +148,21 @@ func (w *Worker) Ready() error {
 			return fmt.Errorf("consumer %s: Kafka has not answered for %s (unreachable?)", g.name, silent.Round(time.Second))
 		}
 	}
-	if silent := time.Since(time.Unix(0, w.dbOK.Load())); silent > unreachableAfter {
-		return fmt.Errorf("PostgreSQL has not answered for %s (unreachable?)", silent.Round(time.Second))
+	if _, ok := w.cfg.DB.(pinger); ok {
+		if silent := time.Since(time.Unix(0, w.dbOK.Load())); silent > unreachableAfter {
+			return fmt.Errorf("PostgreSQL has not answered for %s (unreachable?)", silent.Round(time.Second))
+		}
 	}
 	return nil
 }
+
+// pinger is a Config.DB that can be asked whether PostgreSQL answers, as a
+// *pgxpool.Pool can. A DB that cannot is judged by its transactions only.
+type pinger interface{ Ping(ctx context.Context) error }
+
+// dbAnswered records that PostgreSQL committed a transaction: no ping is
+// needed while the worker is busy.
+func (w *Worker) dbAnswered() { w.dbOK.Store(time.Now().UnixNano()) }
 
 // pingInterval is how often a running worker asks Kafka and PostgreSQL
 // whether they answer; unreachableAfter is how long without an answer makes
@@ -163,8 +173,10 @@ const (
 	unreachableAfter = 3 * pingInterval
 )
 
-// reachability pings Kafka (each consumer's client) and PostgreSQL every
-// pingInterval until ctx ends, for Ready.
+// reachability pings Kafka (each consumer's client) every pingInterval,
+// and PostgreSQL when no transaction committed for as long and Config.DB
+// can be pinged, until ctx ends, for Ready. The ping never begins a
+// transaction on Config.DB, which may be the application's own wrapper.
 func (w *Worker) reachability(ctx context.Context, groups []*groupConsumer) {
 	t := time.NewTicker(pingInterval)
 	defer t.Stop()
@@ -176,12 +188,13 @@ func (w *Worker) reachability(ctx context.Context, groups []*groupConsumer) {
 			}
 			cancel()
 		}
-		pctx, cancel := context.WithTimeout(ctx, pingInterval)
-		if tx, err := w.cfg.DB.Begin(pctx); err == nil {
-			_ = tx.Rollback(pctx)
-			w.dbOK.Store(time.Now().UnixNano())
+		if p, ok := w.cfg.DB.(pinger); ok && time.Since(time.Unix(0, w.dbOK.Load())) >= pingInterval {
+			pctx, cancel := context.WithTimeout(ctx, pingInterval)
+			if p.Ping(pctx) == nil {
+				w.dbAnswered()
+			}
+			cancel()
 		}
-		cancel()
 		select {
 		case <-ctx.Done():
 			return
