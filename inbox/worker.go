@@ -158,7 +158,9 @@ func (w *Worker) Ready() error {
 
 // pinger is a Config.DB that can be asked whether PostgreSQL answers, as a
 // *pgxpool.Pool can. A DB that cannot is judged by its transactions only.
-type pinger interface{ Ping(ctx context.Context) error }
+type pinger interface {
+	Ping(ctx context.Context) error
+}
 
 // dbAnswered records that PostgreSQL committed a transaction: no ping is
 // needed while the worker is busy.
