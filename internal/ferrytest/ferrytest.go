@@ -228,7 +228,12 @@ func CreateTopic(t testing.TB, name string, partitions int32) {
 // max.message.bytes.
 func CreateTopicConfig(t testing.TB, name string, partitions int32, configs map[string]*string) {
 	t.Helper()
-	adm := Admin(t)
+	createTopic(t, Admin(t), name, partitions, configs)
+}
+
+// createTopic creates a topic through adm and deletes it when the test ends.
+func createTopic(t testing.TB, adm *kadm.Client, name string, partitions int32, configs map[string]*string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := adm.CreateTopic(ctx, partitions, 1, configs, name)
@@ -256,7 +261,13 @@ func Admin(t testing.TB) *kadm.Client {
 // closed when the test ends.
 func Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(Brokers(t)...)}, opts...)...)
+	return newClient(t, Brokers(t), opts)
+}
+
+// newClient returns a franz-go client on seeds, closed when the test ends.
+func newClient(t testing.TB, seeds []string, opts []kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
 	if err != nil {
 		t.Fatalf("kafka client: %v", err)
 	}
