@@ -75,6 +75,9 @@ func (c *Controller) Create(ctx context.Context, p Plan, by string) error {
 	newJSON, _ := json.Marshal(p.New)
 	q := dbsqlc.New()
 	err := pgx.BeginFunc(ctx, c.DB, func(tx pgx.Tx) error {
+		if err := q.MigrationSerialize(ctx, tx); err != nil { // its step 0 too
+			return err
+		}
 		if err := q.MigrationCreate(ctx, tx, dbsqlc.MigrationCreateParams{
 			Name: p.Name, OldChannel: oldJSON, NewChannel: newJSON, Groups: p.Groups, CreatedBy: by}); err != nil {
 			return err
@@ -138,6 +141,11 @@ func (c *Controller) Request(ctx context.Context, name string, to Phase, slices 
 	q := dbsqlc.New()
 	var d *Decision
 	err := pgx.BeginFunc(ctx, c.DB, func(tx pgx.Tx) error {
+		// First, before the transaction writes: a relay creating its slot
+		// holds the same lock, so no step commits while it does.
+		if err := q.MigrationSerialize(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := q.MigrationLock(ctx, tx, name); errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q", ErrNotFound, name)
 		} else if err != nil {

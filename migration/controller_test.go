@@ -161,6 +161,37 @@ func TestConcurrentRequestsAreSerialized(t *testing.T) {
 	}
 }
 
+// A relay follows one migration at a time: a second plan cannot start
+// writing two channels while another one is in DUAL_WRITE or CUTOVER, and
+// can once that one is abandoned.
+func TestOneMigrationAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	c := &migration.Controller{DB: db.Pool, Evidence: &evidence{}}
+	for _, name := range []string{"first", "second"} {
+		if err := c.Create(ctx, plan(name), "ops@test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := c.Request(ctx, "first", migration.DualWrite, 0, "ops@test"); err != nil || !d.Accepted {
+		t.Fatalf("first DUAL_WRITE: %+v, %v", d, err)
+	}
+	d, err := c.Request(ctx, "second", migration.DualWrite, 0, "ops@test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Accepted || !strings.Contains(d.Reason, `plan "first" is in DUAL_WRITE`) {
+		t.Fatalf("second DUAL_WRITE while the first migrates: %+v", d)
+	}
+	if d, err := c.Request(ctx, "first", migration.OldOnly, 0, "ops@test"); err != nil || !d.Accepted {
+		t.Fatalf("abandon: %+v, %v", d, err)
+	}
+	if d, err := c.Request(ctx, "second", migration.DualWrite, 0, "ops@test"); err != nil || !d.Accepted {
+		t.Fatalf("second DUAL_WRITE after the first was abandoned: %+v, %v", d, err)
+	}
+}
+
 // A plan is refused with the field at fault; a secret is never part of it.
 func TestPlanValidation(t *testing.T) {
 	t.Parallel()

@@ -30,6 +30,11 @@ func (c *Controller) check(ctx context.Context, tx pgx.Tx, st *State, to Phase, 
 	case from == OldRetired:
 		return fmt.Sprintf("forbidden: %s is final; there is no way back from it", OldRetired), false
 	case from == OldOnly && to == DualWrite:
+		if busy, err := dbsqlc.New().MigrationActiveOther(ctx, tx, st.Plan.Name); err != nil {
+			return "cannot read the other plans: " + err.Error(), false
+		} else if len(busy) > 0 {
+			return fmt.Sprintf("premature: plan %q is in %s; a relay follows one migration at a time", busy[0].Migration, busy[0].Phase), false
+		}
 		return "accepted: the relay writes both channels from this point of the commit order; the old copy is authoritative", true
 	case from == DualWrite && to == OldOnly:
 		return "accepted (abandon): the relay writes the old channel only from this point of the commit order", true

@@ -51,3 +51,17 @@ FROM pg_control_system() s
 ON CONFLICT (slot_name) DO UPDATE SET
     recovering_since = excluded.recovering_since,
     updated_at       = now();
+
+-- name: RelaySlotRoute :one
+-- The newest migration step the relay applied on the slot and the end of its
+-- transaction (see migration 00006). route_seq is NULL for a slot recorded
+-- before the relay followed migrations.
+SELECT route_seq, route_lsn::text AS route_lsn FROM ferry_relay_slot WHERE slot_name = @slot_name::text;
+
+-- name: RelaySlotRouteSet :exec
+-- Records a step applied on the slot: at lsn (the end of the step's
+-- transaction), or with a NULL lsn when it was in effect from the slot's
+-- start.
+UPDATE ferry_relay_slot
+SET route_seq = @route_seq::bigint, route_lsn = pg_lsn(sqlc.narg('route_lsn')::text), updated_at = now()
+WHERE slot_name = @slot_name::text;

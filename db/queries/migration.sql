@@ -29,3 +29,27 @@ RETURNING id, requested_at;
 
 -- name: MigrationRequests :many
 SELECT * FROM ferry_migration_request WHERE migration = @migration ORDER BY id;
+
+-- name: MigrationSerialize :exec
+-- One lock for every plan's requests, so that steps commit in seq order
+-- (the relay tells the steps in effect apart by seq).
+SELECT pg_advisory_xact_lock(7236051611);
+
+-- name: MigrationActiveOther :many
+-- The other plans in the middle of a migration (DUAL_WRITE or CUTOVER): a
+-- relay follows one at a time.
+SELECT s.migration, s.phase FROM ferry_migration_step s
+WHERE s.migration <> @migration
+  AND s.epoch = (SELECT max(epoch) FROM ferry_migration_step t WHERE t.migration = s.migration)
+  AND s.phase IN ('DUAL_WRITE', 'CUTOVER')
+ORDER BY s.migration;
+
+-- name: MigrationStepsThrough :many
+-- Every step up to seq, in commit order: what a relay has applied.
+SELECT migration, epoch, phase, slices, seq FROM ferry_migration_step WHERE seq <= @seq ORDER BY seq;
+
+-- name: MigrationStepNewest :one
+SELECT coalesce(max(seq), 0)::bigint AS seq FROM ferry_migration_step;
+
+-- name: MigrationChannels :many
+SELECT name, old_channel, new_channel FROM ferry_migration;

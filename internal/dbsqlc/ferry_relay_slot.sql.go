@@ -8,6 +8,8 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const relaySlotConfirmed = `-- name: RelaySlotConfirmed :execrows
@@ -123,6 +125,45 @@ type RelaySlotRecoveringParams struct {
 // streams from the slot.
 func (q *Queries) RelaySlotRecovering(ctx context.Context, db DBTX, arg RelaySlotRecoveringParams) error {
 	_, err := db.Exec(ctx, relaySlotRecovering, arg.SlotName, arg.Since)
+	return err
+}
+
+const relaySlotRoute = `-- name: RelaySlotRoute :one
+SELECT route_seq, route_lsn::text AS route_lsn FROM ferry_relay_slot WHERE slot_name = $1::text
+`
+
+type RelaySlotRouteRow struct {
+	RouteSeq pgtype.Int8
+	RouteLsn string
+}
+
+// The newest migration step the relay applied on the slot and the end of its
+// transaction (see migration 00006). route_seq is NULL for a slot recorded
+// before the relay followed migrations.
+func (q *Queries) RelaySlotRoute(ctx context.Context, db DBTX, slotName string) (*RelaySlotRouteRow, error) {
+	row := db.QueryRow(ctx, relaySlotRoute, slotName)
+	var i RelaySlotRouteRow
+	err := row.Scan(&i.RouteSeq, &i.RouteLsn)
+	return &i, err
+}
+
+const relaySlotRouteSet = `-- name: RelaySlotRouteSet :exec
+UPDATE ferry_relay_slot
+SET route_seq = $1::bigint, route_lsn = pg_lsn($2::text), updated_at = now()
+WHERE slot_name = $3::text
+`
+
+type RelaySlotRouteSetParams struct {
+	RouteSeq int64
+	RouteLsn pgtype.Text
+	SlotName string
+}
+
+// Records a step applied on the slot: at lsn (the end of the step's
+// transaction), or with a NULL lsn when it was in effect from the slot's
+// start.
+func (q *Queries) RelaySlotRouteSet(ctx context.Context, db DBTX, arg RelaySlotRouteSetParams) error {
+	_, err := db.Exec(ctx, relaySlotRouteSet, arg.RouteSeq, arg.RouteLsn, arg.SlotName)
 	return err
 }
 

@@ -13,6 +13,71 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const migrationActiveOther = `-- name: MigrationActiveOther :many
+SELECT s.migration, s.phase FROM ferry_migration_step s
+WHERE s.migration <> $1
+  AND s.epoch = (SELECT max(epoch) FROM ferry_migration_step t WHERE t.migration = s.migration)
+  AND s.phase IN ('DUAL_WRITE', 'CUTOVER')
+ORDER BY s.migration
+`
+
+type MigrationActiveOtherRow struct {
+	Migration string
+	Phase     string
+}
+
+// The other plans in the middle of a migration (DUAL_WRITE or CUTOVER): a
+// relay follows one at a time.
+func (q *Queries) MigrationActiveOther(ctx context.Context, db DBTX, migration string) ([]*MigrationActiveOtherRow, error) {
+	rows, err := db.Query(ctx, migrationActiveOther, migration)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*MigrationActiveOtherRow
+	for rows.Next() {
+		var i MigrationActiveOtherRow
+		if err := rows.Scan(&i.Migration, &i.Phase); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const migrationChannels = `-- name: MigrationChannels :many
+SELECT name, old_channel, new_channel FROM ferry_migration
+`
+
+type MigrationChannelsRow struct {
+	Name       string
+	OldChannel json.RawMessage
+	NewChannel json.RawMessage
+}
+
+func (q *Queries) MigrationChannels(ctx context.Context, db DBTX) ([]*MigrationChannelsRow, error) {
+	rows, err := db.Query(ctx, migrationChannels)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*MigrationChannelsRow
+	for rows.Next() {
+		var i MigrationChannelsRow
+		if err := rows.Scan(&i.Name, &i.OldChannel, &i.NewChannel); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const migrationCreate = `-- name: MigrationCreate :exec
 INSERT INTO ferry_migration (name, old_channel, new_channel, groups, created_by)
 VALUES ($1, $2, $3, $4, $5)
@@ -171,8 +236,19 @@ func (q *Queries) MigrationRequests(ctx context.Context, db DBTX, migration stri
 	return items, nil
 }
 
+const migrationSerialize = `-- name: MigrationSerialize :exec
+SELECT pg_advisory_xact_lock(7236051611)
+`
+
+// One lock for every plan's requests, so that steps commit in seq order
+// (the relay tells the steps in effect apart by seq).
+func (q *Queries) MigrationSerialize(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, migrationSerialize)
+	return err
+}
+
 const migrationStepCurrent = `-- name: MigrationStepCurrent :one
-SELECT migration, epoch, phase, slices, request_id, created_at FROM ferry_migration_step WHERE migration = $1 ORDER BY epoch DESC LIMIT 1
+SELECT migration, epoch, phase, slices, request_id, created_at, seq FROM ferry_migration_step WHERE migration = $1 ORDER BY epoch DESC LIMIT 1
 `
 
 func (q *Queries) MigrationStepCurrent(ctx context.Context, db DBTX, migration string) (*FerryMigrationStep, error) {
@@ -185,6 +261,7 @@ func (q *Queries) MigrationStepCurrent(ctx context.Context, db DBTX, migration s
 		&i.Slices,
 		&i.RequestID,
 		&i.CreatedAt,
+		&i.Seq,
 	)
 	return &i, err
 }
@@ -213,8 +290,19 @@ func (q *Queries) MigrationStepInsert(ctx context.Context, db DBTX, arg Migratio
 	return err
 }
 
+const migrationStepNewest = `-- name: MigrationStepNewest :one
+SELECT coalesce(max(seq), 0)::bigint AS seq FROM ferry_migration_step
+`
+
+func (q *Queries) MigrationStepNewest(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, migrationStepNewest)
+	var seq int64
+	err := row.Scan(&seq)
+	return seq, err
+}
+
 const migrationSteps = `-- name: MigrationSteps :many
-SELECT migration, epoch, phase, slices, request_id, created_at FROM ferry_migration_step WHERE migration = $1 ORDER BY epoch
+SELECT migration, epoch, phase, slices, request_id, created_at, seq FROM ferry_migration_step WHERE migration = $1 ORDER BY epoch
 `
 
 func (q *Queries) MigrationSteps(ctx context.Context, db DBTX, migration string) ([]*FerryMigrationStep, error) {
@@ -233,6 +321,46 @@ func (q *Queries) MigrationSteps(ctx context.Context, db DBTX, migration string)
 			&i.Slices,
 			&i.RequestID,
 			&i.CreatedAt,
+			&i.Seq,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const migrationStepsThrough = `-- name: MigrationStepsThrough :many
+SELECT migration, epoch, phase, slices, seq FROM ferry_migration_step WHERE seq <= $1 ORDER BY seq
+`
+
+type MigrationStepsThroughRow struct {
+	Migration string
+	Epoch     int32
+	Phase     string
+	Slices    int32
+	Seq       int64
+}
+
+// Every step up to seq, in commit order: what a relay has applied.
+func (q *Queries) MigrationStepsThrough(ctx context.Context, db DBTX, seq int64) ([]*MigrationStepsThroughRow, error) {
+	rows, err := db.Query(ctx, migrationStepsThrough, seq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*MigrationStepsThroughRow
+	for rows.Next() {
+		var i MigrationStepsThroughRow
+		if err := rows.Scan(
+			&i.Migration,
+			&i.Epoch,
+			&i.Phase,
+			&i.Slices,
+			&i.Seq,
 		); err != nil {
 			return nil, err
 		}

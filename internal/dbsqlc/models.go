@@ -41,6 +41,7 @@ type FerryMigrationStep struct {
 	Slices    int32
 	RequestID pgtype.Int8
 	CreatedAt time.Time
+	Seq       int64
 }
 
 type FerryRelaySlot struct {
@@ -52,6 +53,8 @@ type FerryRelaySlot struct {
 	ConfirmedCommitAt *time.Time
 	RecoveringSince   *time.Time
 	UpdatedAt         time.Time
+	RouteSeq          pgtype.Int8
+	RouteLsn          *string
 }
 
 type Inbox struct {
