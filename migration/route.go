@@ -1,7 +1,9 @@
 package migration
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -64,25 +66,66 @@ func (s Step) Route(aggregateID []byte) []Copy {
 	return []Copy{{OldSide, Authoritative}}
 }
 
+// Authority returns the side whose copy of an event in slice is
+// authoritative under s.
+func (s Step) Authority(slice int) Side {
+	switch s.Phase {
+	case Cutover:
+		if slice < s.Slices {
+			return NewSide
+		}
+	case OldRetired:
+		return NewSide
+	}
+	return OldSide
+}
+
+// History is a plan's accepted steps in epoch order, from its creation.
+type History []Step
+
+// Since returns the epoch from which the side authoritative for slice under
+// the newest step has been so without a break: 0 when it always was (from
+// the plan's creation). A consumer applies an authoritative copy stamped
+// with Since e > 0 only once it has passed a fence of epoch e or later on
+// every partition of the other side's topic (Stamp.Peer): every copy the
+// other side held authority for was written before that fence.
+func (h History) Since(slice int) int {
+	if len(h) == 0 {
+		return 0
+	}
+	cur := h[len(h)-1].Authority(slice)
+	for i := len(h) - 1; i > 0; i-- {
+		if h[i-1].Authority(slice) != cur {
+			return h[i].Epoch
+		}
+	}
+	return 0
+}
+
 // HeaderRoute names the route stamp every record of a migration carries
 // (in Ferry's reserved namespace, so no event can forge it).
 const HeaderRoute = "ferry.route"
 
 // Stamp is a record's route: which plan and step routed it, its slice,
-// the channel it was written to and its role there.
+// the channel it was written to and its role there. An authoritative copy
+// whose slice's authority moved to its side at epoch Since (> 0) names in
+// Peer the topic of the same event on the other side, whose fences a
+// consumer must pass before it applies the copy (History.Since).
 type Stamp struct {
 	Plan  string
 	Epoch int
 	Slice int
 	Side  Side
 	Role  Role
+	Since int
+	Peer  string
 }
 
 // String renders the stamp as HeaderRoute's value:
-// "plan=move-1;epoch=3;slice=17;side=new;role=authoritative".
+// "plan=move-1;epoch=3;slice=17;side=new;role=authoritative;since=3;peer=orders".
 func (st Stamp) String() string {
 	return "plan=" + st.Plan + ";epoch=" + strconv.Itoa(st.Epoch) + ";slice=" + strconv.Itoa(st.Slice) +
-		";side=" + string(st.Side) + ";role=" + string(st.Role)
+		";side=" + string(st.Side) + ";role=" + string(st.Role) + ";since=" + strconv.Itoa(st.Since) + ";peer=" + st.Peer
 }
 
 // ParseStamp reads a HeaderRoute value. It is strict: every field once, in
@@ -90,45 +133,133 @@ func (st Stamp) String() string {
 // problem, since a consumer acts on it.
 func ParseStamp(v string) (Stamp, error) {
 	var st Stamp
+	err := parseFields("route stamp", v, []string{"plan", "epoch", "slice", "side", "role", "since", "peer"}, func(k, val string) error {
+		var err error
+		switch k {
+		case "plan":
+			st.Plan, err = parsePlanName(val)
+		case "epoch":
+			st.Epoch, err = parseCount(val, -1)
+		case "slice":
+			st.Slice, err = parseCount(val, Slices)
+		case "side":
+			st.Side, err = parseSide(val)
+		case "role":
+			if Role(val) != Authoritative && Role(val) != Shadow {
+				return fmt.Errorf("%q (want authoritative or shadow)", val)
+			}
+			st.Role = Role(val)
+		case "since":
+			st.Since, err = parseCount(val, -1)
+		case "peer":
+			if val != "" && !topicName.MatchString(val) {
+				return fmt.Errorf("%q is not a topic name", val)
+			}
+			st.Peer = val
+		}
+		return err
+	})
+	if err == nil && st.Since > st.Epoch {
+		err = fmt.Errorf("migration: route stamp %q: since %d is after epoch %d", v, st.Since, st.Epoch)
+	}
+	if err == nil && (st.Since > 0) != (st.Peer != "") {
+		err = fmt.Errorf("migration: route stamp %q: since and peer go together", v)
+	}
+	return st, err
+}
+
+// HeaderFence names a fence record's header. At the first event of each
+// topic under a step, the relay writes a fence to every partition of the
+// topic on each channel it writes (before the event), so a consumer that
+// passed a partition's fence of epoch e has seen every record the relay
+// wrote there under earlier steps. A fence has no key, no value and no id:
+// a consumer records it as passed and applies nothing.
+const HeaderFence = "ferry.fence"
+
+// Fence is a fence record's meaning: written for plan's step epoch, on
+// side, to each of the topic's Partitions partitions.
+type Fence struct {
+	Plan       string
+	Epoch      int
+	Side       Side
+	Partitions int
+}
+
+// String renders the fence as HeaderFence's value:
+// "plan=move-1;epoch=3;side=old;partitions=6".
+func (f Fence) String() string {
+	return "plan=" + f.Plan + ";epoch=" + strconv.Itoa(f.Epoch) + ";side=" + string(f.Side) +
+		";partitions=" + strconv.Itoa(f.Partitions)
+}
+
+// ParseFence reads a HeaderFence value, as strictly as ParseStamp.
+func ParseFence(v string) (Fence, error) {
+	var f Fence
+	err := parseFields("fence", v, []string{"plan", "epoch", "side", "partitions"}, func(k, val string) error {
+		var err error
+		switch k {
+		case "plan":
+			f.Plan, err = parsePlanName(val)
+		case "epoch":
+			f.Epoch, err = parseCount(val, -1)
+		case "side":
+			f.Side, err = parseSide(val)
+		case "partitions":
+			f.Partitions, err = parseCount(val, -1)
+			if err == nil && f.Partitions == 0 {
+				err = errors.New("0 (want at least 1)")
+			}
+		}
+		return err
+	})
+	return f, err
+}
+
+// topicName is a legal Kafka topic name.
+var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// parseFields splits v into want's "key=value" fields, in order, and hands
+// each to set; an error names what and v.
+func parseFields(what, v string, want []string, set func(k, val string) error) error {
 	fields := strings.Split(v, ";")
-	want := []string{"plan", "epoch", "slice", "side", "role"}
 	if len(fields) != len(want) {
-		return st, fmt.Errorf("migration: route stamp %q: want %d fields (%s)", v, len(want), strings.Join(want, ";"))
+		return fmt.Errorf("migration: %s %q: want %d fields (%s)", what, v, len(want), strings.Join(want, ";"))
 	}
 	for i, f := range fields {
 		k, val, ok := strings.Cut(f, "=")
 		if !ok || k != want[i] {
-			return st, fmt.Errorf("migration: route stamp %q: field %d is %q, want %s=", v, i+1, f, want[i])
+			return fmt.Errorf("migration: %s %q: field %d is %q, want %s=", what, v, i+1, f, want[i])
 		}
-		switch k {
-		case "plan":
-			if !planName.MatchString(val) {
-				return st, fmt.Errorf("migration: route stamp %q: plan %q is not a plan name", v, val)
-			}
-			st.Plan = val
-		case "epoch":
-			n, err := strconv.Atoi(val)
-			if err != nil || n < 0 || val != strconv.Itoa(n) {
-				return st, fmt.Errorf("migration: route stamp %q: epoch %q", v, val)
-			}
-			st.Epoch = n
-		case "slice":
-			n, err := strconv.Atoi(val)
-			if err != nil || n < 0 || n >= Slices || val != strconv.Itoa(n) {
-				return st, fmt.Errorf("migration: route stamp %q: slice %q (want 0 to %d)", v, val, Slices-1)
-			}
-			st.Slice = n
-		case "side":
-			if Side(val) != OldSide && Side(val) != NewSide {
-				return st, fmt.Errorf("migration: route stamp %q: side %q (want old or new)", v, val)
-			}
-			st.Side = Side(val)
-		case "role":
-			if Role(val) != Authoritative && Role(val) != Shadow {
-				return st, fmt.Errorf("migration: route stamp %q: role %q (want authoritative or shadow)", v, val)
-			}
-			st.Role = Role(val)
+		if err := set(k, val); err != nil {
+			return fmt.Errorf("migration: %s %q: %s %w", what, v, k, err)
 		}
 	}
-	return st, nil
+	return nil
+}
+
+func parsePlanName(val string) (string, error) {
+	if !planName.MatchString(val) {
+		return "", fmt.Errorf("%q is not a plan name", val)
+	}
+	return val, nil
+}
+
+// parseCount reads a canonical non-negative integer below limit (no limit
+// when limit < 0).
+func parseCount(val string, limit int) (int, error) {
+	n, err := strconv.Atoi(val)
+	if err != nil || n < 0 || val != strconv.Itoa(n) || (limit >= 0 && n >= limit) {
+		if limit >= 0 {
+			return 0, fmt.Errorf("%q (want 0 to %d)", val, limit-1)
+		}
+		return 0, fmt.Errorf("%q (want a number from 0)", val)
+	}
+	return n, nil
+}
+
+func parseSide(val string) (Side, error) {
+	if Side(val) != OldSide && Side(val) != NewSide {
+		return "", fmt.Errorf("%q (want old or new)", val)
+	}
+	return Side(val), nil
 }

@@ -46,34 +46,94 @@ func TestRouteFollowsThePhaseAndTheSlice(t *testing.T) {
 // field at fault.
 func TestStampRoundTripAndStrictParse(t *testing.T) {
 	t.Parallel()
-	st := migration.Stamp{Plan: "move-1", Epoch: 3, Slice: 127, Side: migration.NewSide, Role: migration.Shadow}
-	got, err := migration.ParseStamp(st.String())
-	if err != nil || got != st {
-		t.Fatalf("ParseStamp(%q) = %+v, %v", st.String(), got, err)
+	for _, st := range []migration.Stamp{
+		{Plan: "move-1", Epoch: 3, Slice: 127, Side: migration.NewSide, Role: migration.Shadow},
+		{Plan: "move-1", Epoch: 5, Slice: 2, Side: migration.NewSide, Role: migration.Authoritative, Since: 4, Peer: "outbox.event.order"},
+	} {
+		got, err := migration.ParseStamp(st.String())
+		if err != nil || got != st {
+			t.Fatalf("ParseStamp(%q) = %+v, %v", st.String(), got, err)
+		}
 	}
 	for bad, names := range map[string]string{
 		"": "fields",
-		"plan=move-1;epoch=3;slice=128;side=new;role=shadow":   "slice",
-		"plan=move-1;epoch=-1;slice=1;side=new;role=shadow":    "epoch",
-		"plan=move-1;epoch=03;slice=1;side=new;role=shadow":    "epoch",
-		"plan=Move;epoch=3;slice=1;side=new;role=shadow":       "plan",
-		"plan=move-1;epoch=3;slice=1;side=middle;role=shadow":  "side",
-		"plan=move-1;epoch=3;slice=1;side=new;role=applied":    "role",
-		"epoch=3;plan=move-1;slice=1;side=new;role=shadow":     "field 1",
-		"plan=move-1;epoch=3;slice=1;side=new;role=shadow;x=1": "fields",
+		"plan=move-1;epoch=3;slice=128;side=new;role=shadow;since=0;peer=":         "slice",
+		"plan=move-1;epoch=-1;slice=1;side=new;role=shadow;since=0;peer=":          "epoch",
+		"plan=move-1;epoch=03;slice=1;side=new;role=shadow;since=0;peer=":          "epoch",
+		"plan=Move;epoch=3;slice=1;side=new;role=shadow;since=0;peer=":             "plan",
+		"plan=move-1;epoch=3;slice=1;side=middle;role=shadow;since=0;peer=":        "side",
+		"plan=move-1;epoch=3;slice=1;side=new;role=applied;since=0;peer=":          "role",
+		"epoch=3;plan=move-1;slice=1;side=new;role=shadow;since=0;peer=":           "field 1",
+		"plan=move-1;epoch=3;slice=1;side=new;role=shadow;since=0;peer=;x=1":       "fields",
+		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=4;peer=t":   "since 4 is after epoch 3",
+		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=":    "since and peer go together",
+		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=a b": "peer",
 	} {
-		if _, err := migration.ParseStamp(bad); err == nil || !strings.Contains(err.Error(), names) {
+		_, err := migration.ParseStamp(bad)
+		if err == nil {
+			t.Errorf("ParseStamp(%q) accepted", bad)
+			continue
+		}
+		if problem := err.Error()[strings.Index(err.Error(), bad)+len(bad):]; !strings.Contains(problem, names) {
 			t.Errorf("ParseStamp(%q) = %v, want an error naming %s", bad, err, names)
 		}
+	}
+}
+
+// A fence reads back as written; a malformed one is refused.
+func TestFenceRoundTripAndStrictParse(t *testing.T) {
+	t.Parallel()
+	f := migration.Fence{Plan: "move-1", Epoch: 4, Side: migration.OldSide, Partitions: 6}
+	if got, err := migration.ParseFence(f.String()); err != nil || got != f {
+		t.Fatalf("ParseFence(%q) = %+v, %v", f.String(), got, err)
+	}
+	for _, bad := range []string{"", "plan=move-1;epoch=4;side=old;partitions=0", "plan=move-1;epoch=4;side=old",
+		"plan=move-1;epoch=x;side=old;partitions=6", "plan=move-1;epoch=4;side=both;partitions=6"} {
+		if _, err := migration.ParseFence(bad); err == nil {
+			t.Errorf("ParseFence(%q) accepted", bad)
+		}
+	}
+}
+
+// Since is the epoch at which the current authority of a slice began: a
+// cutover, a rollback and a cutover again each start a new run; a slice
+// that never moved has always been on the old side (0).
+func TestHistorySinceFollowsEveryMoveOfASlice(t *testing.T) {
+	t.Parallel()
+	h := migration.History{
+		{Epoch: 0, Phase: migration.OldOnly},
+		{Epoch: 1, Phase: migration.DualWrite},
+		{Epoch: 2, Phase: migration.Cutover, Slices: 6},
+		{Epoch: 3, Phase: migration.DualWrite},
+		{Epoch: 4, Phase: migration.Cutover, Slices: 6},
+		{Epoch: 5, Phase: migration.Cutover, Slices: migration.Slices},
+		{Epoch: 6, Phase: migration.OldRetired},
+	}
+	for _, tc := range []struct{ through, slice, want int }{
+		{1, 3, 0},   // dual write: old all along
+		{2, 3, 2},   // moved by the first cutover
+		{2, 100, 0}, // not moved
+		{3, 3, 3},   // rolled back: old again since 3
+		{4, 3, 4},   // moved again
+		{5, 100, 5}, // moved by the last cutover step
+		{6, 3, 4},   // retirement moves nothing
+		{6, 100, 5},
+	} {
+		if got := h[:tc.through+1].Since(tc.slice); got != tc.want {
+			t.Errorf("through epoch %d, slice %d: since %d, want %d", tc.through, tc.slice, got, tc.want)
+		}
+	}
+	if got := (migration.History{}).Since(1); got != 0 {
+		t.Errorf("empty history: since %d", got)
 	}
 }
 
 // The stamp is outside input to a consumer: any value parses or is
 // refused, never panics, and what parses renders back to itself.
 func FuzzParseStamp(f *testing.F) {
-	f.Add("plan=move-1;epoch=3;slice=17;side=new;role=authoritative")
-	f.Add("plan=a;epoch=0;slice=0;side=old;role=shadow")
-	f.Add("plan=;epoch=;slice=;side=;role=")
+	f.Add("plan=move-1;epoch=3;slice=17;side=new;role=authoritative;since=3;peer=orders")
+	f.Add("plan=a;epoch=0;slice=0;side=old;role=shadow;since=0;peer=")
+	f.Add("plan=;epoch=;slice=;side=;role=;since=;peer=")
 	f.Fuzz(func(t *testing.T, v string) {
 		st, err := migration.ParseStamp(v)
 		if err != nil {
