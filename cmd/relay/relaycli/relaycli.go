@@ -28,6 +28,18 @@ Usage:
                                    (with the events quarantined behind them, in order)
   relay quarantine discard --id ID|--all
                                    delete quarantined events for good: never published
+  relay migration create NAME --old-brokers H:P --old-topic-template T
+                   --new-brokers H:P --new-topic-template T --groups G[,G...]
+                                   record a live broker migration plan, in OLD_ONLY
+                                   (TLS and SASL: --old-tls, --new-sasl-mechanism, ...;
+                                   a SASL password by the name of its variable only:
+                                   --new-sasl-password-env VAR)
+  relay migration list             every plan: phase, slices moved, epoch, since
+  relay migration status NAME      a plan's phase, channels, groups and last requests
+  relay migration request NAME PHASE [--slices K]
+                                   ask to move a plan to OLD_ONLY, DUAL_WRITE, CUTOVER or
+                                   OLD_RETIRED; recorded either way, exit 1 when rejected
+  relay migration history NAME     every request of a plan: who, when, from, to, why
   relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
                                    the publication and slot (--no-slot: schema only);
                                    down rolls back one, with --yes
@@ -46,6 +58,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"recover":    runRecover,
 		"quarantine": runQuarantine,
 		"migrate":    runMigrate,
+		"migration":  runMigration,
 	}, args, stdout, stderr)
 }
 

@@ -1,0 +1,444 @@
+package relaycli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/migration"
+)
+
+// migrationVerbs are the subcommands of `relay migration`.
+var migrationVerbs = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"create":  migrationCreate,
+	"list":    migrationList,
+	"status":  migrationStatus,
+	"request": migrationRequest,
+	"history": migrationHistory,
+}
+
+// migrationTimeout bounds one command: a request may wait for the lock a
+// relay holds while it creates its slot, but never forever.
+const migrationTimeout = 30 * time.Second
+
+// timeFormat is how the tables show a time, as `relay quarantine list` does.
+const timeFormat = "2006-01-02 15:04:05Z07:00"
+
+// lastRequests is how many requests `relay migration status` shows.
+const lastRequests = 5
+
+func runMigration(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || migrationVerbs[args[0]] == nil {
+		return cli.Usagef("want `relay migration create NAME ...`, `list`, `status NAME`, `request NAME PHASE [--slices K]` " +
+			"or `history NAME` (`relay migration VERB -h` lists its flags)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
+	defer cancel()
+	return migrationVerbs[args[0]](ctx, args[1:], stdout, stderr)
+}
+
+// migrationFlags starts the flag set of `relay migration verb`, which takes
+// exactly the arguments named in args ("NAME", "PHASE").
+func migrationFlags(verb string, stderr io.Writer, b *cli.Base, args ...string) *cli.Flags {
+	f := cli.NewFlags("relay migration "+verb, stderr)
+	b.Register(f)
+	f.TakesArgs(len(args))
+	return f
+}
+
+// parseArgs parses the command line and checks that every argument named
+// in want is there.
+func parseArgs(f *cli.Flags, b *cli.Base, args []string, stderr io.Writer, want ...string) error {
+	if _, err := b.Parse(f, args, stderr); err != nil {
+		return err
+	}
+	if f.NArg() < len(want) {
+		return cli.Usagef("%s needs %s", f.Name(), strings.Join(want, " "))
+	}
+	return nil
+}
+
+// controller opens the database and the controller on it, and returns
+// what closes the database.
+func controller(ctx context.Context, b *cli.Base) (*migration.Controller, func(), error) {
+	pool, err := b.DB.Pool(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Evidence: the consumer groups' reports plug in here; nil rejects CUTOVER and OLD_RETIRED.
+	return &migration.Controller{DB: pool}, pool.Close, nil
+}
+
+// byFlag registers --by, who asks, recorded with what it asks.
+func byFlag(f *cli.Flags) *string {
+	return f.FlagSet.String("by", whoami(), "who asks, recorded with the request")
+}
+
+// checkBy refuses an empty --by.
+func checkBy(by string) error {
+	if strings.TrimSpace(by) == "" {
+		return cli.Usagef("--by is empty: name who asks (it defaults to user@host)")
+	}
+	return nil
+}
+
+// whoami is the default of --by: "user@host", never empty.
+func whoami() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "uid" + strconv.Itoa(os.Getuid())
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		return name + "@" + host
+	}
+	return name
+}
+
+// channelFlags are the --old-* or --new-* settings of `relay migration
+// create`: one channel. They are registered on the FlagSet itself, so no
+// FERRY_* variable sets them: they belong to one plan, not to a binary.
+type channelFlags struct {
+	side            string // "old" or "new"
+	brokers         string
+	topicTemplate   string
+	tls             bool
+	tlsCAFile       string
+	tlsCertFile     string
+	tlsKeyFile      string
+	saslMechanism   string
+	saslUsername    string
+	saslPasswordEnv string
+}
+
+func (c *channelFlags) register(f *cli.Flags, side string) {
+	c.side = side
+	fs := f.FlagSet
+	fs.StringVar(&c.brokers, side+"-brokers", "", "the "+side+" channel's seed brokers, host:port[,host:port] (required)")
+	fs.StringVar(&c.topicTemplate, side+"-topic-template", "", "the "+side+" channel's topic template, such as outbox.event.{aggregate_type} (required)")
+	fs.BoolVar(&c.tls, side+"-tls", false, "reach the "+side+" channel with TLS")
+	fs.StringVar(&c.tlsCAFile, side+"-tls-ca-file", "", "PEM file of CAs that sign the "+side+" brokers' certificates, on the relay's host")
+	fs.StringVar(&c.tlsCertFile, side+"-tls-cert-file", "", "PEM client certificate for mutual TLS with the "+side+" channel")
+	fs.StringVar(&c.tlsKeyFile, side+"-tls-key-file", "", "PEM client key for mutual TLS with the "+side+" channel")
+	fs.StringVar(&c.saslMechanism, side+"-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	fs.StringVar(&c.saslUsername, side+"-sasl-username", "", "SASL user on the "+side+" channel")
+	fs.StringVar(&c.saslPasswordEnv, side+"-sasl-password-env", "", "the NAME of the environment variable holding the "+
+		side+" channel's SASL password wherever the plan is used; the password itself is never given nor stored")
+}
+
+// envName is a variable name, as migration.Plan wants for a password
+// variable. Checked here too, so that a password given by mistake is
+// refused by flag without being repeated.
+var envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+
+// channel checks the settings by flag name and returns the channel.
+func (c *channelFlags) channel() (migration.Channel, error) {
+	flag := func(name string) string { return "--" + c.side + "-" + name }
+	ch := migration.Channel{Brokers: splitList(c.brokers), TopicTemplate: c.topicTemplate, TLS: c.tls,
+		TLSCAFile: c.tlsCAFile, TLSCertFile: c.tlsCertFile, TLSKeyFile: c.tlsKeyFile,
+		SASLMechanism: strings.ToUpper(c.saslMechanism), SASLUsername: c.saslUsername, SASLPasswordEnv: c.saslPasswordEnv}
+	if len(ch.Brokers) == 0 {
+		return ch, cli.Usagef("%s is required: host:port[,host:port]", flag("brokers"))
+	}
+	for _, b := range ch.Brokers {
+		if !strings.Contains(b, ":") {
+			return ch, cli.Usagef("%s: %q is not host:port", flag("brokers"), b)
+		}
+	}
+	if ch.TopicTemplate == "" {
+		return ch, cli.Usagef("%s is required", flag("topic-template"))
+	}
+	if !ch.TLS && (ch.TLSCAFile != "" || ch.TLSCertFile != "" || ch.TLSKeyFile != "") {
+		return ch, cli.Usagef("%s settings need %s", flag("tls-*"), flag("tls"))
+	}
+	if (ch.TLSCertFile == "") != (ch.TLSKeyFile == "") {
+		return ch, cli.Usagef("%s and %s go together", flag("tls-cert-file"), flag("tls-key-file"))
+	}
+	switch ch.SASLMechanism {
+	case "":
+		if ch.SASLUsername != "" || ch.SASLPasswordEnv != "" {
+			return ch, cli.Usagef("%s and %s need %s", flag("sasl-username"), flag("sasl-password-env"), flag("sasl-mechanism"))
+		}
+		return ch, nil
+	case cli.SASLPlain, cli.SASLScramSHA256, cli.SASLScramSHA512:
+	default:
+		return ch, cli.Usagef("%s %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", flag("sasl-mechanism"), c.saslMechanism)
+	}
+	switch {
+	case ch.SASLUsername == "":
+		return ch, cli.Usagef("%s %s needs %s", flag("sasl-mechanism"), ch.SASLMechanism, flag("sasl-username"))
+	case ch.SASLPasswordEnv == "":
+		return ch, cli.Usagef("%s %s needs %s: the name of the environment variable that holds the password",
+			flag("sasl-mechanism"), ch.SASLMechanism, flag("sasl-password-env"))
+	case !envName.MatchString(ch.SASLPasswordEnv):
+		// Never repeat the value: it may be the password itself.
+		return ch, cli.Usagef("%s takes the NAME of an environment variable (A-Z, 0-9, _, such as FERRY_%s_SASL_PASSWORD), "+
+			"never the password; the value given is not one", flag("sasl-password-env"), strings.ToUpper(c.side))
+	}
+	return ch, nil
+}
+
+// splitList splits a comma-separated list, leaving out empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func migrationCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var b cli.Base
+	f := migrationFlags("create", stderr, &b, "NAME")
+	var old, nw channelFlags
+	old.register(f, "old")
+	nw.register(f, "new")
+	groups := f.FlagSet.String("groups", "", "the consumer groups that must follow, g1,g2 (required)")
+	by := byFlag(f)
+	if err := parseArgs(f, &b, args, stderr, "NAME"); err != nil {
+		return err
+	}
+	p := migration.Plan{Name: f.Arg(0), Groups: splitList(*groups)}
+	var err error
+	if p.Old, err = old.channel(); err != nil {
+		return err
+	}
+	if p.New, err = nw.channel(); err != nil {
+		return err
+	}
+	if len(p.Groups) == 0 {
+		return cli.Usagef("--groups is required: the consumer groups that must follow, g1,g2")
+	}
+	if err := checkBy(*by); err != nil {
+		return err
+	}
+	target, err := b.DB.Target()
+	if err != nil {
+		return err
+	}
+	c, closeDB, err := controller(ctx, &b)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	fmt.Fprintln(stdout, target)
+	if err := c.Create(ctx, p, *by); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "created plan %s in %s (epoch 0), by %s\nnext: relay migration request %s %s\n",
+		p.Name, migration.OldOnly, cli.Cell(*by, 100), p.Name, migration.DualWrite)
+	return nil
+}
+
+func migrationList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var b cli.Base
+	f := migrationFlags("list", stderr, &b)
+	if err := parseArgs(f, &b, args, stderr); err != nil {
+		return err
+	}
+	c, closeDB, err := controller(ctx, &b)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	plans, err := c.List(ctx)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tPHASE\tSLICES\tEPOCH\tSINCE")
+	for _, st := range plans {
+		fmt.Fprintf(w, "%s\t%s\t%d/%d\t%d\t%s\n", cli.Cell(st.Plan.Name, 100), cli.Cell(string(st.Phase), 20),
+			st.Slices, migration.Slices, st.Epoch, st.Since.Format(timeFormat))
+	}
+	return w.Flush()
+}
+
+func migrationStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var b cli.Base
+	f := migrationFlags("status", stderr, &b, "NAME")
+	if err := parseArgs(f, &b, args, stderr, "NAME"); err != nil {
+		return err
+	}
+	c, closeDB, err := controller(ctx, &b)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	st, err := state(ctx, c, f.Arg(0))
+	if err != nil {
+		return err
+	}
+	hist, err := c.History(ctx, st.Plan.Name)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "plan\t%s\n", cli.Cell(st.Plan.Name, 100))
+	fmt.Fprintf(w, "phase\t%s\n", cli.Cell(string(st.Phase), 20))
+	fmt.Fprintf(w, "slices\t%d of %d moved\n", st.Slices, migration.Slices)
+	fmt.Fprintf(w, "epoch\t%d\n", st.Epoch)
+	fmt.Fprintf(w, "since\t%s\n", st.Since.Format(timeFormat))
+	for _, side := range []struct {
+		name string
+		ch   migration.Channel
+	}{{"old", st.Plan.Old}, {"new", st.Plan.New}} {
+		for _, line := range channelLines(side.ch) {
+			fmt.Fprintf(w, "%s\t%s\n", side.name, line)
+		}
+	}
+	groups := make([]string, len(st.Plan.Groups))
+	for i, g := range st.Plan.Groups {
+		groups[i] = cli.Cell(g, 100)
+	}
+	fmt.Fprintf(w, "groups\t%s\n", strings.Join(groups, ", "))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nrequests (the last %d of %d):\n", min(lastRequests, len(hist)), len(hist))
+	return requestTable(stdout, hist[max(0, len(hist)-lastRequests):])
+}
+
+// channelLines describe a channel, a setting a line. The SASL password
+// shows as the name of its variable, which is all a plan holds.
+func channelLines(ch migration.Channel) []string {
+	lines := []string{
+		"brokers " + cli.Cell(strings.Join(ch.Brokers, ","), 200),
+		"topic template " + cli.Cell(ch.TopicTemplate, 200),
+	}
+	tls := "tls off"
+	if ch.TLS {
+		tls = "tls on"
+		for _, file := range []struct{ name, path string }{
+			{"ca file", ch.TLSCAFile}, {"client cert", ch.TLSCertFile}, {"client key", ch.TLSKeyFile}} {
+			if file.path != "" {
+				tls += ", " + file.name + " " + cli.Cell(file.path, 200)
+			}
+		}
+	}
+	sasl := "sasl off"
+	if ch.SASLMechanism != "" {
+		sasl = fmt.Sprintf("sasl %s, user %s, password from $%s", cli.Cell(ch.SASLMechanism, 20),
+			cli.Cell(ch.SASLUsername, 100), cli.Cell(ch.SASLPasswordEnv, 100))
+	}
+	return append(lines, tls, sasl)
+}
+
+func migrationRequest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var b cli.Base
+	f := migrationFlags("request", stderr, &b, "NAME", "PHASE")
+	// Any number: what a phase takes is the controller's to decide, and its
+	// refusal is recorded.
+	slices := f.FlagSet.Int("slices", 0, "slices moved to the new channel, for "+string(migration.Cutover)+" (1 to 128)")
+	by := byFlag(f)
+	if err := parseArgs(f, &b, args, stderr, "NAME", "PHASE"); err != nil {
+		return err
+	}
+	to, err := migration.ParsePhase(strings.ToUpper(f.Arg(1)))
+	if err != nil {
+		return cli.Usagef("PHASE %q: want %s, %s, %s or %s", f.Arg(1),
+			migration.OldOnly, migration.DualWrite, migration.Cutover, migration.OldRetired)
+	}
+	if err := checkBy(*by); err != nil {
+		return err
+	}
+	target, err := b.DB.Target()
+	if err != nil {
+		return err
+	}
+	c, closeDB, err := controller(ctx, &b)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	fmt.Fprintln(stdout, target)
+	d, err := c.Request(ctx, f.Arg(0), to, *slices, *by)
+	if errors.Is(err, migration.ErrNotFound) {
+		return fmt.Errorf("%w (`relay migration list` shows the plans)", err)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "request %d: %s -> %s, by %s\n", d.ID, phaseText(d.From, d.FromSlices), phaseText(d.To, d.ToSlices), cli.Cell(d.By, 100))
+	reason := cli.Cell(d.Reason, 500)
+	if !d.Accepted {
+		fmt.Fprintf(stdout, "rejected (epoch %d unchanged): %s\n", d.Epoch, reason)
+		// A rejection is recorded, not a failure to decide; it still exits
+		// 1 so that a script goes no further.
+		return fmt.Errorf("request %d rejected: %s", d.ID, reason)
+	}
+	fmt.Fprintf(stdout, "accepted, epoch %d: %s\n", d.Epoch, reason)
+	return nil
+}
+
+func migrationHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var b cli.Base
+	f := migrationFlags("history", stderr, &b, "NAME")
+	if err := parseArgs(f, &b, args, stderr, "NAME"); err != nil {
+		return err
+	}
+	c, closeDB, err := controller(ctx, &b)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	// History of an unknown name is empty: say the plan is unknown instead.
+	st, err := state(ctx, c, f.Arg(0))
+	if err != nil {
+		return err
+	}
+	hist, err := c.History(ctx, st.Plan.Name)
+	if err != nil {
+		return err
+	}
+	return requestTable(stdout, hist)
+}
+
+// state reads the plan name, pointing at `list` when there is none.
+func state(ctx context.Context, c *migration.Controller, name string) (*migration.State, error) {
+	st, err := c.State(ctx, name)
+	if errors.Is(err, migration.ErrNotFound) {
+		return nil, fmt.Errorf("%w (`relay migration list` shows the plans)", err)
+	}
+	return st, err
+}
+
+// requestTable prints recorded requests, oldest first. Who asked and why
+// the controller decided as it did (a consumer group's report, in time) are
+// escaped.
+func requestTable(stdout io.Writer, hist []migration.Decision) error {
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tAT\tBY\tFROM\tTO\tDECISION\tREASON")
+	for _, d := range hist {
+		decision := "rejected"
+		if d.Accepted {
+			decision = "accepted"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.At.Format(timeFormat), cli.Cell(d.By, 100),
+			phaseText(d.From, d.FromSlices), phaseText(d.To, d.ToSlices), decision, cli.Cell(d.Reason, 500))
+	}
+	return w.Flush()
+}
+
+// phaseText is a phase with its slices where they matter: "CUTOVER 6/128";
+// slices asked of another phase show too, since they are why it was refused.
+func phaseText(p migration.Phase, slices int) string {
+	s := cli.Cell(string(p), 20)
+	if p == migration.Cutover || slices != 0 {
+		s += fmt.Sprintf(" %d/%d", slices, migration.Slices)
+	}
+	return s
+}

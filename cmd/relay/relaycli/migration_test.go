@@ -1,0 +1,329 @@
+package relaycli_test
+
+import (
+	"context"
+	"os"
+	"os/user"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/migration"
+)
+
+// migrationSetup is a migrated database of the test's own and a way to run
+// `relay migration ...` on it.
+type migrationSetup struct {
+	db  *ferrytest.DB
+	ctx context.Context
+}
+
+func newMigrationSetup(t *testing.T) *migrationSetup {
+	t.Helper()
+	return &migrationSetup{db: ferrytest.NewMigratedDB(t), ctx: ferrytest.Context(t, time.Minute)}
+}
+
+// relay runs `relay migration args... --database-url <its database>`: the
+// flag after the arguments, as an operator may write it.
+func (s *migrationSetup) relay(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return run(t, s.ctx, append(append([]string{"migration"}, args...), "--database-url", s.db.URL)...)
+}
+
+// must is relay that fails the test unless the command exits want.
+func (s *migrationSetup) must(t *testing.T, want int, args ...string) (stdout, stderr string) {
+	t.Helper()
+	code, stdout, stderr := s.relay(t, args...)
+	if code != want {
+		t.Fatalf("relay migration %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, want, stdout, stderr)
+	}
+	return stdout, stderr
+}
+
+// createArgs create plan name with a plain old channel and a new one behind
+// TLS and SCRAM, whose password is in the variable passEnv.
+func createArgs(name, passEnv string, extra ...string) []string {
+	return append([]string{"create", name,
+		"--old-brokers", "a:9092", "--old-topic-template", "outbox.event.{aggregate_type}",
+		"--new-brokers", "b:9092, c:9092", "--new-topic-template", "outbox.event.{aggregate_type}",
+		"--new-tls", "--new-tls-ca-file", "/etc/ferry/ca.pem",
+		"--new-sasl-mechanism", "scram-sha-512", "--new-sasl-username", "ferry", "--new-sasl-password-env", passEnv,
+		"--groups", "stock,billing"}, extra...)
+}
+
+// tableRows are the lines of a table after its header.
+func tableRows(t *testing.T, out, header string) []string {
+	t.Helper()
+	_, table, ok := strings.Cut(out, header)
+	if !ok {
+		t.Fatalf("no table headed %q in:\n%s", header, out)
+	}
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	return lines[1:] // the rest of the header line
+}
+
+// A plan's life from the command line: create stores the channels and
+// groups as given; DUAL_WRITE is accepted (exit 0); CUTOVER without any
+// evidence is rejected (exit 1, the reason on stderr) and recorded as
+// such; a forbidden transition and slices asked of DUAL_WRITE are rejected
+// the same way; OLD_ONLY (abandon) is accepted; history lists every
+// request with who asked and the decision; status shows the phase, the
+// epoch and the last requests.
+func TestMigrationRequestsAreDecidedRecordedAndExitByDecision(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	out, _ := s.must(t, 0, createArgs("move-1", "FERRY_NEW_SASL_PASSWORD", "--by", "alice@ops")...)
+	if !strings.Contains(out, "created plan move-1 in OLD_ONLY") {
+		t.Fatalf("create says:\n%s", out)
+	}
+	st, err := (&migration.Controller{DB: s.db.Pool}).State(s.ctx, "move-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := migration.Plan{Name: "move-1", Groups: []string{"stock", "billing"},
+		Old: migration.Channel{Brokers: []string{"a:9092"}, TopicTemplate: "outbox.event.{aggregate_type}"},
+		New: migration.Channel{Brokers: []string{"b:9092", "c:9092"}, TopicTemplate: "outbox.event.{aggregate_type}",
+			TLS: true, TLSCAFile: "/etc/ferry/ca.pem",
+			SASLMechanism: "SCRAM-SHA-512", SASLUsername: "ferry", SASLPasswordEnv: "FERRY_NEW_SASL_PASSWORD"}}
+	if !reflect.DeepEqual(st.Plan, want) || st.Phase != migration.OldOnly || st.Epoch != 0 {
+		t.Fatalf("stored plan %+v in %s epoch %d;\nwant %+v in OLD_ONLY epoch 0", st.Plan, st.Phase, st.Epoch, want)
+	}
+	if code, _, stderr := s.relay(t, createArgs("move-1", "FERRY_NEW_SASL_PASSWORD")...); code != 1 || !strings.Contains(stderr, "exists already") {
+		t.Fatalf("create of a plan that exists: exit %d, %q; want 1 and why", code, stderr)
+	}
+
+	out, _ = s.must(t, 0, "request", "move-1", "dual_write", "--by", "bob@ops")
+	if !strings.Contains(out, "request 1: OLD_ONLY -> DUAL_WRITE") || !strings.Contains(out, "accepted, epoch 1") {
+		t.Fatalf("request DUAL_WRITE says:\n%s", out)
+	}
+	out, stderr := s.must(t, 1, "request", "move-1", "CUTOVER", "--slices", "6", "--by", "bob@ops")
+	if !strings.Contains(out, "rejected (epoch 1 unchanged)") || !strings.Contains(stderr, "no evidence source configured") {
+		t.Fatalf("request CUTOVER without evidence:\nstdout:\n%s\nstderr:\n%s", out, stderr)
+	}
+	_, stderr = s.must(t, 1, "request", "move-1", "DUAL_WRITE", "--slices", "5", "--by", "carol@ops")
+	if !strings.Contains(stderr, "slices apply to CUTOVER only") {
+		t.Fatalf("request DUAL_WRITE --slices 5: %s", stderr)
+	}
+	out, _ = s.must(t, 0, "request", "move-1", "OLD_ONLY", "--by", "bob@ops")
+	if !strings.Contains(out, "accepted, epoch 2") || !strings.Contains(out, "abandon") {
+		t.Fatalf("request OLD_ONLY (abandon) says:\n%s", out)
+	}
+	_, stderr = s.must(t, 1, "request", "move-1", "OLD_RETIRED", "--by", "carol@ops")
+	if !strings.Contains(stderr, "forbidden: OLD_ONLY -> OLD_RETIRED") {
+		t.Fatalf("request OLD_RETIRED from OLD_ONLY: %s", stderr)
+	}
+
+	out, _ = s.must(t, 0, "history", "move-1")
+	rows := tableRows(t, out, "ID ")
+	wantRows := [][]string{
+		{"1 ", "bob@ops", "OLD_ONLY", "DUAL_WRITE", "accepted"},
+		{"2 ", "bob@ops", "DUAL_WRITE", "CUTOVER 6/128", "rejected", "no evidence source configured"},
+		{"3 ", "carol@ops", "DUAL_WRITE 5/128", "rejected", "slices apply to CUTOVER only"},
+		{"4 ", "bob@ops", "DUAL_WRITE", "OLD_ONLY", "accepted", "abandon"},
+		{"5 ", "carol@ops", "OLD_ONLY", "OLD_RETIRED", "rejected", "forbidden"},
+	}
+	if len(rows) != len(wantRows) {
+		t.Fatalf("history has %d requests, want %d:\n%s", len(rows), len(wantRows), out)
+	}
+	for i, parts := range wantRows {
+		for _, p := range parts {
+			if !strings.Contains(rows[i], p) {
+				t.Errorf("history row %d %q lacks %q", i+1, rows[i], p)
+			}
+		}
+	}
+
+	out, _ = s.must(t, 0, "status", "move-1")
+	for _, line := range []string{"phase   OLD_ONLY", "slices  0 of 128 moved", "epoch   2",
+		"new     brokers b:9092,c:9092", "new     tls on, ca file /etc/ferry/ca.pem",
+		"new     sasl SCRAM-SHA-512, user ferry, password from $FERRY_NEW_SASL_PASSWORD",
+		"old     tls off", "old     sasl off", "groups  stock, billing", "requests (the last 5 of 5)"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("status lacks %q:\n%s", line, out)
+		}
+	}
+
+	if code, _, stderr := s.relay(t, "status", "nope"); code != 1 || !strings.Contains(stderr, "no such plan") {
+		t.Fatalf("status of an unknown plan: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := s.relay(t, "history", "nope"); code != 1 || !strings.Contains(stderr, "no such plan") {
+		t.Fatalf("history of an unknown plan: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := s.relay(t, "request", "nope", "DUAL_WRITE"); code != 1 || !strings.Contains(stderr, "no such plan") {
+		t.Fatalf("request of an unknown plan: exit %d, %q", code, stderr)
+	}
+}
+
+// status shows the last five requests only, the newest last.
+func TestMigrationStatusShowsTheLastRequests(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	s.must(t, 0, createArgs("move-1", "NEW_PASS")...)
+	for i := 0; i < 7; i++ {
+		s.must(t, 1, "request", "move-1", "OLD_ONLY") // already there: rejected, recorded
+	}
+	out, _ := s.must(t, 0, "status", "move-1")
+	rows := tableRows(t, out, "ID ")
+	if !strings.Contains(out, "requests (the last 5 of 7)") || len(rows) != 5 ||
+		!strings.HasPrefix(rows[0], "3 ") || !strings.HasPrefix(rows[4], "7 ") {
+		t.Fatalf("status shows requests:\n%s", out)
+	}
+}
+
+// list shows every plan, oldest first, with its phase, slices and epoch;
+// without --by, who asks is user@host.
+func TestMigrationListAndDefaultBy(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	out, _ := s.must(t, 0, "list")
+	if rows := tableRows(t, out, "NAME "); len(rows) != 0 {
+		t.Fatalf("list of no plans:\n%s", out)
+	}
+	s.must(t, 0, createArgs("move-1", "NEW_PASS")...)
+	s.must(t, 0, "create", "move-2", "--old-brokers", "a:9092", "--old-topic-template", "t.{aggregate_type}",
+		"--new-brokers", "a:9092", "--new-topic-template", "t2.{aggregate_type}", "--groups", "stock")
+	s.must(t, 0, "request", "move-1", "DUAL_WRITE")
+	out, _ = s.must(t, 0, "list")
+	rows := tableRows(t, out, "NAME ")
+	if len(rows) != 2 || strings.Join(strings.Fields(rows[0])[:4], " ") != "move-1 DUAL_WRITE 0/128 1" ||
+		strings.Join(strings.Fields(rows[1])[:4], " ") != "move-2 OLD_ONLY 0/128 0" {
+		t.Fatalf("list:\n%s", out)
+	}
+
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	who := os.Getenv("USER")
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	out, _ = s.must(t, 0, "history", "move-1")
+	if rows := tableRows(t, out, "ID "); len(rows) != 1 || !strings.Contains(rows[0], " "+who+"@"+host+" ") {
+		t.Fatalf("history of a request without --by, want %s@%s:\n%s", who, host, out)
+	}
+}
+
+// What the database holds is shown escaped: a control sequence in a topic
+// template or in who asked cannot drive the terminal.
+func TestMigrationOutputEscapesStoredText(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	const evil = "\x1b]0;pwned\a\x1b[2J"
+	s.must(t, 0, "create", "move-1", "--old-brokers", "a:9092", "--old-topic-template", "t.{aggregate_type}",
+		"--new-brokers", "b:9092", "--new-topic-template", "t."+evil+"{aggregate_type}", "--groups", "stock", "--by", "x")
+	s.must(t, 0, "request", "move-1", "DUAL_WRITE", "--by", "eve"+evil)
+	for _, verb := range []string{"status", "history"} {
+		out, _ := s.must(t, 0, verb, "move-1")
+		if strings.ContainsAny(out, "\x1b\a") || !strings.Contains(out, `\x1b]0;pwned\a`) {
+			t.Errorf("%s shows stored text unescaped, or not at all:\n%q", verb, out)
+		}
+	}
+}
+
+// A wrong command line is refused before the database is reached (it
+// cannot be, here: exit 1) with exit 2 and an error naming what is wrong.
+// There is no flag for a password: only the name of its variable, and a
+// value that is no variable name is refused without being repeated.
+func TestMigrationCommandLineIsValidatedByName(t *testing.T) {
+	t.Parallel()
+	const secret = "Sasl-s3cret-5521!"
+	create := func(drop string, extra ...string) []string {
+		var args []string
+		full := createArgs("move-1", "NEW_PASS")
+		for i := 0; i < len(full); i++ {
+			if full[i] == drop {
+				i++ // and its value
+				continue
+			}
+			args = append(args, full[i])
+		}
+		return append(args, extra...)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "relay migration create"},
+		{[]string{"sideways"}, "relay migration create"},
+		{[]string{"create", "--groups", "g"}, "needs NAME"},
+		{create("--groups"), "--groups is required"},
+		{create("", "--groups", " , "), "--groups is required"},
+		{create("--old-brokers"), "--old-brokers is required"},
+		{create("--new-topic-template"), "--new-topic-template is required"},
+		{create("", "--new-brokers", "nohost"), "--new-brokers"},
+		{create("", "--old-tls-ca-file", "/ca.pem"), "--old-tls"},
+		{create("", "--new-tls-cert-file", "/c.pem"), "--new-tls-key-file"},
+		{create("", "--new-sasl-mechanism", "MD5"), "--new-sasl-mechanism"},
+		{create("--new-sasl-username"), "--new-sasl-username"},
+		{create("--new-sasl-password-env"), "--new-sasl-password-env"},
+		{create("", "--old-sasl-username", "u"), "--old-sasl-mechanism"},
+		{create("", "--new-sasl-password-env", secret), "--new-sasl-password-env takes the NAME"},
+		{create("", "--new-sasl-password", secret), "-new-sasl-password"},
+		{create("", "--old-sasl-password="+secret), "-old-sasl-password"},
+		{create("", "--by", ""), "--by"},
+		{[]string{"request", "move-1"}, "needs NAME PHASE"},
+		{[]string{"request", "move-1", "SIDEWAYS"}, `PHASE "SIDEWAYS"`},
+		{[]string{"request", "move-1", "CUTOVER", "--slices", "many"}, "-slices"},
+		{[]string{"request", "move-1", "CUTOVER", "extra"}, `unexpected argument "extra"`},
+		{[]string{"status"}, "needs NAME"},
+		{[]string{"history", "a", "b"}, `unexpected argument "b"`},
+		{[]string{"list", "everything"}, `unexpected argument "everything"`},
+	} {
+		args := append(append([]string{"migration"}, c.args...), "--database-url", "postgres://x@127.0.0.1:1/x?connect_timeout=1")
+		code, stdout, stderr := run(t, context.Background(), args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("relay %q: exit %d, stderr %q; want exit 2 naming %s", args, code, stderr, c.want)
+		}
+		if strings.Contains(stdout+stderr, secret) {
+			t.Errorf("relay %q shows the password:\n%s\n%s", args, stdout, stderr)
+		}
+	}
+}
+
+// No output of `relay migration` shows a secret: the SASL password of a
+// channel, present in the environment under the name the plan holds, nor a
+// database password, whether the database answers or not.
+func TestMigrationShowsNoSecret(t *testing.T) {
+	const saslSecret, dbSecret = "Sasl-s3cret-9902", "Db-s3cret-7731"
+	t.Setenv("FERRY_TEST_MIGRATION_NEW_PASS", saslSecret)
+	s := newMigrationSetup(t)
+	check := func(args []string, code int, out string) {
+		t.Helper()
+		for _, secret := range []string{saslSecret, dbSecret} {
+			if strings.Contains(out, secret) {
+				t.Errorf("relay migration %s (exit %d) shows a secret:\n%s", strings.Join(args, " "), code, out)
+			}
+		}
+	}
+	commands := [][]string{
+		createArgs("move-1", "FERRY_TEST_MIGRATION_NEW_PASS"), {"list"}, {"status", "move-1"},
+		{"request", "move-1", "DUAL_WRITE"}, {"request", "move-1", "CUTOVER", "--slices", "8"}, {"history", "move-1"},
+	}
+	statusShown := false
+	for _, args := range commands {
+		code, stdout, stderr := s.relay(t, args...)
+		check(args, code, stdout+stderr)
+		statusShown = statusShown || strings.Contains(stdout, "password from $FERRY_TEST_MIGRATION_NEW_PASS")
+	}
+	if !statusShown {
+		t.Fatal("status did not name the password variable: the test did not see the channel's SASL settings")
+	}
+
+	unreachable := "postgres://ferry:" + dbSecret + "@127.0.0.1:1/ferry?connect_timeout=1"
+	for _, args := range commands {
+		for _, extra := range [][]string{
+			{"--database-url", unreachable}, {"--database-url", "postgres://ferry:" + dbSecret + "@[::1"}, {"-h"},
+		} {
+			args := append(append([]string{"migration"}, args...), extra...)
+			code, stdout, stderr := run(t, s.ctx, args...)
+			check(args, code, stdout+stderr)
+			if extra[0] == "--database-url" && extra[1] == unreachable && !strings.Contains(stderr, "127.0.0.1:1") {
+				t.Errorf("relay %s (exit %d) did not name the database it tried: the password did not reach it\n%s",
+					strings.Join(args, " "), code, stderr)
+			}
+		}
+	}
+}
