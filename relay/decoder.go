@@ -15,6 +15,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ferryhq/ferry/migration"
 )
 
 // row is one outbox insert as decoded from the WAL. Its byte fields point
@@ -55,6 +57,11 @@ type relation struct {
 	ncols  int
 	index  [numColumns]int // position of each outboxColumns entry
 	oids   [numColumns]uint32
+	// ferry_migration_step, whose inserts are a live migration's steps
+	// (decodeStep): its columns' names and types.
+	step  bool
+	names []string
+	types []uint32
 }
 
 // relations caches Relation messages. PostgreSQL sends one before the first
@@ -83,8 +90,73 @@ func (rs *relations) add(m *pglogrepl.RelationMessage) error {
 			r.oids[i] = m.Columns[j].DataType
 		}
 	}
+	if m.RelationName == "ferry_migration_step" {
+		r.step = true
+		for _, c := range m.Columns {
+			r.names = append(r.names, c.Name)
+			r.types = append(r.types, c.DataType)
+		}
+	}
 	rs.byID[m.RelationID] = r
 	return nil
+}
+
+// decodeStep decodes an insert into ferry_migration_step; ok is false for
+// other tables. Steps are rare: it takes pglogrepl's general path.
+func (rs *relations) decodeStep(msg []byte) (st stepRow, ok bool, err error) {
+	if len(msg) < 5 {
+		return st, false, errShortInsert
+	}
+	r := rs.byID[binary.BigEndian.Uint32(msg[1:5])]
+	if r == nil || !r.step {
+		return st, false, nil
+	}
+	parsed, err := pglogrepl.Parse(msg)
+	if err != nil {
+		return st, true, fmt.Errorf("parse a ferry_migration_step insert: %w", err)
+	}
+	ins, isInsert := parsed.(*pglogrepl.InsertMessage)
+	if !isInsert || ins.Tuple == nil || len(ins.Tuple.Columns) != len(r.names) {
+		return st, true, fmt.Errorf("a ferry_migration_step insert does not match its relation (%d columns)", len(r.names))
+	}
+	var epoch, slices int32
+	var phase string
+	found := 0
+	for i, c := range ins.Tuple.Columns {
+		var dst any
+		switch r.names[i] {
+		case "migration":
+			dst = &st.Plan
+		case "epoch":
+			dst = &epoch
+		case "phase":
+			dst = &phase
+		case "slices":
+			dst = &slices
+		case "seq":
+			dst = &st.Seq
+		default:
+			continue
+		}
+		format := int16(pgtype.TextFormatCode)
+		if c.DataType == pglogrepl.TupleDataTypeBinary {
+			format = pgtype.BinaryFormatCode
+		}
+		if c.DataType != pglogrepl.TupleDataTypeBinary && c.DataType != pglogrepl.TupleDataTypeText {
+			return st, true, fmt.Errorf("ferry_migration_step column %q is NULL", r.names[i])
+		}
+		if err := rs.typs.Scan(r.types[i], format, c.Data, dst); err != nil {
+			return st, true, fmt.Errorf("ferry_migration_step column %q: %w", r.names[i], err)
+		}
+		found++
+	}
+	if found != 5 {
+		return st, true, fmt.Errorf("%w: table ferry_migration_step lacks a column the relay reads (migration, epoch, phase, slices, seq): "+
+			"run `relay migrate` (Ferry's migrations)", ErrFatal)
+	}
+	st.Epoch, st.Slices = int(epoch), int(slices)
+	st.Phase, err = migration.ParsePhase(phase)
+	return st, true, err
 }
 
 var errShortInsert = errors.New("truncated pgoutput Insert message")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/outbox"
@@ -24,10 +25,13 @@ type inflight struct {
 	id      [36]byte
 	tx      *txn
 	size    int
-	commit  time.Time     // PostgreSQL commit time of its transaction
-	lsn     pglogrepl.LSN // commit LSN of its transaction
-	seq     uint64        // publication order within the session
-	probing atomic.Bool   // sent alone to test a topic Kafka refused (topicGate)
+	commit  time.Time          // PostgreSQL commit time of its transaction
+	lsn     pglogrepl.LSN      // commit LSN of its transaction
+	seq     uint64             // publication order within the session
+	probing atomic.Bool        // sent alone to test a topic Kafka refused (topicGate)
+	out     *channelOut        // the channel it is written to
+	shadow  bool               // a migration's shadow copy: outside the aggregate hold
+	copies  prometheus.Counter // a migration's copy: its counter of ferry_relay_migration_copies_total
 }
 
 // fill builds the record from the row: key = aggregate id, value = payload

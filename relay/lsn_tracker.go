@@ -155,6 +155,14 @@ func (t *lsnTracker) position() (confirmed pglogrepl.LSN, window int, windowByte
 	return t.confirmed, t.held + t.open, t.heldBytes + t.openBytes, len(t.queue) > 0
 }
 
+// onlyHolds reports whether x is the oldest unconfirmed transaction and
+// waits for nothing but one record: a migration step's hold (route.go).
+func (t *lsnTracker) onlyHolds(x *txn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.queue) > 0 && t.queue[0] == x && x.committed && x.pending == 1
+}
+
 // unacknowledged returns the records sent and not yet acknowledged.
 func (t *lsnTracker) unacknowledged() int {
 	t.mu.Lock()

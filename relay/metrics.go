@@ -9,22 +9,27 @@ import (
 // metrics are the relay's Prometheus series plus atomic copies that Stats
 // reads without a registry.
 type metrics struct {
-	published     prometheus.Counter
-	bytes         prometheus.Counter
-	quarantined   *prometheus.CounterVec
-	inFlight      prometheus.Gauge
-	unconfirmed   prometheus.Gauge
-	retainedWAL   prometheus.Gauge
-	confirmedLSN  prometheus.Gauge
-	commitToAck   prometheus.Histogram
-	sessions      prometheus.Counter
-	standby       prometheus.Gauge
-	pruned        prometheus.Counter
-	heldTopics    prometheus.Gauge
-	nPublished    atomic.Int64
-	nQuarantined  atomic.Int64
-	nSessions     atomic.Int64
-	lastConfirmed atomic.Uint64
+	published    prometheus.Counter
+	bytes        prometheus.Counter
+	quarantined  *prometheus.CounterVec
+	inFlight     prometheus.Gauge
+	unconfirmed  prometheus.Gauge
+	retainedWAL  prometheus.Gauge
+	confirmedLSN prometheus.Gauge
+	commitToAck  prometheus.Histogram
+	sessions     prometheus.Counter
+	standby      prometheus.Gauge
+	pruned       prometheus.Counter
+	heldTopics   prometheus.Gauge
+	// A live migration: the epoch of the step in effect, fences written,
+	// and copies acknowledged per channel side and role.
+	migrationEpoch prometheus.Gauge
+	fences         prometheus.Counter
+	copies         *prometheus.CounterVec
+	nPublished     atomic.Int64
+	nQuarantined   atomic.Int64
+	nSessions      atomic.Int64
+	lastConfirmed  atomic.Uint64
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -67,10 +72,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_relay_outbox_pruned_rows_total", Help: "Confirmed outbox rows deleted by retention.",
 		}),
+		migrationEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_relay_migration_epoch", Help: "Epoch of the live migration step in effect (0: none).",
+		}),
+		fences: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_migration_fences_total", Help: "Migration fence records written (one per partition of a topic, per step and session).",
+		}),
+		copies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_relay_migration_copies_total", Help: "Copies of events acknowledged during a live migration, by channel side (old, new) and role (authoritative, shadow).",
+		}, []string{"side", "role"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL,
-			m.confirmedLSN, m.commitToAck, m.sessions, m.standby, m.pruned, m.heldTopics)
+			m.confirmedLSN, m.commitToAck, m.sessions, m.standby, m.pruned, m.heldTopics,
+			m.migrationEpoch, m.fences, m.copies)
 	}
 	return m
 }

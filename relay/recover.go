@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -103,6 +104,15 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 		return nil, err
 	}
 
+	if busy, err := q.MigrationActiveOther(ctx, pool, ""); err != nil {
+		return nil, fmt.Errorf("relay: recover: read the migration plans: %w", err)
+	} else if len(busy) > 0 {
+		return nil, fmt.Errorf("%w: migration plan %q is in %s, and a recovery republishes to the relay's own channel only, "+
+			"without the migration's copies and stamps: abandon or roll the plan back to OLD_ONLY first "+
+			"(relay migration request %s OLD_ONLY from DUAL_WRITE), recover, then start the migration again",
+			ErrFatal, busy[0].Migration, busy[0].Phase, busy[0].Migration)
+	}
+
 	res := &RecoverResult{}
 	rec, err := readSlotRecord(ctx, pool, r.cfg.Slot)
 	if err != nil {
@@ -162,17 +172,23 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 	log.Info("recovery: created the new slot; republishing the outbox from its snapshot",
 		slog.String("lsn", created.ConsistentPoint), slog.Time("since", res.Since))
 
+	var routeSeq int64
 	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// Transaction control, not a query: sqlc has no place for it.
 		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+created.SnapshotName+"'"); err != nil {
 			return fmt.Errorf("import the slot's snapshot: %w", err)
+		}
+		// The migration steps before the slot's start are in effect from
+		// it; the later ones are in its stream (route.go).
+		if routeSeq, err = q.MigrationStepNewest(ctx, tx); err != nil {
+			return fmt.Errorf("read the migration steps: %w", err)
 		}
 		return r.republish(ctx, tx, pool, sink, res, log)
 	})
 	if err != nil {
 		return res, fmt.Errorf("relay: recover: %w (the recovery is marked unfinished: run it again)", err)
 	}
-	if err := recordSlot(ctx, pool, r.cfg.Slot, created.ConsistentPoint); err != nil {
+	if err := recordSlot(ctx, pool, r.cfg.Slot, created.ConsistentPoint, pgtype.Int8{Int64: routeSeq, Valid: true}); err != nil {
 		return res, fmt.Errorf("relay: recover: %w (run it again)", err)
 	}
 	log.Info("recovery finished: `relay run` streams on from the new slot",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,14 @@ type Relay struct {
 	beat     atomic.Int64 // unix nanoseconds of the last heartbeat of Run's loops
 	lastAck  atomic.Int64 // unix nanoseconds of Kafka's last answer to a record (or to a ping)
 	pinging  atomic.Bool  // the sink answers pings, so an idle relay knows Kafka answers
+
+	// A live migration's new channels: a Kafka client per plan, kept
+	// across sessions, and the streaming session's gate on it, for Ready.
+	outsMu  sync.Mutex
+	outs    map[string]*kafkaSink
+	newGate atomic.Pointer[topicGate]
+	// fenceWait says why a session waits to fence a topic, for Ready.
+	fenceWait atomic.Pointer[string]
 }
 
 // connectTimeoutDefault bounds a connection attempt when the URL sets no
@@ -106,6 +115,7 @@ func New(cfg *Config) (*Relay, error) {
 		namer:    newTopicNamer(c.TopicTemplate),
 		metrics:  newMetrics(c.Registerer),
 		queries:  dbsqlc.New(),
+		outs:     map[string]*kafkaSink{},
 	}, nil
 }
 
@@ -125,6 +135,14 @@ func (r *Relay) Ready() error {
 	case StateStreaming:
 	default:
 		return fmt.Errorf("relay is %s", s)
+	}
+	if why := r.fenceWait.Load(); why != nil {
+		return fmt.Errorf("relay is streaming, but %s", *why)
+	}
+	if g := r.newGate.Load(); g != nil {
+		if why := g.reason(); why != "" {
+			return fmt.Errorf("relay is streaming, but the migration's new channel refuses for now: %s", why)
+		}
 	}
 	if g := r.gate.Load(); g != nil {
 		if why := g.reason(); why != "" {
@@ -187,6 +205,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		defer ks.Close()
 		sink = ks
 	}
+	defer r.closeChannels()
 
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
@@ -280,12 +299,28 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 // idempotent acks=all production (franz-go's default) that retries forever,
 // with room for the in-flight budget.
 func (r *Relay) producerOpts() []kgo.Opt {
-	opts := append([]kgo.Opt{}, r.cfg.KafkaOpts...)
-	return append(opts,
+	return append(append([]kgo.Opt{}, r.cfg.KafkaOpts...), r.producerOptsOwn()...)
+}
+
+// producerOptsOwn are the relay's own producer options, for every channel
+// it writes; fences (route.go) go to the partition they name.
+func (r *Relay) producerOptsOwn() []kgo.Opt {
+	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.MaxBufferedRecords(r.cfg.MaxInFlightRecords+1),
+		kgo.MaxBufferedRecords(r.cfg.MaxInFlightRecords + 1),
 		kgo.ProducerLinger(time.Millisecond),
-	)
+		kgo.RecordPartitioner(fencePartitioner()),
+	}
+}
+
+// closeChannels closes the Kafka clients of migrations' new channels.
+func (r *Relay) closeChannels() {
+	r.outsMu.Lock()
+	defer r.outsMu.Unlock()
+	for name, ks := range r.outs {
+		ks.Close()
+		delete(r.outs, name)
+	}
 }
 
 // pinger is a Sink that can ask Kafka whether it answers.

@@ -13,9 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/pgerr"
+	"github.com/ferryhq/ferry/migration"
 )
 
 // promptReport is how soon a moved confirmed position is reported: it
@@ -40,10 +42,12 @@ type session struct {
 	cfg     *Config
 	log     *slog.Logger
 	conn    *pgconn.PgConn
+	pool    *pgxpool.Pool
 	sink    Sink
+	own     *channelOut // the relay's own channel (a migration's old one)
 	tracker *lsnTracker
 	quar    *quarantiner
-	gate    *topicGate
+	gate    *topicGate     // own's
 	hold    *aggregateHold // Config.QuarantineOrder keep; nil otherwise
 	record  *slotRecorder
 	rels    *relations
@@ -63,6 +67,13 @@ type session struct {
 	openLSN      pglogrepl.LSN // its commit LSN, from Begin
 	openCommit   time.Time     // its commit time, from Begin
 	seq          uint64        // the last record's publication order
+
+	// A live migration (route.go): the newest step applied, the plan in
+	// effect (nil: none, or OLD_ONLY), and a step waiting to apply.
+	routeSeq int64
+	route    *router
+	step     *pendingStep
+	stopping <-chan struct{} // the stream's context ends: a stop was asked
 }
 
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log *slog.Logger) error {
@@ -110,6 +121,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		cfg:          &r.cfg,
 		log:          log,
 		conn:         conn,
+		pool:         pool,
 		sink:         sink,
 		tracker:      newLSNTracker(start),
 		rels:         newRelations(),
@@ -119,10 +131,15 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		lastReported: 0,
 	}
 	s.promise = s.acknowledged
-	s.gate = newTopicGate(s)
+	s.gate = newTopicGate(s, sink)
+	s.own = &channelOut{side: migration.OldSide, sink: sink, namer: r.namer, gate: s.gate}
+	if ks, ok := sink.(*kafkaSink); ok {
+		s.own.admin = kadm.NewClient(ks.client())
+	}
 	r.lastAck.Store(time.Now().UnixNano())
 	r.gate.Store(s.gate)
 	defer r.gate.Store(nil)
+	defer r.newGate.Store(nil)
 	s.quar = &quarantiner{
 		db: pool, queries: r.queries, tracker: s.tracker, metrics: r.metrics, logger: log,
 		in: make(chan quarantined, r.cfg.MaxInFlightRecords+1),
@@ -131,6 +148,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	go func() { defer close(quarDone); s.quar.run(sctx) }()
 	defer func() { cancel(); <-quarDone }()
 	if err := s.holdAggregates(ctx, pool); err != nil {
+		return err
+	}
+	if err := s.loadRoute(ctx, pool, start); err != nil {
 		return err
 	}
 	s.record = &slotRecorder{db: pool, slot: r.cfg.Slot, log: log}
@@ -191,6 +211,7 @@ func (s *session) fail(err error) {
 // stream reads the replication stream until ctx ends (then it stops
 // cleanly) or something fails.
 func (s *session) stream(ctx context.Context) error {
+	s.stopping = ctx.Done()
 	interval := s.cfg.StatusInterval
 	nextStatus := time.Now() // report at once: it also tells the server who we are
 	var stopBy time.Time     // set when ctx ends
@@ -238,7 +259,14 @@ func (s *session) stream(ctx context.Context) error {
 		// counts what a crash would publish again, not only what Kafka has
 		// yet to acknowledge: a partition that stops acknowledging holds
 		// the confirmed position, and what flows past it counts too.
-		if n >= s.cfg.MaxInFlightRecords || b >= s.cfg.MaxInFlightBytes {
+		if s.stepReady() {
+			if err := s.applyStep(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		stepWaits := s.step != nil && s.step.end != 0
+		if stepWaits || n >= s.cfg.MaxInFlightRecords || b >= s.cfg.MaxInFlightBytes {
 			stopping := ctx.Done()
 			if !stopBy.IsZero() {
 				stopping = nil // already stopping: wait for space or the deadline
@@ -292,7 +320,7 @@ func (s *session) stream(ctx context.Context) error {
 func (s *session) serverError(err *pgconn.PgError) error {
 	switch {
 	case pgerr.PublicationMissing(err):
-		return fmt.Errorf("%w: %s; recreate it: CREATE PUBLICATION %s FOR TABLE outbox WITH (publish = 'insert')", ErrPublicationMissing, err.Message, s.cfg.Publication)
+		return fmt.Errorf("%w: %s; recreate it: CREATE PUBLICATION %s FOR TABLE outbox, ferry_migration_step WITH (publish = 'insert')", ErrPublicationMissing, err.Message, s.cfg.Publication)
 	case pgerr.SlotInvalidated(err):
 		return slotLostError(s.cfg.Slot)
 	}
@@ -344,8 +372,13 @@ func (s *session) handleWAL(data []byte) error {
 		}
 		if ok {
 			s.publish(p)
+			return nil
 		}
-		return nil
+		st, ok, err := s.rels.decodeStep(data)
+		if ok {
+			s.noteStep(st)
+		}
+		return err
 	}
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
@@ -363,6 +396,9 @@ func (s *session) handleWAL(data []byte) error {
 			return errors.New("commit without begin")
 		}
 		s.tracker.commit(s.open, m.TransactionEndLSN, m.CommitTime)
+		if s.step != nil && s.step.tx == s.open {
+			s.step.end = m.TransactionEndLSN // reads no further until it applies
+		}
 		s.open = nil
 	}
 	return nil
@@ -373,8 +409,13 @@ func (s *session) handleWAL(data []byte) error {
 func (s *session) publish(p *inflight) {
 	s.seq++
 	p.tx, p.commit, p.lsn, p.seq = s.open, s.openCommit, s.openLSN, s.seq
+	if s.route != nil {
+		s.publishRouted(p)
+		return
+	}
 	topic := s.r.namer.topic(&p.row)
 	p.fill(topic.name)
+	p.out = s.own
 	s.tracker.produce(p.tx, p.size)
 	if s.hold != nil && !s.hold.admit(s.sctx, p) {
 		return // behind an earlier event of its aggregate: waiting, or quarantined
@@ -396,14 +437,14 @@ func (s *session) send(p *inflight, topicProblem string) {
 		return
 	}
 	if s.cfg.unsafeConfirmOnSend {
-		s.sink.Produce(s.sctx, &p.rec, func(*kgo.Record, error) {})
+		p.out.sink.Produce(s.sctx, &p.rec, func(*kgo.Record, error) {})
 		s.tracker.ack(p.tx, p.size)
 		return
 	}
-	if !s.gate.admit(p) {
+	if !p.out.gate.admit(p) {
 		return // its topic is held: the gate sends it in order
 	}
-	s.sink.Produce(s.sctx, &p.rec, s.promise)
+	p.out.sink.Produce(s.sctx, &p.rec, s.promise)
 }
 
 // acknowledged is the promise of every record of the session.
@@ -411,13 +452,16 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 	p := rec.Context.(*inflight)
 	s.r.lastAck.Store(time.Now().UnixNano())
 	if err == nil {
-		s.gate.accepted(p)
+		p.out.gate.accepted(p)
 		s.r.metrics.published.Inc()
 		s.r.metrics.nPublished.Add(1)
 		s.r.metrics.bytes.Add(float64(len(rec.Value)))
 		s.r.metrics.commitToAck.Observe(time.Since(p.commit).Seconds())
 		s.tracker.ack(p.tx, p.size)
-		if s.hold != nil {
+		if p.copies != nil {
+			p.copies.Inc()
+		}
+		if s.hold != nil && !p.shadow {
 			s.hold.acknowledged(p)
 		}
 		return
@@ -427,7 +471,7 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		return
 	}
 	if class, ok := refusalOf(err); ok {
-		s.gate.refuse(p, class, err)
+		p.out.gate.refuse(p, class, err)
 		return
 	}
 	s.fail(fmt.Errorf("kafka refused record for topic %s: %w", rec.Topic, err))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
@@ -126,7 +127,11 @@ func checkServer(ctx context.Context, db dbsqlc.DBTX) error {
 func ensurePublication(ctx context.Context, db dbsqlc.DBTX, pub string, noCreate bool, log *slog.Logger) error {
 	// DDL takes no parameters, so sqlc cannot own this statement: the name
 	// goes in as a quoted identifier (and checkName kept it to [a-z0-9_]).
-	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE outbox WITH (publish = 'insert')`, pgx.Identifier{pub}.Sanitize())
+	name := pgx.Identifier{pub}.Sanitize()
+	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE outbox, ferry_migration_step WITH (publish = 'insert')`, name)
+	// The relay reads a live migration's steps in the same stream as the
+	// outbox rows (route.go).
+	addSteps := fmt.Sprintf(`ALTER PUBLICATION %s ADD TABLE ferry_migration_step`, name)
 	p, err := dbsqlc.New().PublicationGet(ctx, db, pub)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -144,6 +149,14 @@ func ensurePublication(ctx context.Context, db dbsqlc.DBTX, pub string, noCreate
 		return fmt.Errorf("%w: publication %q exists but does not include the outbox table: ALTER PUBLICATION %s ADD TABLE outbox", ErrPublicationMissing, pub, pgx.Identifier{pub}.Sanitize())
 	case !p.Pubinsert:
 		return fmt.Errorf("%w: publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", ErrPublicationMissing, pub, pgx.Identifier{pub}.Sanitize())
+	case !p.CoversSteps && noCreate:
+		return fmt.Errorf("%w: publication %q does not include ferry_migration_step (live migrations) and NoCreate is set; "+
+			"an administrator can add it with: %s", ErrPublicationMissing, pub, addSteps)
+	case !p.CoversSteps:
+		if _, err := db.Exec(ctx, addSteps); err != nil && !pgerr.DuplicateObject(err) {
+			return fmt.Errorf("add ferry_migration_step to publication %q (%s): %w", pub, addSteps, err)
+		}
+		log.Info("added ferry_migration_step to the publication", slog.String("publication", pub))
 	}
 	return nil
 }
@@ -179,15 +192,7 @@ func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool,
 			}
 			return fmt.Errorf("%w: slot %q does not exist and NoCreate is set; an administrator can create it with: %s", ErrSlotMissing, slot, create)
 		}
-		lsn, err := createSlot(ctx, db, slot, failover)
-		if pgerr.DuplicateObject(err) {
-			return nil // another relay created it, and records it
-		}
-		if err != nil {
-			return fmt.Errorf("create replication slot %q: %w", slot, err)
-		}
-		log.Info("created replication slot", slog.String("slot", slot), slog.String("lsn", lsn))
-		return recordSlot(ctx, db, slot, lsn)
+		return createRecordedSlot(ctx, db, slot, failover, log)
 	case err != nil:
 		return fmt.Errorf("read replication slot %q: %w", slot, err)
 	case st.Plugin != "pgoutput":
@@ -215,8 +220,46 @@ func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool,
 		// Created by an administrator (or by a relay that stopped before
 		// recording it): Ferry knows it from now on.
 		log.Info("recording replication slot", slog.String("slot", slot), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLsn))
-		return recordSlot(ctx, db, slot, st.ConfirmedFlushLsn)
+		return recordSlot(ctx, db, slot, st.ConfirmedFlushLsn, pgtype.Int8{})
 	}
+	return nil
+}
+
+// createRecordedSlot creates the slot and records it with the newest
+// migration step as the one in effect from its start. It holds the lock
+// every migration request takes, so no step commits while the slot is
+// created: each step is either before the slot's start (and recorded) or
+// after it (and in its stream).
+func createRecordedSlot(ctx context.Context, db dbsqlc.DBTX, slot string, failover bool, log *slog.Logger) error {
+	b, ok := db.(interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return fmt.Errorf("create replication slot %q: a pool or a connection is needed, not a transaction", slot)
+	}
+	var lsn string
+	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+		q := dbsqlc.New()
+		if err := q.MigrationSerialize(ctx, tx); err != nil { // no write: PostgreSQL creates the slot in this transaction
+			return err
+		}
+		var err error
+		if lsn, err = createSlot(ctx, tx, slot, failover); err != nil {
+			return err
+		}
+		seq, err := q.MigrationStepNewest(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return recordSlot(ctx, tx, slot, lsn, pgtype.Int8{Int64: seq, Valid: true})
+	})
+	if pgerr.DuplicateObject(err) {
+		return nil // another relay created it, and records it
+	}
+	if err != nil {
+		return fmt.Errorf("create replication slot %q: %w", slot, err)
+	}
+	log.Info("created replication slot", slog.String("slot", slot), slog.String("lsn", lsn))
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
@@ -45,10 +46,11 @@ func readSlotRecord(ctx context.Context, db dbsqlc.DBTX, slot string) (*slotReco
 	return rec, nil
 }
 
-// recordSlot remembers a slot at lsn: one the relay just created, or one it
-// finds without a record (an administrator created it).
-func recordSlot(ctx context.Context, db dbsqlc.DBTX, slot, lsn string) error {
-	if err := dbsqlc.New().RelaySlotCreated(ctx, db, dbsqlc.RelaySlotCreatedParams{SlotName: slot, CreatedLsn: lsn}); err != nil {
+// recordSlot remembers a slot at lsn: one the relay just created, with the
+// newest migration step before its start (routeSeq), or one it finds
+// without a record (an administrator created it; routeSeq invalid).
+func recordSlot(ctx context.Context, db dbsqlc.DBTX, slot, lsn string, routeSeq pgtype.Int8) error {
+	if err := dbsqlc.New().RelaySlotCreated(ctx, db, dbsqlc.RelaySlotCreatedParams{SlotName: slot, CreatedLsn: lsn, RouteSeq: routeSeq}); err != nil {
 		return fmt.Errorf("record slot %q in ferry_relay_slot: %w", slot, err)
 	}
 	return nil

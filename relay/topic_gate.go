@@ -55,6 +55,7 @@ func refusalOf(err error) (string, bool) {
 // relay not ready (Relay.Ready says why).
 type topicGate struct {
 	s    *session
+	sink Sink // where the gate's channel is written
 	mu   sync.Mutex
 	held map[string]*heldTopic
 }
@@ -68,8 +69,8 @@ type heldTopic struct {
 	releasing bool        // the probe was taken: the queue is on its way, in order
 }
 
-func newTopicGate(s *session) *topicGate {
-	return &topicGate{s: s, held: map[string]*heldTopic{}}
+func newTopicGate(s *session, sink Sink) *topicGate {
+	return &topicGate{s: s, sink: sink, held: map[string]*heldTopic{}}
 }
 
 // admit reports whether p may go to Kafka now; if its topic is held, p
@@ -152,7 +153,7 @@ func (g *topicGate) wait(topic string) {
 		h.probe = p
 		p.probing.Store(true)
 		g.mu.Unlock()
-		g.s.sink.Produce(g.s.sctx, &p.rec, g.s.promise)
+		g.sink.Produce(g.s.sctx, &p.rec, g.s.promise)
 	}
 }
 
@@ -198,7 +199,7 @@ func (g *topicGate) release(topic string, h *heldTopic) {
 		p := h.queue[0]
 		h.queue = h.queue[1:]
 		g.mu.Unlock()
-		g.s.sink.Produce(g.s.sctx, &p.rec, g.s.promise)
+		g.sink.Produce(g.s.sctx, &p.rec, g.s.promise)
 		n++
 	}
 }

@@ -169,8 +169,18 @@ func TestNoCreateReportsMissingPublication(t *testing.T) {
 		t.Fatalf("Run = %v, want ErrPublicationMissing", err)
 	}
 
-	// Created by an administrator, the slot is still missing: named too.
+	// Created by an administrator without the migration steps: the
+	// statement that adds them is named.
 	if _, err := b.db.Pool.Exec(b.ctx, `CREATE PUBLICATION ferry FOR TABLE outbox WITH (publish = 'insert')`); err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(b.ctx)
+	if !isFatal(err, relay.ErrPublicationMissing) || !strings.Contains(err.Error(), `ALTER PUBLICATION "ferry" ADD TABLE ferry_migration_step`) {
+		t.Fatalf("Run = %v, want ErrPublicationMissing with the ALTER PUBLICATION that adds ferry_migration_step", err)
+	}
+
+	// With them, the slot is still missing: named too.
+	if _, err := b.db.Pool.Exec(b.ctx, `ALTER PUBLICATION ferry ADD TABLE ferry_migration_step`); err != nil {
 		t.Fatal(err)
 	}
 	err = r.Run(b.ctx)
@@ -182,7 +192,7 @@ func TestNoCreateReportsMissingPublication(t *testing.T) {
 
 // The least-privilege role the README documents is enough: REPLICATION,
 // SELECT on outbox, SELECT and INSERT on outbox_quarantine, SELECT, INSERT
-// and UPDATE on ferry_relay_slot, with the slot and publication made
+// and UPDATE on ferry_relay_slot, SELECT on the migration plans, with the slot and publication made
 // beforehand by relay.Setup.
 func TestLeastPrivilegeRoleRelays(t *testing.T) {
 	t.Parallel()
@@ -194,6 +204,7 @@ func TestLeastPrivilegeRoleRelays(t *testing.T) {
 		`GRANT SELECT ON outbox TO ` + role,
 		`GRANT SELECT, INSERT ON outbox_quarantine TO ` + role,
 		`GRANT SELECT, INSERT, UPDATE ON ferry_relay_slot TO ` + role,
+		`GRANT SELECT ON ferry_migration, ferry_migration_step TO ` + role,
 	} {
 		if _, err := b.db.Pool.Exec(b.ctx, stmt); err != nil {
 			t.Fatal(err)

@@ -15,12 +15,15 @@ WHERE slot_name = @slot_name::text;
 -- name: RelaySlotCreated :exec
 -- Records a slot the relay just created, at its creation position: a slot
 -- created again under the same name starts the record over, and a
--- recovery that made it is finished.
-INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at)
+-- recovery that made it is finished. route_seq is the newest migration step
+-- before the slot's start (NULL: unknown, for a slot found without record).
+INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at, route_seq)
 SELECT @slot_name::text, s.system_identifier::text, pg_lsn(@created_lsn::text), pg_lsn(@created_lsn::text),
-       sqlc.narg('confirmed_commit_at')::timestamptz
+       sqlc.narg('confirmed_commit_at')::timestamptz, sqlc.narg('route_seq')::bigint
 FROM pg_control_system() s
 ON CONFLICT (slot_name) DO UPDATE SET
+    route_seq           = excluded.route_seq,
+    route_lsn           = NULL,
     system_identifier   = excluded.system_identifier,
     created_lsn         = excluded.created_lsn,
     created_at          = now(),
@@ -56,7 +59,7 @@ ON CONFLICT (slot_name) DO UPDATE SET
 -- The newest migration step the relay applied on the slot and the end of its
 -- transaction (see migration 00006). route_seq is NULL for a slot recorded
 -- before the relay followed migrations.
-SELECT route_seq, route_lsn::text AS route_lsn FROM ferry_relay_slot WHERE slot_name = @slot_name::text;
+SELECT route_seq, coalesce(route_lsn::text, '')::text AS route_lsn FROM ferry_relay_slot WHERE slot_name = @slot_name::text;
 
 -- name: RelaySlotRouteSet :exec
 -- Records a step applied on the slot: at lsn (the end of the step's

@@ -9,6 +9,10 @@ SELECT
     (p.puballtables OR EXISTS (
         SELECT 1 FROM pg_catalog.pg_publication_rel r
         WHERE r.prpubid = p.oid AND r.prrelid = 'outbox'::regclass
-    ))::bool AS covers_outbox
+    ))::bool AS covers_outbox,
+    (p.puballtables OR EXISTS (
+        SELECT 1 FROM pg_catalog.pg_publication_rel r
+        WHERE r.prpubid = p.oid AND r.prrelid = to_regclass('ferry_migration_step')
+    ))::bool AS covers_steps
 FROM pg_catalog.pg_publication p
 WHERE p.pubname = @pubname;

@@ -37,11 +37,13 @@ func (q *Queries) RelaySlotConfirmed(ctx context.Context, db DBTX, arg RelaySlot
 }
 
 const relaySlotCreated = `-- name: RelaySlotCreated :exec
-INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at)
+INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at, route_seq)
 SELECT $1::text, s.system_identifier::text, pg_lsn($2::text), pg_lsn($2::text),
-       $3::timestamptz
+       $3::timestamptz, $4::bigint
 FROM pg_control_system() s
 ON CONFLICT (slot_name) DO UPDATE SET
+    route_seq           = excluded.route_seq,
+    route_lsn           = NULL,
     system_identifier   = excluded.system_identifier,
     created_lsn         = excluded.created_lsn,
     created_at          = now(),
@@ -55,13 +57,20 @@ type RelaySlotCreatedParams struct {
 	SlotName          string
 	CreatedLsn        string
 	ConfirmedCommitAt *time.Time
+	RouteSeq          pgtype.Int8
 }
 
 // Records a slot the relay just created, at its creation position: a slot
 // created again under the same name starts the record over, and a
-// recovery that made it is finished.
+// recovery that made it is finished. route_seq is the newest migration step
+// before the slot's start (NULL: unknown, for a slot found without record).
 func (q *Queries) RelaySlotCreated(ctx context.Context, db DBTX, arg RelaySlotCreatedParams) error {
-	_, err := db.Exec(ctx, relaySlotCreated, arg.SlotName, arg.CreatedLsn, arg.ConfirmedCommitAt)
+	_, err := db.Exec(ctx, relaySlotCreated,
+		arg.SlotName,
+		arg.CreatedLsn,
+		arg.ConfirmedCommitAt,
+		arg.RouteSeq,
+	)
 	return err
 }
 
@@ -129,7 +138,7 @@ func (q *Queries) RelaySlotRecovering(ctx context.Context, db DBTX, arg RelaySlo
 }
 
 const relaySlotRoute = `-- name: RelaySlotRoute :one
-SELECT route_seq, route_lsn::text AS route_lsn FROM ferry_relay_slot WHERE slot_name = $1::text
+SELECT route_seq, coalesce(route_lsn::text, '')::text AS route_lsn FROM ferry_relay_slot WHERE slot_name = $1::text
 `
 
 type RelaySlotRouteRow struct {

@@ -15,7 +15,11 @@ SELECT
     (p.puballtables OR EXISTS (
         SELECT 1 FROM pg_catalog.pg_publication_rel r
         WHERE r.prpubid = p.oid AND r.prrelid = 'outbox'::regclass
-    ))::bool AS covers_outbox
+    ))::bool AS covers_outbox,
+    (p.puballtables OR EXISTS (
+        SELECT 1 FROM pg_catalog.pg_publication_rel r
+        WHERE r.prpubid = p.oid AND r.prrelid = to_regclass('ferry_migration_step')
+    ))::bool AS covers_steps
 FROM pg_catalog.pg_publication p
 WHERE p.pubname = $1
 `
@@ -23,6 +27,7 @@ WHERE p.pubname = $1
 type PublicationGetRow struct {
 	Pubinsert    bool
 	CoversOutbox bool
+	CoversSteps  bool
 }
 
 // Whether the publication exists, publishes inserts and covers the outbox
@@ -33,6 +38,6 @@ type PublicationGetRow struct {
 func (q *Queries) PublicationGet(ctx context.Context, db DBTX, pubname string) (*PublicationGetRow, error) {
 	row := db.QueryRow(ctx, publicationGet, pubname)
 	var i PublicationGetRow
-	err := row.Scan(&i.Pubinsert, &i.CoversOutbox)
+	err := row.Scan(&i.Pubinsert, &i.CoversOutbox, &i.CoversSteps)
 	return &i, err
 }

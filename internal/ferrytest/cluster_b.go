@@ -79,3 +79,9 @@ func SecureB(t testing.TB) *SecureKafka {
 		Password:       get(EnvKafkaBSASLPassword),
 	}
 }
+
+// CreateTopicB is CreateTopic on cluster B.
+func CreateTopicB(t testing.TB, name string, partitions int32) {
+	t.Helper()
+	createTopic(t, AdminB(t), name, partitions, nil)
+}

@@ -1,0 +1,421 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/migration"
+	"github.com/ferryhq/ferry/outbox"
+	"github.com/ferryhq/ferry/relay"
+)
+
+// passEvidence lets every request through the gates: these tests are about
+// how the relay routes, not about the consumers' evidence.
+type passEvidence struct{}
+
+func (passEvidence) ShadowGate(context.Context, string, string) error { return nil }
+func (passEvidence) Drained(context.Context, string, string) error    { return nil }
+
+// migrationBundle is a relay test with a plan from the relay's own channel
+// on cluster A to a new topic template on cluster B.
+type migrationBundle struct {
+	*bundle
+	oldTopic, newTopic string
+	ctl                *migration.Controller
+	plan               migration.Plan
+	history            migration.History // the steps accepted so far
+	want               map[string]migration.History
+}
+
+// setupMigration creates the plan; with newBrokers nil the new channel is
+// cluster B, else newBrokers (the new topic exists on B either way).
+func setupMigration(t *testing.T, oldPartitions, newPartitions int32, newBrokers []string) *migrationBundle {
+	t.Helper()
+	b := setup(t)
+	m := &migrationBundle{bundle: b, want: map[string]migration.History{}}
+	m.oldTopic = b.topic(t, "order", oldPartitions)
+	newTemplate := "relayb" + strings.TrimPrefix(b.prefix, "relay") + ".{aggregate_type}"
+	m.newTopic = strings.ReplaceAll(newTemplate, "{aggregate_type}", "order")
+	ferrytest.CreateTopicB(t, m.newTopic, newPartitions)
+	if newBrokers == nil {
+		newBrokers = ferrytest.BrokersB(t)
+	}
+	m.ctl = &migration.Controller{DB: b.db.Pool, Evidence: passEvidence{}}
+	m.plan = migration.Plan{
+		Name:   "move",
+		Old:    migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: b.cfg.TopicTemplate},
+		New:    migration.Channel{Brokers: newBrokers, TopicTemplate: newTemplate},
+		Groups: []string{"stock"},
+	}
+	if err := m.ctl.Create(b.ctx, m.plan, "test"); err != nil {
+		t.Fatal(err)
+	}
+	m.history = migration.History{{Plan: "move", Epoch: 0, Phase: migration.OldOnly}}
+	return m
+}
+
+// confirmed is the slot's confirmed_flush_lsn.
+func (m *migrationBundle) confirmed(t *testing.T) string {
+	t.Helper()
+	st, err := relay.Status(m.ctx, m.db.Pool, m.slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.ConfirmedFlushLSN
+}
+
+// request moves the plan, which must be accepted.
+func (m *migrationBundle) request(t *testing.T, to migration.Phase, slices int) {
+	t.Helper()
+	d, err := m.ctl.Request(m.ctx, m.plan.Name, to, slices, "test")
+	if err != nil || !d.Accepted {
+		t.Fatalf("request %s %d: %+v, %v", to, slices, d, err)
+	}
+	m.history = append(m.history, migration.Step{Plan: m.plan.Name, Epoch: d.Epoch, Phase: to, Slices: slices})
+}
+
+// writeBatch commits n events of 16 aggregates, one transaction each, and
+// remembers the history in effect at their commit.
+func (m *migrationBundle) writeBatch(t *testing.T, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		id := m.write(t, evt("order", fmt.Sprintf("o%d", i%16), len(m.want)))[0]
+		m.want[id] = append(migration.History(nil), m.history...)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// expected returns the ids that must reach each side.
+func (m *migrationBundle) expected() (old, nw []string) {
+	for id, h := range m.want {
+		for _, c := range h[len(h)-1].Route(nil) { // the sides do not depend on the slice
+			if c.Side == migration.OldSide {
+				old = append(old, id)
+			} else {
+				nw = append(nw, id)
+			}
+		}
+	}
+	return old, nw
+}
+
+// readAll reads topic from the start through cl until every id in want
+// arrived, and returns every record (fences included) in offset order per
+// partition.
+func readAll(t *testing.T, cl *kgo.Client, want []string, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	missing := map[string]bool{}
+	for _, id := range want {
+		missing[id] = true
+	}
+	var out []*kgo.Record
+	deadline := time.Now().Add(timeout)
+	for len(missing) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s, %d of %d events never arrived (e.g. %v)", timeout, len(missing), len(want), firstKeys(missing, 3))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			out = append(out, r)
+			delete(missing, header(r, outbox.HeaderID))
+		})
+	}
+	return out
+}
+
+// checkCopies fails the test unless every record of side carries the stamp
+// its event's history says (epoch, slice, side, role, since, peer), and no
+// event reached a side its step does not write.
+func (m *migrationBundle) checkCopies(t *testing.T, side migration.Side, recs []*kgo.Record) (copies int) {
+	t.Helper()
+	peer := map[migration.Side]string{migration.OldSide: m.newTopic, migration.NewSide: m.oldTopic}[side]
+	for _, r := range recs {
+		if header(r, migration.HeaderFence) != "" {
+			continue
+		}
+		id := header(r, outbox.HeaderID)
+		h, ok := m.want[id]
+		if !ok {
+			t.Fatalf("%s side: a record %s the test did not write", side, id)
+		}
+		step := h[len(h)-1]
+		var role migration.Role
+		for _, c := range step.Route(r.Key) {
+			if c.Side == side {
+				role = c.Role
+			}
+		}
+		if role == "" {
+			t.Errorf("event %s committed under %s %d reached the %s side", id, step.Phase, step.Slices, side)
+			continue
+		}
+		raw := header(r, migration.HeaderRoute)
+		if step.Phase == migration.OldOnly {
+			if raw != "" {
+				t.Errorf("event %s committed before the migration carries a stamp %q", id, raw)
+			}
+			continue
+		}
+		st, err := migration.ParseStamp(raw)
+		if err != nil {
+			t.Errorf("event %s on the %s side: %v", id, side, err)
+			continue
+		}
+		want := migration.Stamp{Plan: m.plan.Name, Epoch: step.Epoch, Slice: migration.Slice(r.Key), Side: side, Role: role}
+		if role == migration.Authoritative && step.Phase != migration.OldRetired {
+			if want.Since = h.Since(want.Slice); want.Since > 0 {
+				want.Peer = peer
+			}
+		}
+		if st != want {
+			t.Errorf("event %s on the %s side: stamp %+v, want %+v", id, side, st, want)
+		}
+		copies++
+	}
+	return copies
+}
+
+// checkFences fails the test unless every partition of side's topic holds
+// a fence of each epoch in epochs, after every record routed by an earlier
+// step and before every record routed by it or a later one.
+func checkFences(t *testing.T, side migration.Side, recs []*kgo.Record, partitions int, epochs []int) {
+	t.Helper()
+	fenceAt := map[int32]map[int]int64{} // partition -> epoch -> offset
+	for _, r := range recs {
+		v := header(r, migration.HeaderFence)
+		if v == "" {
+			continue
+		}
+		f, err := migration.ParseFence(v)
+		if err != nil {
+			t.Fatalf("%s side: fence %q: %v", side, v, err)
+		}
+		if f.Side != side || f.Partitions != partitions || f.Plan != "move" {
+			t.Errorf("%s side: fence %+v, want side %s of %d partitions", side, f, side, partitions)
+		}
+		if fenceAt[r.Partition] == nil {
+			fenceAt[r.Partition] = map[int]int64{}
+		}
+		if _, ok := fenceAt[r.Partition][f.Epoch]; !ok {
+			fenceAt[r.Partition][f.Epoch] = r.Offset
+		}
+	}
+	for p := range int32(partitions) {
+		for _, e := range epochs {
+			if _, ok := fenceAt[p][e]; !ok {
+				t.Errorf("%s side, partition %d: no fence of epoch %d", side, p, e)
+			}
+		}
+	}
+	for _, r := range recs {
+		if header(r, migration.HeaderFence) != "" {
+			continue
+		}
+		epoch := 0
+		if st, err := migration.ParseStamp(header(r, migration.HeaderRoute)); err == nil {
+			epoch = st.Epoch
+		}
+		for e, at := range fenceAt[r.Partition] {
+			if epoch < e && r.Offset > at {
+				t.Errorf("%s side, partition %d: a record of epoch %d at offset %d is after the fence of epoch %d (offset %d)",
+					side, r.Partition, epoch, r.Offset, e, at)
+			}
+			if epoch >= e && r.Offset < at {
+				t.Errorf("%s side, partition %d: a record of epoch %d at offset %d is before the fence of epoch %d (offset %d)",
+					side, r.Partition, epoch, r.Offset, e, at)
+			}
+		}
+	}
+}
+
+// Through every phase, slice steps and a rollback, each event is written
+// to the channels its step names, stamped with that step, its slice, its
+// role and since when its side is authoritative: the step in effect at its
+// commit, to the transaction (each request commits between two events of
+// the same writer). Each step's fences are on every partition of both
+// channels, between the records of the steps before and after.
+func TestRelayRoutesEveryEventByTheStepInEffectAtItsCommit(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 3, 4, nil)
+	m.start(t, m.cfg)
+
+	m.writeBatch(t, 20)
+	for _, step := range []struct {
+		phase  migration.Phase
+		slices int
+	}{
+		{migration.DualWrite, 0},
+		{migration.Cutover, 6},
+		{migration.Cutover, 64},
+		{migration.DualWrite, 0}, // rollback
+		{migration.Cutover, 32},
+		{migration.Cutover, migration.Slices},
+		{migration.OldRetired, 0},
+	} {
+		m.request(t, step.phase, step.slices)
+		m.writeBatch(t, 40)
+	}
+
+	wantOld, wantNew := m.expected()
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
+	nOld := m.checkCopies(t, migration.OldSide, oldRecs)
+	nNew := m.checkCopies(t, migration.NewSide, newRecs)
+	// Every epoch but the retirement fences both channels (OLD_RETIRED
+	// writes the new channel only, after the consumers drained the old).
+	checkFences(t, migration.OldSide, oldRecs, 3, []int{1, 2, 3, 4, 5, 6})
+	checkFences(t, migration.NewSide, newRecs, 4, []int{1, 2, 3, 4, 5, 6})
+	t.Logf("%d events, %d stamped copies on the old channel, %d on the new", len(m.want), nOld, nNew)
+}
+
+// A relay that stops and starts again routes each event by the step in
+// effect at its commit, whether the step was applied before it stopped
+// (confirmed), committed while it was down (delivered again by the stream),
+// or recorded by a relay that died before confirming it.
+func TestRelayResumesWithTheStepInEffectAtItsConfirmedPosition(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 2, 2, nil)
+	cfg := m.cfg
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, cfg.Publication, nil); err != nil { // the slot sees what commits from now
+		t.Fatal(err)
+	}
+	_, stop := runUntilStopped(t, cfg)
+	waitStreaming := func() {
+		t.Helper()
+		before := m.confirmed(t)
+		ids := m.writeBatch(t, 1) // reaches Kafka only once the relay streams
+		deadline := time.Now().Add(time.Minute)
+		for m.confirmed(t) == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("the relay confirmed nothing past %s after writing %v", before, ids)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitStreaming()
+	m.request(t, migration.DualWrite, 0)
+	m.writeBatch(t, 10)
+	waitStreaming()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Down: a step commits between events.
+	m.writeBatch(t, 10)
+	m.request(t, migration.Cutover, 64)
+	m.writeBatch(t, 10)
+	_, stop = runUntilStopped(t, cfg)
+	waitStreaming()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Down again: a step commits, and the slot's record says it was
+	// applied, as a relay that died between recording a step and
+	// confirming it leaves it. The confirmed position is before the step.
+	m.writeBatch(t, 10)
+	m.request(t, migration.Cutover, migration.Slices)
+	var lsn string
+	if err := m.db.Pool.QueryRow(m.ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.db.Pool.Exec(m.ctx, `UPDATE ferry_relay_slot SET route_seq = (SELECT max(seq) FROM ferry_migration_step),
+		route_lsn = $2::pg_lsn WHERE slot_name = $1`, m.slot, lsn); err != nil {
+		t.Fatal(err)
+	}
+	m.writeBatch(t, 10)
+	_, stop = runUntilStopped(t, cfg)
+	waitStreaming()
+	m.writeBatch(t, 10)
+
+	wantOld, wantNew := m.expected()
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
+	m.checkCopies(t, migration.OldSide, oldRecs)
+	m.checkCopies(t, migration.NewSide, newRecs)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While dual-writing, a transaction is confirmed only when both channels
+// acknowledged it: with the new channel unreachable, the old copy of the
+// first event arrives and the relay waits in place to fence the new
+// channel's topic (not ready, saying why). When the plan's new channel is
+// then pointed at a cluster that answers, a restarted relay delivers every
+// event's new copy: nothing was confirmed past them.
+func TestDualWriteConfirmsOnlyWhatBothChannelsAcknowledged(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 1, 1, []string{"127.0.0.1:1"})
+	cfg := m.cfg
+	cfg.ShutdownTimeout = time.Second
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, stop := runUntilStopped(t, cfg)
+	m.request(t, migration.DualWrite, 0)
+	ids := m.writeBatch(t, 5)
+	readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), ids[:1], time.Minute)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := r.Ready()
+		if err != nil && strings.Contains(err.Error(), "the new channel does not answer") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready = %v, want the new channel named as what the relay waits for", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := m.db.Pool.Exec(m.ctx, `UPDATE ferry_migration SET new_channel = jsonb_set(new_channel, '{brokers}', to_jsonb($1::text[]))`,
+		ferrytest.BrokersB(t)); err != nil {
+		t.Fatal(err)
+	}
+	_, stop = runUntilStopped(t, cfg)
+	wantOld, wantNew := m.expected()
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
+	m.checkCopies(t, migration.OldSide, oldRecs)
+	m.checkCopies(t, migration.NewSide, newRecs)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A recovery republishes to the relay's own channel only, so it refuses
+// while a plan writes two channels, naming the plan and the way out.
+func TestRecoverRefusesDuringAMigration(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 1, 1, nil)
+	m.request(t, migration.DualWrite, 0)
+	r, err := relay.New(&m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Recover(m.ctx, &relay.RecoverOpts{Since: time.Now().Add(-time.Hour)})
+	if err == nil || !strings.Contains(err.Error(), `plan "move" is in DUAL_WRITE`) || !strings.Contains(err.Error(), "OLD_ONLY") {
+		t.Fatalf("Recover during a migration = %v, want a refusal naming the plan and OLD_ONLY", err)
+	}
+	if exists, err := m.db.Pool.Query(m.ctx, `SELECT 1 FROM pg_replication_slots WHERE slot_name = $1`, m.slot); err != nil {
+		t.Fatal(err)
+	} else if exists.Next() {
+		exists.Close()
+		t.Fatal("the refused recovery created a slot")
+	} else {
+		exists.Close()
+	}
+}

@@ -1,0 +1,493 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/backoff"
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/migration"
+)
+
+// The relay's part of a live broker migration (package migration).
+//
+// A step (a row of ferry_migration_step) reaches the relay in the WAL, in
+// the same stream as the outbox rows, so it applies at its exact point of
+// the commit order: every event committed before the step's transaction is
+// routed by the previous step, every event after it by the new one (events
+// in the step's own transaction, by the previous one). At a step the relay
+// reads no further until everything before the step is acknowledged; then
+// it records the step with the slot (ferry_relay_slot.route_seq and
+// route_lsn), and only then confirms the step's transaction. So at most one
+// step is ever unconfirmed, and a restarted relay knows the step in effect
+// at the slot's confirmed position: the recorded one when the position is
+// at or past route_lsn, else the one before it (the stream delivers the
+// recorded one again, at its point).
+//
+// With a plan in DUAL_WRITE or CUTOVER the relay writes every event to both
+// channels, each copy stamped (migration.HeaderRoute), and a transaction is
+// confirmed only when every copy of every record was acknowledged: the LSN
+// tracker counts copies. At the first event of each topic under a step, in
+// each session, it writes a fence (migration.HeaderFence) to every
+// partition of that topic on each channel, before the event: a consumer
+// that passed those fences has seen every record written there under
+// earlier steps (see migration.History.Since). In OLD_RETIRED it writes the
+// new channel only, without fences: the drain that OLD_RETIRED requires
+// means the consumers applied everything the old channel held.
+
+// channelOut is a channel the relay writes: its own (the old channel of a
+// migration) or a migration's new one.
+type channelOut struct {
+	side  migration.Side
+	sink  Sink
+	namer *topicNamer
+	gate  *topicGate
+	admin *kadm.Client // partition counts for fences; nil for a Config.Sink
+}
+
+// router routes the events of a session while a plan is in effect (any
+// phase but OLD_ONLY).
+type router struct {
+	plan    migration.Plan
+	history migration.History // the plan's applied steps; the last is in effect
+	since   [migration.Slices]int
+	outs    map[migration.Side]*channelOut
+	fenced  map[fenceKey]int       // the epoch whose fences this session wrote, per topic
+	unknown map[fenceKey]time.Time // topics found missing, and when
+}
+
+type fenceKey struct {
+	side  migration.Side
+	topic string
+}
+
+func (rt *router) step() migration.Step { return rt.history[len(rt.history)-1] }
+
+// setHistory makes the newest of h the step in effect.
+func (rt *router) setHistory(h migration.History) {
+	rt.history = h
+	for slice := range rt.since {
+		rt.since[slice] = h.Since(slice)
+	}
+}
+
+// pendingStep is a step decoded in the open transaction, or committed and
+// waiting for everything before it to be acknowledged.
+type pendingStep struct {
+	steps []stepRow
+	tx    *txn
+	end   pglogrepl.LSN // end of the step's transaction; 0 until it commits
+}
+
+// stepRow is a decoded insert into ferry_migration_step.
+type stepRow struct {
+	migration.Step
+	Seq int64
+}
+
+// errRouteUnknown: the slot was recorded before the relay followed
+// migrations while a plan moves.
+var errRouteUnknown = fmt.Errorf("%w: migration step in effect unknown", ErrFatal)
+
+// loadRoute sets the step in effect at start, the slot's confirmed
+// position: s.routeSeq and s.route.
+func (s *session) loadRoute(ctx context.Context, pool *pgxpool.Pool, start pglogrepl.LSN) error {
+	q := s.r.queries
+	rec, err := q.RelaySlotRoute(ctx, pool, s.cfg.Slot)
+	if err != nil {
+		return fmt.Errorf("read the migration step of slot %q: %w", s.cfg.Slot, err)
+	}
+	if !rec.RouteSeq.Valid {
+		seq, err := adoptRoute(ctx, pool, s.cfg.Slot)
+		if err != nil {
+			return err
+		}
+		rec.RouteSeq = pgtype.Int8{Int64: seq, Valid: true}
+	}
+	rows, err := q.MigrationStepsThrough(ctx, pool, rec.RouteSeq.Int64)
+	if err != nil {
+		return fmt.Errorf("read the migration steps: %w", err)
+	}
+	if rec.RouteLsn != "" && len(rows) > 0 && rows[len(rows)-1].Seq == rec.RouteSeq.Int64 {
+		at, err := pglogrepl.ParseLSN(rec.RouteLsn)
+		if err != nil {
+			return fmt.Errorf("parse route_lsn %q of slot %q: %w", rec.RouteLsn, s.cfg.Slot, err)
+		}
+		if start < at { // not confirmed: the stream delivers it again
+			rows = rows[:len(rows)-1]
+		}
+	}
+	s.routeSeq = 0
+	if len(rows) > 0 {
+		s.routeSeq = rows[len(rows)-1].Seq
+	}
+	byPlan := map[string]migration.History{}
+	var order []string
+	for _, r := range rows {
+		if _, ok := byPlan[r.Migration]; !ok {
+			order = append(order, r.Migration)
+		}
+		byPlan[r.Migration] = append(byPlan[r.Migration], migration.Step{
+			Plan: r.Migration, Epoch: int(r.Epoch), Phase: migration.Phase(r.Phase), Slices: int(r.Slices)})
+	}
+	s.route = nil
+	for _, name := range order {
+		h := byPlan[name]
+		if h[len(h)-1].Phase == migration.OldOnly {
+			continue
+		}
+		if s.route != nil {
+			return fmt.Errorf("%w: plans %q and %q are both in effect; a relay follows one migration at a time", ErrFatal, s.route.plan.Name, name)
+		}
+		if err := s.activate(ctx, pool, name, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// adoptRoute records the route of a slot recorded before the relay
+// followed migrations. Steps committed before the publication carried
+// ferry_migration_step never reach the stream, so the relay cannot know
+// where they applied: that is harmless only while every plan is in
+// OLD_ONLY (the relay writes as without one).
+func adoptRoute(ctx context.Context, pool *pgxpool.Pool, slot string) (int64, error) {
+	var seq int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New()
+		if err := q.MigrationSerialize(ctx, tx); err != nil {
+			return err
+		}
+		busy, err := q.MigrationActiveOther(ctx, tx, "")
+		if err != nil {
+			return err
+		}
+		if len(busy) > 0 {
+			return fmt.Errorf("%w: slot %q was recorded before the relay followed migrations, and plan %q is in %s: the relay cannot tell "+
+				"which events its steps apply to. Abandon the plan (relay migration request %s OLD_ONLY), or give the relay a new slot "+
+				"(relay recover)", errRouteUnknown, slot, busy[0].Migration, busy[0].Phase, busy[0].Migration)
+		}
+		if seq, err = q.MigrationStepNewest(ctx, tx); err != nil {
+			return err
+		}
+		return q.RelaySlotRouteSet(ctx, tx, dbsqlc.RelaySlotRouteSetParams{RouteSeq: seq, SlotName: slot})
+	})
+	if err != nil && !errors.Is(err, ErrFatal) {
+		return 0, fmt.Errorf("record the migration step of slot %q: %w", slot, err)
+	}
+	return seq, err
+}
+
+// activate makes plan name, at history h, the one the session routes by.
+func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string, h migration.History) error {
+	m, err := s.r.queries.MigrationGet(ctx, pool, name)
+	if err != nil {
+		return fmt.Errorf("read migration plan %q: %w", name, err)
+	}
+	p := migration.Plan{Name: name, Groups: m.Groups}
+	if err := unmarshalChannels(m, &p); err != nil {
+		return err
+	}
+	if p.Old.TopicTemplate != s.cfg.TopicTemplate && h[len(h)-1].Phase != migration.OldRetired {
+		return fmt.Errorf("%w: migration plan %q leaves topic template %q, but the relay writes %q: the plan's old channel must be "+
+			"the relay's own (its --kafka-* settings and --topic-template)", ErrFatal, name, p.Old.TopicTemplate, s.cfg.TopicTemplate)
+	}
+	newOut, err := s.r.newChannel(s, p)
+	if err != nil {
+		return err
+	}
+	rt := &router{plan: p, outs: map[migration.Side]*channelOut{migration.OldSide: s.own, migration.NewSide: newOut},
+		fenced: map[fenceKey]int{}, unknown: map[fenceKey]time.Time{}}
+	rt.setHistory(h)
+	s.route = rt
+	s.r.newGate.Store(newOut.gate)
+	s.log.Info("following live migration", slog.String("plan", name), slog.String("phase", string(rt.step().Phase)),
+		slog.Int("slices", rt.step().Slices), slog.Int("epoch", rt.step().Epoch))
+	return nil
+}
+
+// newChannel returns the session's view of plan p's new channel, on a
+// Kafka client the relay keeps for the plan across sessions.
+func (r *Relay) newChannel(s *session, p migration.Plan) (*channelOut, error) {
+	if r.cfg.Sink != nil {
+		return nil, fmt.Errorf("%w: migration plan %q is in effect, and a live migration needs the relay's own Kafka clients "+
+			"(Config.Sink is set)", ErrFatal, p.Name)
+	}
+	r.outsMu.Lock()
+	defer r.outsMu.Unlock()
+	ks := r.outs[p.Name]
+	if ks == nil {
+		opts, err := p.New.KafkaOpts("new", nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrFatal, err)
+		}
+		ks, err = newKafkaSink(append(opts, r.producerOptsOwn()...), r.cfg.TopicConfigRefresh, s.log.With(slog.String("channel", "new")))
+		if err != nil {
+			return nil, fmt.Errorf("relay: kafka client of the new channel of plan %q: %w", p.Name, err)
+		}
+		r.outs[p.Name] = ks
+	}
+	out := &channelOut{side: migration.NewSide, sink: ks, namer: newTopicNamer(p.New.TopicTemplate), admin: kadm.NewClient(ks.client())}
+	out.gate = newTopicGate(s, out.sink)
+	return out, nil
+}
+
+func unmarshalChannels(m *dbsqlc.FerryMigration, p *migration.Plan) error {
+	if err := json.Unmarshal(m.OldChannel, &p.Old); err != nil {
+		return fmt.Errorf("migration plan %q: old channel: %w", m.Name, err)
+	}
+	if err := json.Unmarshal(m.NewChannel, &p.New); err != nil {
+		return fmt.Errorf("migration plan %q: new channel: %w", m.Name, err)
+	}
+	return nil
+}
+
+// noteStep takes a decoded step: it applies when its transaction commits
+// and everything before it is acknowledged. A step already in effect (one
+// the slot's start included) is skipped.
+func (s *session) noteStep(st stepRow) {
+	if st.Seq <= s.routeSeq {
+		return
+	}
+	if s.step == nil {
+		s.step = &pendingStep{tx: s.open}
+		s.tracker.produce(s.open, 0) // holds the transaction until applied
+	}
+	s.step.steps = append(s.step.steps, st)
+}
+
+// stepReady reports whether a committed step waits for nothing but itself.
+func (s *session) stepReady() bool {
+	return s.step != nil && s.step.end != 0 && s.tracker.onlyHolds(s.step.tx)
+}
+
+// applyStep records the committed steps with the slot, routes by them,
+// and releases their transaction for confirmation.
+func (s *session) applyStep(ctx context.Context) error {
+	ps := s.step
+	last := ps.steps[len(ps.steps)-1]
+	err := s.r.queries.RelaySlotRouteSet(ctx, s.pool, dbsqlc.RelaySlotRouteSetParams{
+		RouteSeq: last.Seq, RouteLsn: pgtype.Text{String: ps.end.String(), Valid: true}, SlotName: s.cfg.Slot})
+	if err != nil {
+		return fmt.Errorf("record migration step %s/%d with slot %q: %w", last.Plan, last.Epoch, s.cfg.Slot, err)
+	}
+	for _, st := range ps.steps {
+		if err := s.follow(ctx, st.Step); err != nil {
+			return err
+		}
+		s.routeSeq = st.Seq
+	}
+	s.step = nil
+	s.tracker.ack(ps.tx, 0)
+	return nil
+}
+
+// follow makes st the step in effect from here on.
+func (s *session) follow(ctx context.Context, st migration.Step) error {
+	rt := s.route
+	switch {
+	case rt != nil && rt.plan.Name != st.Plan:
+		if st.Phase == migration.OldOnly {
+			return nil // another plan created, or abandoned: nothing changes here
+		}
+		return fmt.Errorf("%w: migration plan %q moved to %s while plan %q is in effect; a relay follows one migration at a time",
+			ErrFatal, st.Plan, st.Phase, rt.plan.Name)
+	case rt != nil && st.Phase == migration.OldOnly:
+		s.log.Info("live migration abandoned: writing the old channel only", slog.String("plan", st.Plan), slog.Int("epoch", st.Epoch))
+		s.route = nil
+		s.r.newGate.Store(nil)
+		return nil
+	case rt != nil:
+		rt.setHistory(append(slices.Clone(rt.history), st))
+		s.log.Info("migration step in effect", slog.String("plan", st.Plan), slog.String("phase", string(st.Phase)),
+			slog.Int("slices", st.Slices), slog.Int("epoch", st.Epoch))
+		s.r.metrics.migrationEpoch.Set(float64(st.Epoch))
+		return nil
+	case st.Phase == migration.OldOnly:
+		return nil
+	}
+	rows, err := s.r.queries.MigrationSteps(ctx, s.pool, st.Plan)
+	if err != nil {
+		return fmt.Errorf("read the steps of migration plan %q: %w", st.Plan, err)
+	}
+	var h migration.History
+	for _, r := range rows {
+		if int(r.Epoch) <= st.Epoch {
+			h = append(h, migration.Step{Plan: r.Migration, Epoch: int(r.Epoch), Phase: migration.Phase(r.Phase), Slices: int(r.Slices)})
+		}
+	}
+	if len(h) == 0 || h[len(h)-1] != st {
+		return fmt.Errorf("migration plan %q: step %d is not in ferry_migration_step as decoded", st.Plan, st.Epoch)
+	}
+	if err := s.activate(ctx, s.pool, st.Plan, h); err != nil {
+		return err
+	}
+	s.r.metrics.migrationEpoch.Set(float64(st.Epoch))
+	return nil
+}
+
+// publishRouted hands one event to the channels the step in effect names,
+// each copy stamped; the authoritative copy first.
+func (s *session) publishRouted(p *inflight) {
+	rt := s.route
+	st := rt.step()
+	slice := migration.Slice(p.row.AggregateID)
+	for i, c := range st.Route(p.row.AggregateID) {
+		q := p
+		if i > 0 {
+			q = &inflight{Context: s.sctx, row: p.row, tx: p.tx, commit: p.commit, lsn: p.lsn, seq: p.seq}
+		}
+		out := rt.outs[c.Side]
+		topic := out.namer.topic(&q.row)
+		q.fill(topic.name)
+		q.out, q.shadow = out, c.Role == migration.Shadow
+		q.copies = s.r.metrics.copies.WithLabelValues(string(c.Side), string(c.Role))
+		stamp := migration.Stamp{Plan: rt.plan.Name, Epoch: st.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
+		if c.Role == migration.Authoritative && st.Phase != migration.OldRetired && rt.since[slice] > 0 {
+			stamp.Since = rt.since[slice]
+			stamp.Peer = rt.outs[other(c.Side)].namer.topic(&q.row).name
+		}
+		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(stamp.String())})
+		q.size = recordSize(&q.rec)
+		if topic.problem == "" && st.Phase != migration.OldRetired {
+			if err := s.fence(out, topic.name, p.tx); err != nil {
+				s.fail(err)
+				return
+			}
+		}
+		s.tracker.produce(q.tx, q.size)
+		if i == 0 && s.hold != nil && !s.hold.admit(s.sctx, q) {
+			continue // behind an earlier event of its aggregate; its shadow copy goes on
+		}
+		s.send(q, topic.problem)
+	}
+}
+
+func other(side migration.Side) migration.Side {
+	if side == migration.OldSide {
+		return migration.NewSide
+	}
+	return migration.OldSide
+}
+
+// fenceRecord is a fence on its way: its own record Context, which the
+// partitioner recognizes (it goes to the partition it names).
+type fenceRecord struct {
+	context.Context
+	rec  kgo.Record
+	tx   *txn
+	size int
+}
+
+// fence writes the step's fence to every partition of topic on out, once
+// per step and session, counted in tx like a record of it. A topic that
+// does not exist holds nothing to fence; it is looked up again, at most
+// once a second, until it does.
+func (s *session) fence(out *channelOut, topic string, tx *txn) error {
+	rt := s.route
+	st := rt.step()
+	key := fenceKey{out.side, topic}
+	if e, ok := rt.fenced[key]; ok && e == st.Epoch {
+		return nil
+	}
+	if at, ok := rt.unknown[key]; ok && time.Since(at) < time.Second {
+		return nil
+	}
+	n, err := s.partitions(out, topic)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		rt.unknown[key] = time.Now()
+		return nil // its records are held, then quarantined, by the gate
+	}
+	delete(rt.unknown, key)
+	value := []byte(migration.Fence{Plan: rt.plan.Name, Epoch: st.Epoch, Side: out.side, Partitions: n}.String())
+	for part := range n {
+		f := &fenceRecord{Context: s.sctx, tx: tx}
+		f.rec = kgo.Record{Topic: topic, Partition: int32(part), Context: f,
+			Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: value}}}
+		f.size = recordSize(&f.rec)
+		s.tracker.produce(tx, f.size)
+		out.sink.Produce(s.sctx, &f.rec, s.fenceAcked)
+	}
+	rt.fenced[key] = st.Epoch
+	s.r.metrics.fences.Add(float64(n))
+	return nil
+}
+
+// partitions returns how many partitions topic has on out (0: no such
+// topic). While the channel does not answer it retries in place, reading
+// no further but still sending status updates (so PostgreSQL keeps the
+// connection) and showing why in Ready.
+func (s *session) partitions(out *channelOut, topic string) (int, error) {
+	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 5 * time.Second}
+	defer s.r.fenceWait.Store(nil)
+	for {
+		ctx, cancel := context.WithTimeout(s.sctx, 5*time.Second)
+		td, err := out.admin.ListTopics(ctx, topic)
+		cancel()
+		if err == nil {
+			d, ok := td[topic]
+			if !ok || d.Err != nil {
+				return 0, nil
+			}
+			return len(d.Partitions), nil
+		}
+		why := fmt.Sprintf("the %s channel does not answer a metadata request for topic %q, needed to fence it: %v", out.side, topic, err)
+		if s.r.fenceWait.Swap(&why) == nil {
+			s.log.Warn("cannot fence a topic for the live migration: waiting for the channel; nothing is confirmed past it",
+				slog.String("side", string(out.side)), slog.String("topic", topic), slog.String("error", err.Error()))
+		}
+		s.r.heartbeat()
+		if err := s.report(false); err != nil {
+			return 0, err
+		}
+		select {
+		case <-s.failed:
+			return 0, s.failErr
+		case <-s.stopping:
+			return 0, fmt.Errorf("stopped while waiting to fence topic %q on the %s channel", topic, out.side)
+		case <-time.After(retry.Next()):
+		}
+	}
+}
+
+// fenceAcked is the promise of every fence: a fence Kafka refuses fails
+// the session, which writes it again.
+func (s *session) fenceAcked(rec *kgo.Record, err error) {
+	f := rec.Context.(*fenceRecord)
+	if err != nil {
+		s.fail(fmt.Errorf("kafka refused a migration fence for topic %s partition %d: %w", rec.Topic, rec.Partition, err))
+		return
+	}
+	s.tracker.ack(f.tx, f.size)
+}
+
+// fencePartitioner is the relay's partitioner: an event goes where its key
+// hashes (Kafka's murmur2, as the Java client), a fence to the partition it
+// names.
+func fencePartitioner() kgo.Partitioner {
+	keys := kgo.StickyKeyPartitioner(nil)
+	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+		tp := keys.ForTopic(topic)
+		return func(r *kgo.Record, n int) int {
+			if _, ok := r.Context.(*fenceRecord); ok {
+				return int(r.Partition)
+			}
+			return tp.Partition(r, n)
+		}
+	})
+}
