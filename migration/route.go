@@ -172,30 +172,35 @@ func ParseStamp(v string) (Stamp, error) {
 // topic under a step, the relay writes a fence to every partition of the
 // topic on each channel it writes (before the event), so a consumer that
 // passed a partition's fence of epoch e has seen every record the relay
-// wrote there under earlier steps. A fence has no key, no value and no id:
-// a consumer records it as passed and applies nothing.
+// wrote there under earlier steps. A fence has no key and no id: a
+// consumer records it as passed and applies nothing. Its value is the
+// other channel (Channel as JSON, which holds no secret), so a consumer of
+// one channel learns where the other one is: the control record through
+// which consumers follow a migration by themselves.
 const HeaderFence = "ferry.fence"
 
 // Fence is a fence record's meaning: written for plan's step epoch, on
-// side, to each of the topic's Partitions partitions.
+// side, to each of the topic's Partitions partitions; Peer is the topic of
+// the same events on the other side.
 type Fence struct {
 	Plan       string
 	Epoch      int
 	Side       Side
 	Partitions int
+	Peer       string
 }
 
 // String renders the fence as HeaderFence's value:
-// "plan=move-1;epoch=3;side=old;partitions=6".
+// "plan=move-1;epoch=3;side=old;partitions=6;peer=orders.v2".
 func (f Fence) String() string {
 	return "plan=" + f.Plan + ";epoch=" + strconv.Itoa(f.Epoch) + ";side=" + string(f.Side) +
-		";partitions=" + strconv.Itoa(f.Partitions)
+		";partitions=" + strconv.Itoa(f.Partitions) + ";peer=" + f.Peer
 }
 
 // ParseFence reads a HeaderFence value, as strictly as ParseStamp.
 func ParseFence(v string) (Fence, error) {
 	var f Fence
-	err := parseFields("fence", v, []string{"plan", "epoch", "side", "partitions"}, func(k, val string) error {
+	err := parseFields("fence", v, []string{"plan", "epoch", "side", "partitions", "peer"}, func(k, val string) error {
 		var err error
 		switch k {
 		case "plan":
@@ -209,6 +214,11 @@ func ParseFence(v string) (Fence, error) {
 			if err == nil && f.Partitions == 0 {
 				err = errors.New("0 (want at least 1)")
 			}
+		case "peer":
+			if !topicName.MatchString(val) {
+				err = fmt.Errorf("%q is not a topic name", val)
+			}
+			f.Peer = val
 		}
 		return err
 	})

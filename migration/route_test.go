@@ -83,12 +83,13 @@ func TestStampRoundTripAndStrictParse(t *testing.T) {
 // A fence reads back as written; a malformed one is refused.
 func TestFenceRoundTripAndStrictParse(t *testing.T) {
 	t.Parallel()
-	f := migration.Fence{Plan: "move-1", Epoch: 4, Side: migration.OldSide, Partitions: 6}
+	f := migration.Fence{Plan: "move-1", Epoch: 4, Side: migration.OldSide, Partitions: 6, Peer: "orders.v2"}
 	if got, err := migration.ParseFence(f.String()); err != nil || got != f {
 		t.Fatalf("ParseFence(%q) = %+v, %v", f.String(), got, err)
 	}
-	for _, bad := range []string{"", "plan=move-1;epoch=4;side=old;partitions=0", "plan=move-1;epoch=4;side=old",
-		"plan=move-1;epoch=x;side=old;partitions=6", "plan=move-1;epoch=4;side=both;partitions=6"} {
+	for _, bad := range []string{"", "plan=move-1;epoch=4;side=old;partitions=0;peer=t", "plan=move-1;epoch=4;side=old;partitions=6",
+		"plan=move-1;epoch=x;side=old;partitions=6;peer=t", "plan=move-1;epoch=4;side=both;partitions=6;peer=t",
+		"plan=move-1;epoch=4;side=old;partitions=6;peer="} {
 		if _, err := migration.ParseFence(bad); err == nil {
 			t.Errorf("ParseFence(%q) accepted", bad)
 		}

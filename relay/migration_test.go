@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -186,9 +187,14 @@ func (m *migrationBundle) checkCopies(t *testing.T, side migration.Side, recs []
 }
 
 // checkFences fails the test unless every partition of side's topic holds
-// a fence of each epoch in epochs, after every record routed by an earlier
+// a fence of each epoch in epochs (naming the peer topic and carrying the
+// other channel), after every record routed by an earlier
 // step and before every record routed by it or a later one.
-func checkFences(t *testing.T, side migration.Side, recs []*kgo.Record, partitions int, epochs []int) {
+func (m *migrationBundle) checkFences(t *testing.T, side migration.Side, recs []*kgo.Record, partitions int, epochs []int) {
+	peer, otherTemplate := m.newTopic, m.plan.New.TopicTemplate
+	if side == migration.NewSide {
+		peer, otherTemplate = m.oldTopic, m.plan.Old.TopicTemplate
+	}
 	t.Helper()
 	fenceAt := map[int32]map[int]int64{} // partition -> epoch -> offset
 	for _, r := range recs {
@@ -200,8 +206,12 @@ func checkFences(t *testing.T, side migration.Side, recs []*kgo.Record, partitio
 		if err != nil {
 			t.Fatalf("%s side: fence %q: %v", side, v, err)
 		}
-		if f.Side != side || f.Partitions != partitions || f.Plan != "move" {
-			t.Errorf("%s side: fence %+v, want side %s of %d partitions", side, f, side, partitions)
+		if f.Side != side || f.Partitions != partitions || f.Plan != "move" || f.Peer != peer {
+			t.Errorf("%s side: fence %+v, want side %s of %d partitions, peer %s", side, f, side, partitions, peer)
+		}
+		var ch migration.Channel
+		if err := json.Unmarshal(r.Value, &ch); err != nil || ch.TopicTemplate != otherTemplate {
+			t.Errorf("%s side: fence value %q (%v), want the other channel, topic template %s", side, r.Value, err, otherTemplate)
 		}
 		if fenceAt[r.Partition] == nil {
 			fenceAt[r.Partition] = map[int]int64{}
@@ -273,8 +283,8 @@ func TestRelayRoutesEveryEventByTheStepInEffectAtItsCommit(t *testing.T) {
 	nNew := m.checkCopies(t, migration.NewSide, newRecs)
 	// Every epoch but the retirement fences both channels (OLD_RETIRED
 	// writes the new channel only, after the consumers drained the old).
-	checkFences(t, migration.OldSide, oldRecs, 3, []int{1, 2, 3, 4, 5, 6})
-	checkFences(t, migration.NewSide, newRecs, 4, []int{1, 2, 3, 4, 5, 6})
+	m.checkFences(t, migration.OldSide, oldRecs, 3, []int{1, 2, 3, 4, 5, 6})
+	m.checkFences(t, migration.NewSide, newRecs, 4, []int{1, 2, 3, 4, 5, 6})
 	t.Logf("%d events, %d stamped copies on the old channel, %d on the new", len(m.want), nOld, nNew)
 }
 

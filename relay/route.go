@@ -351,18 +351,19 @@ func (s *session) publishRouted(p *inflight) {
 		}
 		out := rt.outs[c.Side]
 		topic := out.namer.topic(&q.row)
+		peer := rt.outs[other(c.Side)].namer.topic(&q.row).name
 		q.fill(topic.name)
 		q.out, q.shadow = out, c.Role == migration.Shadow
 		q.copies = s.r.metrics.copies.WithLabelValues(string(c.Side), string(c.Role))
 		stamp := migration.Stamp{Plan: rt.plan.Name, Epoch: st.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
 		if c.Role == migration.Authoritative && st.Phase != migration.OldRetired && rt.since[slice] > 0 {
 			stamp.Since = rt.since[slice]
-			stamp.Peer = rt.outs[other(c.Side)].namer.topic(&q.row).name
+			stamp.Peer = peer
 		}
 		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(stamp.String())})
 		q.size = recordSize(&q.rec)
 		if topic.problem == "" && st.Phase != migration.OldRetired {
-			if err := s.fence(out, topic.name, p.tx); err != nil {
+			if err := s.fence(out, topic.name, peer, p.tx); err != nil {
 				s.fail(err)
 				return
 			}
@@ -391,11 +392,12 @@ type fenceRecord struct {
 	size int
 }
 
-// fence writes the step's fence to every partition of topic on out, once
+// fence writes the step's fence to every partition of topic on out (its
+// value the other channel, peer the same events' topic there), once
 // per step and session, counted in tx like a record of it. A topic that
 // does not exist holds nothing to fence; it is looked up again, at most
 // once a second, until it does.
-func (s *session) fence(out *channelOut, topic string, tx *txn) error {
+func (s *session) fence(out *channelOut, topic, peer string, tx *txn) error {
 	rt := s.route
 	st := rt.step()
 	key := fenceKey{out.side, topic}
@@ -414,11 +416,16 @@ func (s *session) fence(out *channelOut, topic string, tx *txn) error {
 		return nil // its records are held, then quarantined, by the gate
 	}
 	delete(rt.unknown, key)
-	value := []byte(migration.Fence{Plan: rt.plan.Name, Epoch: st.Epoch, Side: out.side, Partitions: n}.String())
+	fence := []byte(migration.Fence{Plan: rt.plan.Name, Epoch: st.Epoch, Side: out.side, Partitions: n, Peer: peer}.String())
+	otherChannel := rt.plan.New
+	if out.side == migration.NewSide {
+		otherChannel = rt.plan.Old
+	}
+	value, _ := json.Marshal(otherChannel) // a struct of strings always marshals
 	for part := range n {
 		f := &fenceRecord{Context: s.sctx, tx: tx}
-		f.rec = kgo.Record{Topic: topic, Partition: int32(part), Context: f,
-			Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: value}}}
+		f.rec = kgo.Record{Topic: topic, Partition: int32(part), Context: f, Value: value,
+			Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: fence}}}
 		f.size = recordSize(&f.rec)
 		s.tracker.produce(tx, f.size)
 		out.sink.Produce(s.sctx, &f.rec, s.fenceAcked)
