@@ -40,6 +40,10 @@ Usage:
                                    ask to move a plan to OLD_ONLY, DUAL_WRITE, CUTOVER or
                                    OLD_RETIRED; recorded either way, exit 1 when rejected
   relay migration history NAME     every request of a plan: who, when, from, to, why
+  relay bridge --plan NAME --topics T[,T...] [--topic-map OLD=NEW]
+                                   copy the records of producers that are not Ferry's from
+                                   a plan's old channel to its new one, stamped with the
+                                   plan's step; offsets committed once the new cluster acked
   relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
                                    the publication and slot (--no-slot: schema only);
                                    down rolls back one, with --yes
@@ -59,6 +63,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"quarantine": runQuarantine,
 		"migrate":    runMigrate,
 		"migration":  runMigration,
+		"bridge":     runBridge,
 	}, args, stdout, stderr)
 }
 
