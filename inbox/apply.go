@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/migration"
 )
 
 // delivery is a message on its way to a final state: applied, skipped as a
@@ -19,9 +20,10 @@ import (
 type delivery struct {
 	m         *Message
 	rec       *kgo.Record
-	failures  int   // handler failures so far (databaseAtFault failures do not count)
-	lastErr   error // the last handler failure
-	permanent error // a Permanent error the handler returned inside a batch
+	failures  int              // handler failures so far (databaseAtFault failures do not count)
+	lastErr   error            // the last handler failure
+	permanent error            // a Permanent error the handler returned inside a batch
+	route     *migration.Stamp // a live migration's authoritative copy; nil outside one
 }
 
 // outcome is how one transaction ended.
@@ -52,6 +54,21 @@ const (
 func (p *partition) apply(batch []fetched) bool {
 	ds := make([]*delivery, 0, len(batch))
 	for _, f := range batch {
+		st, fence, err := routeOf(f.rec)
+		if err != nil {
+			if !p.deadLetter(f.rec, "", ReasonUndecodable, fmt.Errorf("migration headers: %w", err), 0) {
+				return false
+			}
+			p.finish(f.rec)
+			continue
+		}
+		if st != nil || fence != nil {
+			if applyIt, ok := p.followRoute(f, st, fence); !ok {
+				return false
+			} else if !applyIt {
+				continue
+			}
+		}
 		m, bad := newMessage(p.g.name, f.rec, p.w.cfg.IDFromPayloadHash, f.received)
 		if bad != nil {
 			if !p.deadLetter(f.rec, "", bad.reason, bad.err, 0) {
@@ -60,7 +77,7 @@ func (p *partition) apply(batch []fetched) bool {
 			p.finish(f.rec)
 			continue
 		}
-		ds = append(ds, &delivery{m: m, rec: f.rec})
+		ds = append(ds, &delivery{m: m, rec: f.rec, route: st})
 	}
 	if len(ds) == 0 {
 		return true
@@ -121,6 +138,9 @@ func (p *partition) settle(d *delivery) bool {
 		case outcomeDuplicate:
 			p.w.dbAnswered()
 			p.metrics.addDuplicates(1)
+			if d.route != nil {
+				p.w.metrics.migrationDuplicates.WithLabelValues(p.g.name, string(d.route.Side)).Inc()
+			}
 			p.finish(d.rec)
 			return true
 		case outcomeStopped:

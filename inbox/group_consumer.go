@@ -54,7 +54,7 @@ type groupConsumer struct {
 	commitMu sync.Mutex
 }
 
-func newGroupConsumer(w *Worker, name string, handlers map[string]Handler) (*groupConsumer, error) {
+func newGroupConsumer(w *Worker, name string, handlers map[string]Handler, kafkaOpts []kgo.Opt) (*groupConsumer, error) {
 	g := &groupConsumer{
 		w:        w,
 		name:     name,
@@ -72,7 +72,7 @@ func newGroupConsumer(w *Worker, name string, handlers map[string]Handler) (*gro
 	// returns, which with no new data takes FetchMaxWait: franz-go's 5s
 	// default would stall every pause/resume. 500ms is the Java client's
 	// default; KafkaOpts may still override it.
-	opts := append([]kgo.Opt{kgo.FetchMaxWait(500 * time.Millisecond)}, w.cfg.KafkaOpts...)
+	opts := append([]kgo.Opt{kgo.FetchMaxWait(500 * time.Millisecond)}, kafkaOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(name),
 		kgo.ConsumeTopics(topics...),
@@ -147,6 +147,23 @@ func (g *groupConsumer) pollLoop(ctx context.Context) {
 	}
 }
 
+// handles reports whether the consumer consumes topic.
+func (g *groupConsumer) handles(topic string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.handlers[topic]
+	return ok
+}
+
+// addTopic makes the consumer consume topic too, with h (a live
+// migration's new channel, as the worker learns its topics).
+func (g *groupConsumer) addTopic(topic string, h Handler) {
+	g.mu.Lock()
+	g.handlers[topic] = h
+	g.mu.Unlock()
+	g.cl.AddConsumeTopics(topic)
+}
+
 // stuck returns an error naming a partition that cannot move, nil if none.
 func (g *groupConsumer) stuck() error {
 	g.mu.Lock()
@@ -172,7 +189,7 @@ func (g *groupConsumer) partition(topic string, id int32) *partition {
 	defer g.mu.Unlock()
 	p, ok := g.parts[tp]
 	if !ok {
-		p = newPartition(g, topic, id, g.handlers[topic])
+		p = newPartition(g, topic, id, g.handlers[topic]) // handlers is guarded by mu too
 		g.parts[tp] = p
 	}
 	return p

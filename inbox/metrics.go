@@ -24,6 +24,12 @@ type metrics struct {
 	pauses           *prometheus.CounterVec
 	parked           *prometheus.CounterVec
 	stuck            *prometheus.GaugeVec
+	// A live migration: copies received by side and role, fences passed,
+	// messages held for fences, duplicates blocked by side.
+	migrationCopies     *prometheus.CounterVec
+	migrationFences     *prometheus.CounterVec
+	migrationHeld       *prometheus.CounterVec
+	migrationDuplicates *prometheus.CounterVec
 
 	nProcessed          atomic.Int64
 	nDuplicates         atomic.Int64
@@ -80,6 +86,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_parked_total", Help: "Messages parked in inbox_parked: neither applied nor accepted as a dead letter by Kafka.",
 		}, []string{"consumer", "topic", "reason"}),
+		migrationCopies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_migration_copies_total", Help: "Stamped copies of a live migration received, by channel side (old, new) and role (authoritative: applied; shadow: compared only).",
+		}, []string{"consumer", "side", "role"}),
+		migrationFences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_migration_fences_total", Help: "Migration fences passed (every record before them on their partition finished), by channel side.",
+		}, []string{"consumer", "side"}),
+		migrationHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_migration_held_total", Help: "Authoritative copies held until the other channel's fences were passed, so that an aggregate's order holds across channels.",
+		}, []string{"consumer"}),
+		migrationDuplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_migration_duplicates_total", Help: "Authoritative copies of a live migration the inbox had applied already, by the side that brought them again.",
+		}, []string{"consumer", "side"}),
 		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ferry_worker_stuck_partitions", Help: "Partitions that cannot move: a dead letter that Kafka or the database will not take yet is retried (readiness is red meanwhile).",
 		}, []string{"consumer"}),
@@ -89,7 +107,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duplicates, m.retries, m.deadLettered, m.deadLetterErrors,
-			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses, m.parked, m.stuck)
+			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses, m.parked, m.stuck,
+			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates)
 	}
 	return m
 }

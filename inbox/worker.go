@@ -40,7 +40,16 @@ type Worker struct {
 
 	running atomic.Bool
 	groups  atomic.Pointer[[]*groupConsumer]
-	dbOK    atomic.Int64 // unix nanos of PostgreSQL's last answer: a committed transaction or a ping (see reachability)
+
+	// A live migration (migration.go): the groups consuming new channels,
+	// the fences known passed, and what starts a group while running.
+	routeMu   sync.Mutex
+	followers map[followKey]*groupConsumer
+	passed    map[fenceWait]int
+	runCtx    context.Context
+	runWG     sync.WaitGroup
+	known     []*dbsqlc.FerryInboxChannel // read at start, by checkSchema
+	dbOK      atomic.Int64                // unix nanos of PostgreSQL's last answer: a committed transaction or a ping (see reachability)
 }
 
 // New returns a Worker configured by cfg.
@@ -53,12 +62,14 @@ func New(cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg:      c,
-		metrics:  newMetrics(c.Registerer),
-		queries:  dbsqlc.New(),
-		slots:    make(chan int, c.Concurrency),
-		since:    make([]atomic.Int64, c.Concurrency),
-		handlers: make(map[string]map[string]Handler),
+		cfg:       c,
+		metrics:   newMetrics(c.Registerer),
+		queries:   dbsqlc.New(),
+		slots:     make(chan int, c.Concurrency),
+		since:     make([]atomic.Int64, c.Concurrency),
+		handlers:  make(map[string]map[string]Handler),
+		followers: map[followKey]*groupConsumer{},
+		passed:    map[fenceWait]int{},
 	}
 	for i := range c.Concurrency {
 		w.slots <- i
@@ -179,11 +190,11 @@ const (
 // and PostgreSQL when no transaction committed for as long and Config.DB
 // can be pinged, until ctx ends, for Ready. The ping never begins a
 // transaction on Config.DB, which may be the application's own wrapper.
-func (w *Worker) reachability(ctx context.Context, groups []*groupConsumer) {
+func (w *Worker) reachability(ctx context.Context) {
 	t := time.NewTicker(pingInterval)
 	defer t.Stop()
 	for {
-		for _, g := range groups {
+		for _, g := range *w.groups.Load() {
 			pctx, cancel := context.WithTimeout(ctx, pingInterval)
 			if g.cl.Ping(pctx) == nil {
 				g.kafkaOK.Store(time.Now().UnixNano())
@@ -260,7 +271,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if len(consumers) == 0 {
 		return errors.New("inbox: no handlers registered: call Worker.Handle before Run")
 	}
-	if err := w.checkSchema(ctx); err != nil {
+	if err := w.checkSchema(ctx, consumers); err != nil {
 		return err
 	}
 
@@ -277,7 +288,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		for t, h := range w.handlers[name] {
 			topics[t] = Chain(h, w.middleware...)
 		}
-		g, err := newGroupConsumer(w, name, topics)
+		g, err := newGroupConsumer(w, name, topics, w.cfg.KafkaOpts)
 		if err != nil {
 			for _, g := range groups {
 				g.cl.Close()
@@ -295,14 +306,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.running.Store(true)
 	defer w.running.Store(false)
 
-	var wg sync.WaitGroup
-	wg.Go(func() { w.reachability(ctx, groups) })
+	wg := &w.runWG
+	w.routeMu.Lock()
+	w.runCtx = ctx
+	w.routeMu.Unlock()
+	wg.Go(func() { w.reachability(ctx) })
 	for _, g := range groups {
 		wg.Go(func() { g.run(ctx) })
 	}
 	if w.cfg.Prune != nil {
 		wg.Go(func() { w.pruneLoop(ctx) })
 	}
+	w.followKnown()
 	w.cfg.Logger.Info("worker running", slog.Any("consumers", consumers),
 		slog.Int("concurrency", w.cfg.Concurrency), slog.Int("batch_size", w.cfg.BatchSize),
 		slog.Int("key_concurrency", w.cfg.KeyConcurrency), slog.String("offset_reset", string(w.cfg.OffsetReset)))
@@ -316,9 +331,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // checkSchema fails early when the inbox table is missing, which would
 // otherwise look like an endless database outage. A database that is not
 // reachable yet (restarting, starting with the worker) is waited for.
-func (w *Worker) checkSchema(ctx context.Context) error {
+func (w *Worker) checkSchema(ctx context.Context, consumers []string) error {
 	for n := 1; ; n++ {
-		err := w.checkSchemaOnce(ctx)
+		err := w.checkSchemaOnce(ctx, consumers)
 		if err == nil || errors.Is(err, ErrInboxMissing) || ctx.Err() != nil || !databaseUnreachable(nil, err) {
 			return err
 		}
@@ -332,7 +347,7 @@ func (w *Worker) checkSchema(ctx context.Context) error {
 	}
 }
 
-func (w *Worker) checkSchemaOnce(ctx context.Context) error {
+func (w *Worker) checkSchemaOnce(ctx context.Context, consumers []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tx, err := w.cfg.DB.Begin(ctx)
@@ -345,6 +360,19 @@ func (w *Worker) checkSchemaOnce(ctx context.Context) error {
 			return ErrInboxMissing
 		}
 		return fmt.Errorf("inbox: check the inbox table: %w", err)
+	}
+	// The new channels of live migrations the consumers learned before
+	// (migration.go), in the same transaction: one round trip at start.
+	w.known = w.known[:0]
+	for _, c := range consumers {
+		rows, err := w.queries.InboxChannels(ctx, tx, c)
+		if pgerr.UndefinedTable(err) {
+			return fmt.Errorf("%w (ferry_inbox_channel, for live migrations)", ErrInboxMissing)
+		}
+		if err != nil {
+			return fmt.Errorf("inbox: read the migration channels of consumer %s: %w", c, err)
+		}
+		w.known = append(w.known, rows...)
 	}
 	return nil
 }

@@ -12,6 +12,38 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type FerryInboxChannel struct {
+	Consumer  string
+	Plan      string
+	Side      string
+	Topic     string
+	Peer      string
+	Channel   json.RawMessage
+	LearnedAt time.Time
+}
+
+type FerryInboxCopy struct {
+	Consumer   string
+	MessageID  string
+	Plan       string
+	Side       string
+	Role       string
+	Epoch      int32
+	Digest     []byte
+	ReceivedAt time.Time
+}
+
+type FerryInboxFence struct {
+	Consumer   string
+	Plan       string
+	Side       string
+	Topic      string
+	Partition  int32
+	Epoch      int32
+	Partitions int32
+	PassedAt   time.Time
+}
+
 type FerryMigration struct {
 	Name       string
 	OldChannel json.RawMessage

@@ -1,0 +1,230 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/migration"
+	"github.com/ferryhq/ferry/outbox"
+	"github.com/ferryhq/ferry/relay"
+)
+
+// passEvidence lets every request through the gates: this test is about
+// what the worker does with the channels, not about the gates.
+type passEvidence struct{}
+
+func (passEvidence) ShadowGate(context.Context, string, string) error { return nil }
+func (passEvidence) Drained(context.Context, string, string) error    { return nil }
+
+// liveMigration is a relay moving one aggregate type from a topic on
+// cluster A to a topic of another template on cluster B while events flow,
+// and a worker that knows only the old topic.
+type liveMigration struct {
+	*bundle
+	oldTopic, newTopic string
+	ctl                *migration.Controller
+	written            atomic.Int64
+}
+
+func setupLiveMigration(t *testing.T) *liveMigration {
+	t.Helper()
+	ctx := ferrytest.Context(t, 4*time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	if _, err := db.Pool.Exec(ctx, effectsTable); err != nil {
+		t.Fatal(err)
+	}
+	suffix := ferrytest.Suffix()
+	oldTemplate, newTemplate := "mig."+suffix+".{aggregate_type}", "migb."+suffix+".{aggregate_type}"
+	m := &liveMigration{
+		bundle: &bundle{t: t, ctx: ctx, db: db, consumer: ferrytest.Name(t, "c"),
+			kopts: []kgo.Opt{kgo.SeedBrokers(ferrytest.Brokers(t)...)}},
+		oldTopic: "mig." + suffix + ".order",
+		newTopic: "migb." + suffix + ".order",
+		ctl:      &migration.Controller{DB: db.Pool, Evidence: passEvidence{}},
+	}
+	m.topic = m.oldTopic
+	ferrytest.CreateTopic(t, m.oldTopic, 3)
+	ferrytest.CreateTopic(t, m.oldTopic+DeadLetterSuffixDefault, 1)
+	ferrytest.CreateTopicB(t, m.newTopic, 4)
+	ferrytest.CreateTopicB(t, m.newTopic+DeadLetterSuffixDefault, 1)
+
+	slot := "ferry_" + suffix
+	if err := relay.Setup(ctx, db.Pool, slot, "ferry", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(&relay.Config{DatabaseURL: db.URL, Slot: slot, TopicTemplate: oldTemplate,
+		KafkaOpts: m.kopts, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stopRelay := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() {
+		stopRelay()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+	err = m.ctl.Create(ctx, migration.Plan{Name: "move",
+		Old:    migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: oldTemplate},
+		New:    migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: newTemplate},
+		Groups: []string{m.consumer}}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// writeUntil commits events of 8 aggregates, one per transaction, each
+// aggregate's payload its next sequence number, until stop is closed.
+func (m *liveMigration) writeUntil(stop <-chan struct{}) <-chan error {
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		next := map[string]int{}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			key := fmt.Sprintf("agg-%d", i%8)
+			next[key]++
+			_, err := outbox.Write(m.ctx, m.db.Pool, outbox.Event{AggregateType: "order", AggregateID: key,
+				EventType: "Changed", Payload: []byte(strconv.Itoa(next[key]))})
+			if err != nil {
+				errs <- err
+				return
+			}
+			m.written.Add(1)
+		}
+	}()
+	return errs
+}
+
+// afterMore waits until n more events were written.
+func (m *liveMigration) afterMore(n int64) {
+	m.t.Helper()
+	target := m.written.Load() + n
+	m.waitFor(fmt.Sprintf("%d events written", target), func() (bool, error) { return m.written.Load() >= target, nil })
+}
+
+func (m *liveMigration) request(to migration.Phase, slices int) {
+	m.t.Helper()
+	d, err := m.ctl.Request(m.ctx, "move", to, slices, "test")
+	if err != nil || !d.Accepted {
+		m.t.Fatalf("request %s %d: %+v, %v", to, slices, d, err)
+	}
+}
+
+// Events flow while the plan goes through dual writing, two cutover steps,
+// a rollback, the cutover again and the retirement. The worker, configured
+// with the old topic only, learns the new channel from the fences, consumes
+// it too, and applies every event exactly once and each aggregate's events
+// in order, although it applies the old channel slowly (so the new one is
+// ahead): an authoritative copy of a moved slice waits for the old
+// channel's fences.
+func TestWorkerFollowsALiveMigrationOnceAndInOrder(t *testing.T) {
+	t.Parallel()
+	m := setupLiveMigration(t)
+	cfg := m.config()
+	cfg.KeyConcurrency = 4
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
+		if msg.Topic == m.oldTopic {
+			time.Sleep(10 * time.Millisecond) // the old channel lags
+		}
+		return insertEffect(ctx, tx, msg, msg.Topic)
+	})
+	m.start(w)
+
+	stop := make(chan struct{})
+	errs := m.writeUntil(stop)
+	m.afterMore(100)
+	for _, step := range []struct {
+		phase  migration.Phase
+		slices int
+	}{
+		{migration.DualWrite, 0},
+		{migration.Cutover, 32},
+		{migration.Cutover, migration.Slices},
+		{migration.DualWrite, 0}, // rollback
+		{migration.Cutover, migration.Slices},
+		{migration.OldRetired, 0},
+	} {
+		m.request(step.phase, step.slices)
+		m.afterMore(150)
+	}
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	total := int(m.written.Load())
+	m.waitFor(fmt.Sprintf("%d events applied", total), func() (bool, error) {
+		return m.count(`SELECT count(DISTINCT message_id) FROM effects`) >= total, nil
+	})
+
+	if n := m.count(`SELECT count(*) FROM (SELECT message_id FROM effects GROUP BY message_id HAVING count(*) > 1) d`); n > 0 {
+		t.Errorf("%d events applied more than once", n)
+	}
+	if n := m.count(`SELECT count(*) FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM effects e WHERE e.message_id = o.id::text)`); n > 0 {
+		t.Errorf("%d events never applied", n)
+	}
+	rows, err := m.db.Pool.Query(m.ctx, `SELECT key, seq FROM effects ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]int{}
+	for rows.Next() {
+		var key string
+		var seq int
+		if err := rows.Scan(&key, &seq); err != nil {
+			t.Fatal(err)
+		}
+		if seq != last[key]+1 {
+			t.Errorf("aggregate %s: event %d applied after event %d", key, seq, last[key])
+		}
+		last[key] = seq
+	}
+	rows.Close()
+	for _, q := range []struct {
+		what  string
+		query string
+	}{
+		{"events applied from the new channel", `SELECT count(*) FROM effects WHERE worker = '` + m.newTopic + `'`},
+		{"events applied from the old channel", `SELECT count(*) FROM effects WHERE worker = '` + m.oldTopic + `'`},
+		{"channels learned", `SELECT count(*) FROM ferry_inbox_channel WHERE peer = '` + m.newTopic + `'`},
+		{"fences passed on the old channel", `SELECT count(*) FROM ferry_inbox_fence WHERE side = 'old'`},
+		{"fences passed on the new channel", `SELECT count(*) FROM ferry_inbox_fence WHERE side = 'new'`},
+		{"shadow copies recorded", `SELECT count(*) FROM ferry_inbox_copy WHERE role = 'shadow'`},
+	} {
+		if n := m.count(q.query); n == 0 {
+			t.Errorf("no %s", q.what)
+		}
+	}
+	t.Logf("%d events; applied from the old channel %d, from the new %d; copies held for fences %v", total,
+		m.count(`SELECT count(*) FROM effects WHERE worker = '`+m.oldTopic+`'`),
+		m.count(`SELECT count(*) FROM effects WHERE worker = '`+m.newTopic+`'`), heldCount(w, m.consumer))
+}
+
+// heldCount is how many copies the worker held for fences.
+func heldCount(w *Worker, consumer string) float64 {
+	var m dto.Metric
+	if err := w.metrics.migrationHeld.WithLabelValues(consumer).Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
