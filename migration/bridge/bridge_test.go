@@ -276,8 +276,8 @@ func TestIDsArePreservedOrDerivedAndStableAcrossRuns(t *testing.T) {
 		if len(id) != 1 {
 			t.Fatalf("copy of %s has ids %q, want one", r.Value, id)
 		}
-		if st := stamp(t, r); st.Plan != b.plan || st.Epoch != 1 || st.Side != migration.NewSide || st.Role != migration.Shadow || st.Slice != migration.Slice(r.Key) {
-			t.Fatalf("copy of %s: stamp %+v, want plan %s epoch 1 new shadow slice %d", r.Value, st, b.plan, migration.Slice(r.Key))
+		if st := stamp(t, r); st.Plan != b.plan || st.Epoch != 1 || st.Side != migration.NewSide || st.Role != migration.Authoritative || st.Slice != migration.Slice(r.Key) {
+			t.Fatalf("copy of %s: stamp %+v, want plan %s epoch 1 new authoritative slice %d", r.Value, st, b.plan, migration.Slice(r.Key))
 		}
 		i, _ := strconv.Atoi(strings.TrimPrefix(string(r.Value), "v"))
 		if got := header(r, "trace"); !slices.Equal(got, []string{"t" + strconv.Itoa(i)}) {
@@ -453,9 +453,10 @@ func TestStoppedMidStreamAndRestartedLosesNothing(t *testing.T) {
 	}
 }
 
-// In CUTOVER each copy's stamp says authoritative for the moved slices and
-// shadow for the others, with the epoch of the step the bridge read; the
-// copies made in DUAL_WRITE before it are all shadow.
+// Each copy's stamp carries the epoch of the step the bridge read and its
+// key's slice, and says authoritative in DUAL_WRITE and in CUTOVER, for
+// moved and unmoved slices alike (see the package doc: bridged copies are
+// applied on sight).
 func TestStampsFollowThePlanPerSlice(t *testing.T) {
 	t.Parallel()
 	b := setup(t, opts{})
@@ -477,24 +478,23 @@ func TestStampsFollowThePlanPerSlice(t *testing.T) {
 	b.waitFor("the bridge to read the CUTOVER step", func() bool { return r.Stats().Step.Epoch == cut })
 	b.produce(batch("after")...)
 
-	roles := map[migration.Role]int{}
+	movedKeys := 0
 	for _, rec := range b.readB(2 * keys) {
 		st := stamp(t, rec)
 		slice := migration.Slice(rec.Key)
-		want := migration.Stamp{Plan: b.plan, Epoch: dual, Slice: slice, Side: migration.NewSide, Role: migration.Shadow}
+		want := migration.Stamp{Plan: b.plan, Epoch: dual, Slice: slice, Side: migration.NewSide, Role: migration.Authoritative}
 		if string(rec.Value) == "after" {
 			want.Epoch = cut
 			if slice < moved {
-				want.Role = migration.Authoritative
+				movedKeys++
 			}
-			roles[st.Role]++
 		}
 		if st != want {
 			t.Fatalf("%s copy of %s (slice %d): stamp %+v, want %+v", rec.Value, rec.Key, slice, st, want)
 		}
 	}
-	if roles[migration.Authoritative] == 0 || roles[migration.Shadow] == 0 {
-		t.Fatalf("CUTOVER copies by role %v: the keys should cover moved and unmoved slices", roles)
+	if movedKeys == 0 || movedKeys == keys {
+		t.Fatalf("%d of %d keys in moved slices: the keys should cover moved and unmoved slices", movedKeys, keys)
 	}
 }
 
@@ -523,8 +523,8 @@ func TestOldOnlyPublishesNothing(t *testing.T) {
 
 	epoch := b.request(migration.DualWrite, 0)
 	for _, rec := range b.readB(n) {
-		if st := stamp(t, rec); st.Epoch != epoch || st.Role != migration.Shadow {
-			t.Fatalf("copy stamped %+v, want epoch %d shadow", st, epoch)
+		if st := stamp(t, rec); st.Epoch != epoch || st.Role != migration.Authoritative {
+			t.Fatalf("copy stamped %+v, want epoch %d authoritative", st, epoch)
 		}
 	}
 	b.waitFor("the copies committed", func() bool { return b.committed(bridge.GroupPrefix+b.plan) == n })

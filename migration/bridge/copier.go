@@ -109,11 +109,12 @@ func (c *copier) id(headers []kgo.RecordHeader) (id []byte, keep bool) {
 }
 
 // newRole is the role of the new channel's copy of an event of
-// aggregateID under step; false when the step writes no such copy.
+// aggregateID under step; false when the step writes no such copy. A
+// bridged copy is always authoritative: see the package doc.
 func newRole(step migration.Step, aggregateID []byte) (migration.Role, bool) {
 	for _, c := range step.Route(aggregateID) {
 		if c.Side == migration.NewSide {
-			return c.Role, true
+			return migration.Authoritative, true
 		}
 	}
 	return "", false

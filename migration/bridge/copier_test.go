@@ -57,7 +57,7 @@ func TestCopyCarriesOneIDAndTheBridgesStamp(t *testing.T) {
 	key, value := []byte("k1"), []byte("v1")
 	derived := PayloadID(key, value)
 	step := migration.Step{Plan: "move-1", Epoch: 4, Phase: migration.DualWrite}
-	stamp := migration.Stamp{Plan: "move-1", Epoch: 4, Slice: migration.Slice(key), Side: migration.NewSide, Role: migration.Shadow}.String()
+	stamp := migration.Stamp{Plan: "move-1", Epoch: 4, Slice: migration.Slice(key), Side: migration.NewSide, Role: migration.Authoritative}.String()
 	cases := []struct {
 		name        string
 		c           copier
@@ -125,9 +125,9 @@ func TestCopyRoleFollowsTheStep(t *testing.T) {
 		role migration.Role // "" for no copy
 	}{
 		{migration.Step{Phase: migration.OldOnly}, moved, ""},
-		{migration.Step{Phase: migration.DualWrite, Epoch: 1}, moved, migration.Shadow},
+		{migration.Step{Phase: migration.DualWrite, Epoch: 1}, moved, migration.Authoritative},
 		{migration.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, moved, migration.Authoritative},
-		{migration.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, unmoved, migration.Shadow},
+		{migration.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, unmoved, migration.Authoritative},
 		{migration.Step{Phase: migration.OldRetired, Epoch: 3}, unmoved, migration.Authoritative},
 	}
 	for _, tc := range cases {

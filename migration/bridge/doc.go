@@ -43,23 +43,23 @@
 //
 // Every copy carries a migration.HeaderRoute stamp, in place of any the
 // record had: the plan, the epoch of the plan's current step, the
-// aggregate's slice (migration.Slice of the record key), side new, and the
-// role Step.Route gives the new side: shadow in DUAL_WRITE and for the
-// slices not yet moved in CUTOVER, authoritative for the moved slices and
-// in OLD_RETIRED. Its since and peer fields stay empty (0 and ""): Ferry's
-// relay fills them on an authoritative copy so that a consumer first
-// passes the fences the relay wrote on the other side's topic
-// (migration.History.Since), and the bridge writes no fences: it never
-// writes to the old cluster, whose topics other consumers read, and a
-// stamp asking for fences nobody writes would hold its copy forever.
-// The bridge reads the step from PostgreSQL every
-// Config.StepInterval. Its switch points are therefore "when the bridge
-// read the step", not a point of the producer's commit order as for
-// Ferry's relay: the producers are not Ferry's, and their writes are in no
-// order Ferry knows. Within one key the order holds on the new channel,
-// since a key's records are copied one after the other, each under the
-// step known when it was read; across the two channels no fence orders a
-// key's authoritative copies after its originals on the old channel. While the plan is OLD_ONLY the bridge waits: it reads nothing,
-// publishes nothing and commits nothing; a plan taken back to OLD_ONLY
-// makes it leave its group and wait again.
+// aggregate's slice (migration.Slice of the record key), side new, and
+// role authoritative, in every phase that writes the new channel. A
+// bridged copy is the original byte for byte, and the original on the old
+// channel carries no stamp, so a consumer applies both on sight and its
+// inbox keeps the first: each channel brings a key's records in their
+// order, and a record is applied only once its predecessor was (in one
+// copy or the other), so each key's order holds across the channels
+// without fences. (Were the copies shadows until their slice moved, a
+// moved key's new copy could be applied while its predecessor still waited
+// on a lagging old channel.) Since and peer stay empty, and the bridge
+// writes no fences: it never writes to the old cluster, whose topics other
+// consumers read. There is nothing to compare either: the shadow gate's
+// evidence comes from Ferry's own events. The bridge reads the step from
+// PostgreSQL every Config.StepInterval; its switch points are "when the
+// bridge read the step", not a point of the producer's commit order as for
+// Ferry's relay: the producers are not Ferry's. While the plan is OLD_ONLY
+// the bridge waits: it reads nothing, publishes nothing and commits
+// nothing; a plan taken back to OLD_ONLY makes it leave its group and wait
+// again.
 package bridge
