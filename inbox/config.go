@@ -30,6 +30,8 @@ const (
 	MaxBufferedBytesPerPartitionDefault = 4 << 20
 	DeadLetterSuffixDefault             = ".dlq"
 	OffsetResetDefault                  = OffsetResetEarliest
+	MigrationReportIntervalDefault      = 10 * time.Second
+	MigrationAllowedLatenessDefault     = 30 * time.Second
 )
 
 // OffsetReset says where a consumer starts reading a partition for which its
@@ -141,6 +143,17 @@ type Config struct {
 	// HealthTimeoutDefault (2m), or more when those need it.
 	HealthTimeout time.Duration
 
+	// MigrationReportInterval is how often, during a live broker migration,
+	// the worker publishes each consumer's shadow report to
+	// migration.ReportTopic on its channel, for the controller's shadow
+	// gate. Defaults to MigrationReportIntervalDefault (10s).
+	MigrationReportInterval time.Duration
+
+	// MigrationAllowedLateness is how long after an authoritative copy its
+	// shadow may arrive before the report counts it missing. Defaults to
+	// MigrationAllowedLatenessDefault (30s).
+	MigrationAllowedLateness time.Duration
+
 	// MaxBufferedBytesPerPartition is how much fetched data (keys, values,
 	// headers and about 128 bytes of bookkeeping per record) a partition
 	// may hold before its fetching pauses; it resumes below half. Keep it
@@ -205,6 +218,8 @@ func (c Config) WithDefaults() Config {
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.CommitInterval = cmp.Or(c.CommitInterval, CommitIntervalDefault)
 	c.HealthTimeout = cmp.Or(c.HealthTimeout, max(HealthTimeoutDefault, c.minHealthTimeout()+30*time.Second))
+	c.MigrationReportInterval = cmp.Or(c.MigrationReportInterval, MigrationReportIntervalDefault)
+	c.MigrationAllowedLateness = cmp.Or(c.MigrationAllowedLateness, MigrationAllowedLatenessDefault)
 	c.MaxBufferedBytesPerPartition = cmp.Or(c.MaxBufferedBytesPerPartition, MaxBufferedBytesPerPartitionDefault)
 	c.OffsetReset = cmp.Or(c.OffsetReset, OffsetResetDefault)
 	if c.DeadLetterTopic == nil {
@@ -259,6 +274,7 @@ func (c Config) validate() error {
 	}{
 		{"RetryBackoff", c.RetryBackoff}, {"RetryBackoffMax", c.RetryBackoffMax}, {"HandlerTimeout", c.HandlerTimeout},
 		{"DrainTimeout", c.DrainTimeout}, {"CommitInterval", c.CommitInterval}, {"HealthTimeout", c.HealthTimeout},
+		{"MigrationReportInterval", c.MigrationReportInterval}, {"MigrationAllowedLateness", c.MigrationAllowedLateness},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("inbox: Config.%s is %s: must be positive", f.name, f.v)

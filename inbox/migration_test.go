@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,8 +23,8 @@ import (
 // what the worker does with the channels, not about the gates.
 type passEvidence struct{}
 
-func (passEvidence) ShadowGate(context.Context, string, string) error { return nil }
-func (passEvidence) Drained(context.Context, string, string) error    { return nil }
+func (passEvidence) ShadowGate(context.Context, migration.Plan, string) error   { return nil }
+func (passEvidence) Drained(context.Context, migration.Plan, string, int) error { return nil }
 
 // liveMigration is a relay moving one aggregate type from a topic on
 // cluster A to a topic of another template on cluster B while events flow,
@@ -227,4 +228,70 @@ func heldCount(w *Worker, consumer string) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// The controller decides from the workers' reports, read from the old
+// channel: CUTOVER is refused before the worker checked an event, accepted
+// once its report shows copies checked, none missing and no mismatch, and
+// refused again while a shadow copy is missing; OLD_RETIRED waits until
+// the group passed the fences from which every slice is on the new channel.
+func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
+	t.Parallel()
+	m := setupLiveMigration(t)
+	ev := &migration.KafkaEvidence{MaxP99Lateness: 10 * time.Second, MaxAge: time.Minute}
+	m.ctl.Evidence = ev
+	cfg := m.config()
+	cfg.MigrationReportInterval = 100 * time.Millisecond
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
+		return insertEffect(ctx, tx, msg, msg.Topic)
+	})
+	m.start(w)
+	plan := migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "unused"}}
+
+	m.request(migration.DualWrite, 0)
+	d, err := m.ctl.Request(m.ctx, "move", migration.Cutover, 64, "test")
+	if err != nil || d.Accepted || !strings.Contains(d.Reason, "shadow gate not passed: group "+m.consumer) {
+		t.Fatalf("CUTOVER before any report: %+v, %v; want a rejection naming the group", d, err)
+	}
+
+	stop := make(chan struct{})
+	errs := m.writeUntil(stop)
+	m.waitFor("the shadow gate to pass", func() (bool, error) { return ev.ShadowGate(m.ctx, plan, m.consumer) == nil, nil })
+	m.request(migration.Cutover, 64)
+
+	// A shadow copy that never comes (as on a lossy channel): the gate
+	// closes, naming it.
+	if _, err := m.db.Pool.Exec(m.ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at)
+		VALUES ($1, 'lost-1', 'move', 'new', 'authoritative', 2, '\x00', now() - interval '1 hour')`, m.consumer); err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor("the gate to report the missing copy", func() (bool, error) {
+		err := ev.ShadowGate(m.ctx, plan, m.consumer)
+		return err != nil && strings.Contains(err.Error(), "1 shadow copies missing"), nil
+	})
+
+	if _, err := m.db.Pool.Exec(m.ctx, `DELETE FROM ferry_inbox_copy WHERE message_id = 'lost-1'`); err != nil {
+		t.Fatal(err)
+	}
+	m.request(migration.Cutover, migration.Slices)
+	m.request(migration.DualWrite, 0) // the rollback drill
+	m.waitFor("the shadow gate to pass again", func() (bool, error) { return ev.ShadowGate(m.ctx, plan, m.consumer) == nil, nil })
+	m.request(migration.Cutover, migration.Slices)
+	allNew := 5
+	m.afterMore(50)
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor("the group to pass the fences of the last cutover", func() (bool, error) {
+		return ev.Drained(m.ctx, plan, m.consumer, allNew) == nil, nil
+	})
+	if err := ev.Drained(m.ctx, plan, m.consumer, allNew+1); err == nil || !strings.Contains(err.Error(), "not yet 6") {
+		t.Fatalf("Drained for a later epoch = %v, want a refusal naming it", err)
+	}
+	m.request(migration.OldRetired, 0)
 }

@@ -318,6 +318,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Go(func() { w.pruneLoop(ctx) })
 	}
 	w.followKnown()
+	wg.Go(func() { w.reportLoop(ctx, groups) })
 	w.cfg.Logger.Info("worker running", slog.Any("consumers", consumers),
 		slog.Int("concurrency", w.cfg.Concurrency), slog.Int("batch_size", w.cfg.BatchSize),
 		slog.Int("key_concurrency", w.cfg.KeyConcurrency), slog.String("offset_reset", string(w.cfg.OffsetReset)))

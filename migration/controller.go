@@ -26,8 +26,12 @@ type Beginner interface {
 // (the old channel drained, the group's migration quarantine empty). Each
 // method returns nil when the group passes, or why it does not.
 type Evidence interface {
-	ShadowGate(ctx context.Context, plan, group string) error
-	Drained(ctx context.Context, plan, group string) error
+	ShadowGate(ctx context.Context, plan Plan, group string) error
+	// Drained: the group applied every record the old channel was
+	// authoritative for, which it shows by passing the old channel's
+	// fences of epoch (from which every slice is on the new channel) or
+	// later on every partition.
+	Drained(ctx context.Context, plan Plan, group string, epoch int) error
 }
 
 // ErrNotFound means no plan has the name.

@@ -19,7 +19,7 @@ type evidence struct {
 	drained map[string]bool
 }
 
-func (e *evidence) ShadowGate(_ context.Context, _, group string) error {
+func (e *evidence) ShadowGate(_ context.Context, _ migration.Plan, group string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.gate[group] {
@@ -28,7 +28,7 @@ func (e *evidence) ShadowGate(_ context.Context, _, group string) error {
 	return nil
 }
 
-func (e *evidence) Drained(_ context.Context, _, group string) error {
+func (e *evidence) Drained(_ context.Context, _ migration.Plan, group string, _ int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.drained[group] {

@@ -57,14 +57,14 @@ func (c *Controller) check(ctx context.Context, tx pgx.Tx, st *State, to Phase, 
 		if st.Slices != Slices {
 			return fmt.Sprintf("premature: %d of %d slices moved; retire the old channel after all of them", st.Slices, Slices), false
 		}
-		drilled, err := rollbackDrilled(ctx, tx, st.Plan.Name)
+		drilled, allNew, err := rollbackDrilled(ctx, tx, st.Plan.Name)
 		if err != nil {
 			return "cannot read the history: " + err.Error(), false
 		}
 		if !drilled {
 			return fmt.Sprintf("premature: no rollback drill recorded (%s -> %s -> %s); rehearse the way back before removing it", Cutover, DualWrite, Cutover), false
 		}
-		if why := c.groups(ctx, st, c.drained); why != "" {
+		if why := c.groups(ctx, st, c.drained(allNew)); why != "" {
 			return "premature: old channel not drained: " + why, false
 		}
 		return "accepted: the relay writes the new channel only from this point; consumers drain the old one", true
@@ -86,21 +86,23 @@ func allowed(from Phase) string {
 	return "none"
 }
 
-func (c *Controller) shadowGate(ctx context.Context, plan, group string) error {
+func (c *Controller) shadowGate(ctx context.Context, plan Plan, group string) error {
 	return c.Evidence.ShadowGate(ctx, plan, group)
 }
 
-func (c *Controller) drained(ctx context.Context, plan, group string) error {
-	return c.Evidence.Drained(ctx, plan, group)
+func (c *Controller) drained(epoch int) func(ctx context.Context, plan Plan, group string) error {
+	return func(ctx context.Context, plan Plan, group string) error {
+		return c.Evidence.Drained(ctx, plan, group, epoch)
+	}
 }
 
 // groups asks evidence of every group of the plan; "" when all pass.
-func (c *Controller) groups(ctx context.Context, st *State, ask func(ctx context.Context, plan, group string) error) string {
+func (c *Controller) groups(ctx context.Context, st *State, ask func(ctx context.Context, plan Plan, group string) error) string {
 	if c.Evidence == nil {
 		return "no evidence source configured (Controller.Evidence)"
 	}
 	for _, g := range st.Plan.Groups {
-		if err := ask(ctx, st.Plan.Name, g); err != nil {
+		if err := ask(ctx, st.Plan, g); err != nil {
 			return fmt.Sprintf("group %s: %v", g, err)
 		}
 	}
@@ -108,24 +110,34 @@ func (c *Controller) groups(ctx context.Context, st *State, ask func(ctx context
 }
 
 // rollbackDrilled reports whether the plan's accepted steps hold a
-// rollback drill: CUTOVER, then DUAL_WRITE, then CUTOVER again.
-func rollbackDrilled(ctx context.Context, tx pgx.Tx, plan string) (bool, error) {
+// rollback drill (CUTOVER, then DUAL_WRITE, then CUTOVER again), and the
+// epoch from which every slice has been on the new channel (0 if one is
+// not): the fences the consumers must have passed to be drained.
+func rollbackDrilled(ctx context.Context, tx pgx.Tx, plan string) (drilled bool, allNew int, err error) {
 	steps, err := dbsqlc.New().MigrationSteps(ctx, tx, plan)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	stage := 0 // 1: saw CUTOVER; 2: then DUAL_WRITE; 3: then CUTOVER again
+	var h History
 	for _, s := range steps {
+		h = append(h, Step{Plan: plan, Epoch: int(s.Epoch), Phase: Phase(s.Phase), Slices: int(s.Slices)})
 		switch {
 		case stage == 0 && Phase(s.Phase) == Cutover:
 			stage = 1
 		case stage == 1 && Phase(s.Phase) == DualWrite:
 			stage = 2
 		case stage == 2 && Phase(s.Phase) == Cutover:
-			return true, nil
+			stage = 3
 		}
 	}
-	return false, nil
+	for slice := range Slices {
+		if h[len(h)-1].Authority(slice) != NewSide {
+			return stage == 3, 0, nil
+		}
+		allNew = max(allNew, h.Since(slice))
+	}
+	return stage == 3, allNew, nil
 }
 
 func pgtypeInt8(v int64) pgtype.Int8 { return pgtype.Int8{Int64: v, Valid: true} }

@@ -20,8 +20,8 @@ import (
 // how the relay routes, not about the consumers' evidence.
 type passEvidence struct{}
 
-func (passEvidence) ShadowGate(context.Context, string, string) error { return nil }
-func (passEvidence) Drained(context.Context, string, string) error    { return nil }
+func (passEvidence) ShadowGate(context.Context, migration.Plan, string) error   { return nil }
+func (passEvidence) Drained(context.Context, migration.Plan, string, int) error { return nil }
 
 // migrationBundle is a relay test with a plan from the relay's own channel
 // on cluster A to a new topic template on cluster B.

@@ -26,3 +26,44 @@ WHERE consumer = @consumer AND plan = @plan AND side = @side AND topic = @topic;
 INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at)
 VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_at)
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
+
+-- name: InboxCopyPlans :many
+-- The plans a consumer follows (it learned a channel of them).
+SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER BY plan;
+
+-- name: InboxCopyReport :one
+-- A consumer's shadow report of a plan (migration.Report): the copies of
+-- each role, the events with both copies, those whose payloads differ, the
+-- authoritative copies older than the allowed lateness without a shadow,
+-- and the delay between an event's two copies (p99 and max, seconds).
+WITH a AS (
+    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
+    WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'authoritative'
+), s AS (
+    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
+    WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'shadow'
+), pairs AS (
+    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
+    FROM a JOIN s USING (message_id)
+)
+SELECT
+    (SELECT count(*) FROM a)::bigint AS authoritative,
+    (SELECT count(*) FROM s)::bigint AS shadow,
+    (SELECT count(*) FROM pairs)::bigint AS checked,
+    (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
+    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => @allowed_seconds::float8)
+        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
+    coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
+    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds;
+
+-- name: InboxFenceFloor :one
+-- The newest epoch whose fences the consumer passed on every partition of
+-- every topic of the plan's old channel it knows (0: none, or a topic with a
+-- partition that passed none).
+SELECT coalesce(min(CASE WHEN t.n = t.partitions THEN t.floor ELSE 0 END), 0)::int AS epoch
+FROM (
+    SELECT f.topic, count(*) AS n, max(f.partitions) AS partitions, min(f.epoch) AS floor
+    FROM ferry_inbox_fence f
+    WHERE f.consumer = @consumer AND f.plan = @plan AND f.side = 'old'
+    GROUP BY f.topic
+) t;

@@ -105,6 +105,113 @@ func (q *Queries) InboxCopyInsert(ctx context.Context, db DBTX, arg InboxCopyIns
 	return err
 }
 
+const inboxCopyPlans = `-- name: InboxCopyPlans :many
+SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = $1 ORDER BY plan
+`
+
+// The plans a consumer follows (it learned a channel of them).
+func (q *Queries) InboxCopyPlans(ctx context.Context, db DBTX, consumer string) ([]string, error) {
+	rows, err := db.Query(ctx, inboxCopyPlans, consumer)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var plan string
+		if err := rows.Scan(&plan); err != nil {
+			return nil, err
+		}
+		items = append(items, plan)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxCopyReport = `-- name: InboxCopyReport :one
+WITH a AS (
+    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
+    WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'authoritative'
+), s AS (
+    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
+    WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'shadow'
+), pairs AS (
+    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
+    FROM a JOIN s USING (message_id)
+)
+SELECT
+    (SELECT count(*) FROM a)::bigint AS authoritative,
+    (SELECT count(*) FROM s)::bigint AS shadow,
+    (SELECT count(*) FROM pairs)::bigint AS checked,
+    (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
+    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => $1::float8)
+        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
+    coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
+    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds
+`
+
+type InboxCopyReportParams struct {
+	AllowedSeconds float64
+	Consumer       string
+	Plan           string
+}
+
+type InboxCopyReportRow struct {
+	Authoritative int64
+	Shadow        int64
+	Checked       int64
+	Mismatched    int64
+	Missing       int64
+	P99Seconds    float64
+	MaxSeconds    float64
+}
+
+// A consumer's shadow report of a plan (migration.Report): the copies of
+// each role, the events with both copies, those whose payloads differ, the
+// authoritative copies older than the allowed lateness without a shadow,
+// and the delay between an event's two copies (p99 and max, seconds).
+func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyReportParams) (*InboxCopyReportRow, error) {
+	row := db.QueryRow(ctx, inboxCopyReport, arg.AllowedSeconds, arg.Consumer, arg.Plan)
+	var i InboxCopyReportRow
+	err := row.Scan(
+		&i.Authoritative,
+		&i.Shadow,
+		&i.Checked,
+		&i.Mismatched,
+		&i.Missing,
+		&i.P99Seconds,
+		&i.MaxSeconds,
+	)
+	return &i, err
+}
+
+const inboxFenceFloor = `-- name: InboxFenceFloor :one
+SELECT coalesce(min(CASE WHEN t.n = t.partitions THEN t.floor ELSE 0 END), 0)::int AS epoch
+FROM (
+    SELECT f.topic, count(*) AS n, max(f.partitions) AS partitions, min(f.epoch) AS floor
+    FROM ferry_inbox_fence f
+    WHERE f.consumer = $1 AND f.plan = $2 AND f.side = 'old'
+    GROUP BY f.topic
+) t
+`
+
+type InboxFenceFloorParams struct {
+	Consumer string
+	Plan     string
+}
+
+// The newest epoch whose fences the consumer passed on every partition of
+// every topic of the plan's old channel it knows (0: none, or a topic with a
+// partition that passed none).
+func (q *Queries) InboxFenceFloor(ctx context.Context, db DBTX, arg InboxFenceFloorParams) (int32, error) {
+	row := db.QueryRow(ctx, inboxFenceFloor, arg.Consumer, arg.Plan)
+	var epoch int32
+	err := row.Scan(&epoch)
+	return epoch, err
+}
+
 const inboxFencePassed = `-- name: InboxFencePassed :exec
 INSERT INTO ferry_inbox_fence (consumer, plan, side, topic, partition, epoch, partitions)
 VALUES ($1, $2, $3, $4, $5, $6, $7)

@@ -28,8 +28,8 @@ import (
 // passing is Evidence that lets every change through.
 type passing struct{}
 
-func (passing) ShadowGate(context.Context, string, string) error { return nil }
-func (passing) Drained(context.Context, string, string) error    { return nil }
+func (passing) ShadowGate(context.Context, migration.Plan, string) error   { return nil }
+func (passing) Drained(context.Context, migration.Plan, string, int) error { return nil }
 
 // bundle is what a bridge test needs: a plan from cluster A to cluster B
 // in its own database, a topic on each side, and the bridge's settings.

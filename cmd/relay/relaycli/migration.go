@@ -74,7 +74,7 @@ func controller(ctx context.Context, b *cli.Base) (*migration.Controller, func()
 	if err != nil {
 		return nil, nil, err
 	}
-	// Evidence: the consumer groups' reports plug in here; nil rejects CUTOVER and OLD_RETIRED.
+	// Evidence: read by the requests that need it (migrationRequest).
 	return &migration.Controller{DB: pool}, pool.Close, nil
 }
 
@@ -343,6 +343,9 @@ func migrationRequest(ctx context.Context, args []string, stdout, stderr io.Writ
 	// Any number: what a phase takes is the controller's to decide, and its
 	// refusal is recorded.
 	slices := f.FlagSet.Int("slices", 0, "slices moved to the new channel, for "+string(migration.Cutover)+" (1 to 128)")
+	maxLateness := f.Duration("max-shadow-lateness", 10*time.Second,
+		"shadow gate: the largest p99 delay between an event's two copies a group's report may show")
+	maxAge := f.Duration("report-max-age", 2*time.Minute, "how old a group's newest report (on "+migration.ReportTopic+") may be")
 	by := byFlag(f)
 	if err := parseArgs(f, &b, args, stderr, "NAME", "PHASE"); err != nil {
 		return err
@@ -364,6 +367,9 @@ func migrationRequest(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer closeDB()
+	// The consumer groups' reports, on the plan's old channel, decide the
+	// shadow gate (CUTOVER) and the drain (OLD_RETIRED).
+	c.Evidence = &migration.KafkaEvidence{MaxP99Lateness: *maxLateness, MaxAge: *maxAge}
 	fmt.Fprintln(stdout, target)
 	d, err := c.Request(ctx, f.Arg(0), to, *slices, *by)
 	if errors.Is(err, migration.ErrNotFound) {

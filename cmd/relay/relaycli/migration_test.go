@@ -99,8 +99,8 @@ func TestMigrationRequestsAreDecidedRecordedAndExitByDecision(t *testing.T) {
 		t.Fatalf("request DUAL_WRITE says:\n%s", out)
 	}
 	out, stderr := s.must(t, 1, "request", "move-1", "CUTOVER", "--slices", "6", "--by", "bob@ops")
-	if !strings.Contains(out, "rejected (epoch 1 unchanged)") || !strings.Contains(stderr, "no evidence source configured") {
-		t.Fatalf("request CUTOVER without evidence:\nstdout:\n%s\nstderr:\n%s", out, stderr)
+	if !strings.Contains(out, "rejected (epoch 1 unchanged)") || !strings.Contains(stderr, "shadow gate not passed: group stock") {
+		t.Fatalf("request CUTOVER without a report from the group:\nstdout:\n%s\nstderr:\n%s", out, stderr)
 	}
 	_, stderr = s.must(t, 1, "request", "move-1", "DUAL_WRITE", "--slices", "5", "--by", "carol@ops")
 	if !strings.Contains(stderr, "slices apply to CUTOVER only") {
@@ -119,7 +119,7 @@ func TestMigrationRequestsAreDecidedRecordedAndExitByDecision(t *testing.T) {
 	rows := tableRows(t, out, "ID ")
 	wantRows := [][]string{
 		{"1 ", "bob@ops", "OLD_ONLY", "DUAL_WRITE", "accepted"},
-		{"2 ", "bob@ops", "DUAL_WRITE", "CUTOVER 6/128", "rejected", "no evidence source configured"},
+		{"2 ", "bob@ops", "DUAL_WRITE", "CUTOVER 6/128", "rejected", "shadow gate not passed"},
 		{"3 ", "carol@ops", "DUAL_WRITE 5/128", "rejected", "slices apply to CUTOVER only"},
 		{"4 ", "bob@ops", "DUAL_WRITE", "OLD_ONLY", "accepted", "abandon"},
 		{"5 ", "carol@ops", "OLD_ONLY", "OLD_RETIRED", "rejected", "forbidden"},

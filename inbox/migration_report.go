@@ -1,0 +1,86 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/migration"
+)
+
+// reportLoop publishes, every Config.MigrationReportInterval, each
+// consumer's shadow report of every plan it follows (migration.Report) to
+// migration.ReportTopic on its own (the old) channel, where the migration
+// controller reads it for the shadow gate.
+func (w *Worker) reportLoop(ctx context.Context, groups []*groupConsumer) {
+	t := time.NewTicker(w.cfg.MigrationReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, g := range groups {
+			if err := w.report(ctx, g); err != nil && ctx.Err() == nil {
+				g.log.Warn("live migration: cannot publish the shadow report; the controller sees the previous one",
+					slog.String("topic", migration.ReportTopic), slog.String("error", err.Error()))
+			}
+		}
+	}
+}
+
+// report computes and publishes g's reports.
+func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
+	var reports []migration.Report
+	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
+		plans, err := w.queries.InboxCopyPlans(ctx, tx, g.name)
+		if err != nil {
+			return err
+		}
+		for _, plan := range plans {
+			row, err := w.queries.InboxCopyReport(ctx, tx, dbsqlc.InboxCopyReportParams{
+				Consumer: g.name, Plan: plan, AllowedSeconds: w.cfg.MigrationAllowedLateness.Seconds()})
+			if err != nil {
+				return err
+			}
+			floor, err := w.queries.InboxFenceFloor(ctx, tx, dbsqlc.InboxFenceFloorParams{Consumer: g.name, Plan: plan})
+			if err != nil {
+				return err
+			}
+			reports = append(reports, migration.Report{Plan: plan, Group: g.name, At: time.Now().UTC(), OldFenceEpoch: int(floor),
+				Authoritative: row.Authoritative, Shadow: row.Shadow, Checked: row.Checked, Missing: row.Missing,
+				AllowedLateness: w.cfg.MigrationAllowedLateness, Mismatched: row.Mismatched,
+				P99Lateness: seconds(row.P99Seconds), MaxLateness: seconds(row.MaxSeconds)})
+		}
+		return nil
+	})
+	if err != nil || len(reports) == 0 {
+		return err
+	}
+	recs := make([]*kgo.Record, len(reports))
+	for i, r := range reports {
+		v, _ := json.Marshal(r) // numbers, strings and a time always marshal
+		recs[i] = &kgo.Record{Topic: migration.ReportTopic, Key: []byte(r.Key()), Value: v}
+	}
+	err = g.cl.ProduceSync(ctx, recs...).FirstErr()
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		// The first report of a cluster: a compacted topic keeps the newest
+		// report per plan and group.
+		_, cerr := kadm.NewClient(g.cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": new("compact")}, migration.ReportTopic)
+		if cerr == nil || errors.Is(cerr, kerr.TopicAlreadyExists) {
+			err = g.cl.ProduceSync(ctx, recs...).FirstErr()
+		}
+	}
+	return err
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

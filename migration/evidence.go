@@ -1,0 +1,183 @@
+package migration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ReportTopic is the topic, on a plan's old channel, where workers publish
+// their shadow reports (compacted: the newest report per plan and group is
+// what counts). Producer and consumers share no database: this is how the
+// controller learns what the consumers saw.
+const ReportTopic = "ferry.migration.reports"
+
+// Report is what a consumer group saw of a plan's copies: the shadow gate's
+// evidence. Every instance of the group computes it from the group's
+// database, so any instance's newest report speaks for the group.
+type Report struct {
+	Plan  string    `json:"plan"`
+	Group string    `json:"group"`
+	At    time.Time `json:"at"`
+	// Authoritative and Shadow count the copies received of each role.
+	Authoritative int64 `json:"authoritative"`
+	Shadow        int64 `json:"shadow"`
+	// Checked counts the events whose two copies arrived.
+	Checked int64 `json:"checked"`
+	// Missing counts the authoritative copies received more than
+	// AllowedLateness ago whose shadow never came.
+	Missing         int64         `json:"missing"`
+	AllowedLateness time.Duration `json:"allowed_lateness_ns"`
+	// Mismatched counts the checked events whose copies' payloads differ.
+	Mismatched int64 `json:"mismatched"`
+	// P99Lateness and MaxLateness are the delay between an event's two
+	// copies, whichever came first.
+	P99Lateness time.Duration `json:"p99_lateness_ns"`
+	MaxLateness time.Duration `json:"max_lateness_ns"`
+	// OldFenceEpoch is the newest epoch whose fences the group passed on
+	// every partition of the old channel it consumes: it applied every
+	// record the old channel held before them.
+	OldFenceEpoch int `json:"old_fence_epoch"`
+}
+
+// Key is the report's record key: the plan and the group.
+func (r Report) Key() string { return r.Plan + "/" + r.Group }
+
+// Gate returns nil when the report passes the shadow gate: events checked,
+// none missing beyond the allowed lateness, no payload mismatch, p99
+// lateness within maxP99; else what fails.
+func (r Report) Gate(maxP99 time.Duration) error {
+	var why []string
+	if r.Checked == 0 {
+		why = append(why, "no event checked yet (no event with both copies)")
+	}
+	if r.Missing > 0 {
+		why = append(why, fmt.Sprintf("%d shadow copies missing beyond the allowed lateness of %s", r.Missing, r.AllowedLateness))
+	}
+	if r.Mismatched > 0 {
+		why = append(why, fmt.Sprintf("%d payload mismatches", r.Mismatched))
+	}
+	if r.P99Lateness > maxP99 {
+		why = append(why, fmt.Sprintf("p99 lateness %s above %s", r.P99Lateness, maxP99))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(why, "; "))
+}
+
+// KafkaEvidence is the controller's Evidence from the plan's old channel:
+// the consumer groups' newest reports (ReportTopic).
+type KafkaEvidence struct {
+	// MaxP99Lateness bounds a report's p99 lateness.
+	MaxP99Lateness time.Duration
+	// MaxAge is how old the newest report may be.
+	MaxAge time.Duration
+	// Getenv reads the variables a channel names for its SASL password;
+	// os.Getenv when nil.
+	Getenv func(string) string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+func (e *KafkaEvidence) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+func (e *KafkaEvidence) client(p Plan, opts ...kgo.Opt) (*kgo.Client, error) {
+	getenv := e.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	base, err := p.Old.KafkaOpts("old", getenv)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(append(base, opts...)...)
+}
+
+// ShadowGate reads the group's newest report and applies Report.Gate.
+func (e *KafkaEvidence) ShadowGate(ctx context.Context, p Plan, group string) error {
+	reports, err := e.Reports(ctx, p)
+	if err != nil {
+		return err
+	}
+	r, ok := reports[group]
+	switch {
+	case !ok:
+		return fmt.Errorf("no report from the group on %s (is a worker of it running with the migration's tables?)", ReportTopic)
+	case e.now().Sub(r.At) > e.MaxAge:
+		return fmt.Errorf("its newest report is from %s, older than %s", r.At.UTC().Format(time.RFC3339), e.MaxAge)
+	}
+	return r.Gate(e.MaxP99Lateness)
+}
+
+// Reports returns the newest report of each group of plan p.
+func (e *KafkaEvidence) Reports(ctx context.Context, p Plan) (map[string]Report, error) {
+	cl, err := e.client(p, kgo.ConsumeTopics(ReportTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, ReportTopic)
+	if err != nil {
+		return nil, fmt.Errorf("read the end of %s on the old channel: %w", ReportTopic, err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	out := map[string]Report{}
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read %s: %w", ReportTopic, err)
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			if end, ok := want[rec.Partition]; ok && rec.Offset+1 >= end {
+				delete(want, rec.Partition)
+			}
+			var r Report
+			if json.Unmarshal(rec.Value, &r) != nil || r.Plan != p.Name || string(rec.Key) != r.Key() {
+				return
+			}
+			if old, ok := out[r.Group]; !ok || r.At.After(old.At) {
+				out[r.Group] = r
+			}
+		})
+	}
+	return out, nil
+}
+
+// Drained returns nil when the group's newest report says it passed the
+// fences of epoch (or later) on every partition of the old channel: it
+// applied every record the old channel was authoritative for.
+func (e *KafkaEvidence) Drained(ctx context.Context, p Plan, group string, epoch int) error {
+	reports, err := e.Reports(ctx, p)
+	if err != nil {
+		return err
+	}
+	r, ok := reports[group]
+	switch {
+	case !ok:
+		return fmt.Errorf("no report from the group on %s", ReportTopic)
+	case e.now().Sub(r.At) > e.MaxAge:
+		return fmt.Errorf("its newest report is from %s, older than %s", r.At.UTC().Format(time.RFC3339), e.MaxAge)
+	case r.OldFenceEpoch < epoch:
+		return fmt.Errorf("it passed the old channel's fences up to epoch %d on every partition, not yet %d (from which every slice is on the new channel)",
+			r.OldFenceEpoch, epoch)
+	}
+	return nil
+}
