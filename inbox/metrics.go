@@ -21,6 +21,7 @@ type metrics struct {
 	lag              *prometheus.GaugeVec
 	assigned         *prometheus.GaugeVec
 	pruned           *prometheus.CounterVec
+	pruneRefused     *prometheus.CounterVec
 	pauses           *prometheus.CounterVec
 	parked           *prometheus.CounterVec
 	stuck            *prometheus.GaugeVec
@@ -104,11 +105,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_pruned_rows_total", Help: "Rows deleted by retention.",
 		}, []string{"table"}),
+		pruneRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_prune_refused_total", Help: "Prune passes that kept a consumer's whole inbox: its retention is below the dedupe window its live migration's copies require.",
+		}, []string{"consumer"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duplicates, m.retries, m.deadLettered, m.deadLetterErrors,
 			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses, m.parked, m.stuck,
-			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates)
+			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates, m.pruneRefused)
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package inbox
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,12 +19,58 @@ const (
 	PruneIntervalDefault     = time.Hour
 )
 
+// The dedupe window a live broker migration requires. Each event then
+// comes twice, once per channel, and the worker records when each copy
+// arrived (ferry_inbox_copy). Before a prune pass deletes anything it reads,
+// per consumer, the largest delay between the two copies of one message
+// whose later copy arrived within DedupeWindowLookback, and requires an
+// InboxRetention of at least the larger of twice that delay and the delay
+// plus DedupeWindowMargin: the next delay may be longer than the longest
+// seen so far, and a delay of seconds needs a margin of more than seconds.
+const (
+	// DedupeWindowLookback is how far back the delays count, by the
+	// arrival of a message's later copy: a delay is seen as soon as it
+	// ends, however long it was, and stops counting a week after, so a
+	// finished migration does not hold retention forever.
+	DedupeWindowLookback = 7 * 24 * time.Hour
+	// DedupeWindowMargin is the least margin above the largest delay.
+	DedupeWindowMargin = time.Hour
+)
+
+// dedupeWindow is the shortest retention that delay allows.
+func dedupeWindow(delay time.Duration) time.Duration {
+	return max(2*delay, delay+DedupeWindowMargin)
+}
+
+// DedupeWindowError is a consumer whose inbox a prune pass kept whole: its
+// retention is below the dedupe window that its live migration's delays
+// require (see DedupeWindowLookback). It wraps ErrRetentionTooShort.
+type DedupeWindowError struct {
+	Consumer  string
+	Delay     time.Duration // the largest delay seen between the two copies of a message
+	Window    time.Duration // the retention that delay requires
+	Retention time.Duration // PruneConfig.InboxRetention
+}
+
+func (e *DedupeWindowError) Error() string {
+	return fmt.Sprintf("inbox: prune refused for consumer %q: PruneConfig.InboxRetention %s is below the dedupe window %s "+
+		"that its live migration requires: the two copies of one message arrived up to %s apart on the old and new channels "+
+		"(ferry_inbox_copy, pairs completed in the last %s), and the window is the larger of twice that and that plus %s. "+
+		"A copy arriving after its message's inbox row is deleted would take effect twice, so none of the consumer's "+
+		"inbox rows was deleted: raise the retention to %s or more",
+		e.Consumer, e.Retention, e.Window, e.Delay, DedupeWindowLookback, DedupeWindowMargin, e.Window)
+}
+
+func (e *DedupeWindowError) Unwrap() error { return ErrRetentionTooShort }
+
 // PruneConfig configures inbox retention. (Outbox retention is the
 // relay's: it knows which rows it has confirmed.) The inbox must remember a message for
 // longer than any duplicate of it can arrive: the relay's in-flight window
 // after a crash (seconds), a dead-letter redrive (as long as dead letters
 // are kept), the overlap of a broker migration. A message redelivered after
-// its inbox row is gone takes effect a second time.
+// its inbox row is gone takes effect a second time. During a live
+// migration the overlap is measured: a consumer whose retention is below
+// its dedupe window (DedupeWindowLookback) is not pruned at all.
 type PruneConfig struct {
 	// InboxRetention is the dedupe window: inbox rows processed longer ago
 	// are deleted. Defaults to InboxRetentionDefault (7 days).
@@ -82,6 +129,12 @@ type PruneResult struct {
 // statement, until none is left. cfg may be nil for the defaults. A window
 // below the safety minimum is refused before anything is deleted. The
 // result is nil only when the settings are refused, before anything runs.
+//
+// A consumer whose retention is below its live migration's dedupe window
+// keeps every inbox row; the others are pruned, and the error then joins
+// a *DedupeWindowError (wrapping ErrRetentionTooShort) per consumer kept.
+// So does a pass of Run, which logs it. When the window cannot be read
+// (the role lacks SELECT on ferry_inbox_copy), nothing is deleted.
 func Prune(ctx context.Context, db outbox.DBTX, cfg *PruneConfig) (*PruneResult, error) {
 	var c PruneConfig
 	if cfg != nil {
@@ -96,16 +149,33 @@ func Prune(ctx context.Context, db outbox.DBTX, cfg *PruneConfig) (*PruneResult,
 
 func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*PruneResult, error) {
 	q := dbsqlc.New()
-	before := time.Now().Add(-c.InboxRetention)
-	batch := int32(min(c.BatchSize, 1<<30))
+	now := time.Now()
 	res := &PruneResult{}
+	refusals, err := dedupeWindowRefusals(ctx, q, db, c.InboxRetention, now)
+	if err != nil {
+		return res, err
+	}
+	// Not nil: pgx sends a nil slice as NULL, and "<> ALL(NULL)" keeps
+	// every row.
+	keep := make([]string, 0, len(refusals))
+	var errs []error
+	for _, r := range refusals {
+		keep = append(keep, r.Consumer)
+		errs = append(errs, r)
+		if m != nil {
+			m.pruneRefused.WithLabelValues(r.Consumer).Inc()
+		}
+	}
+	refused := errors.Join(errs...)
+	before := now.Add(-c.InboxRetention)
+	batch := int32(min(c.BatchSize, 1<<30))
 	for {
 		if err := ctx.Err(); err != nil {
-			return res, err
+			return res, errors.Join(refused, err)
 		}
-		n, err := q.InboxDeleteBefore(ctx, db, dbsqlc.InboxDeleteBeforeParams{Before: before, MaxRows: batch})
+		n, err := q.InboxDeleteBeforeExcept(ctx, db, dbsqlc.InboxDeleteBeforeExceptParams{Before: before, Keep: keep, MaxRows: batch})
 		if err != nil {
-			return res, fmt.Errorf("inbox: prune: %w", err)
+			return res, errors.Join(refused, fmt.Errorf("inbox: prune: %w", err))
 		}
 		res.Batches++
 		res.InboxDeleted += n
@@ -113,7 +183,25 @@ func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*Pr
 			m.pruned.WithLabelValues("inbox").Add(float64(n))
 		}
 		if n < int64(batch) {
-			return res, nil
+			return res, refused
 		}
 	}
+}
+
+// dedupeWindowRefusals returns the consumers whose inbox must be kept
+// whole: their live migration's dedupe window exceeds retention.
+func dedupeWindowRefusals(ctx context.Context, q *dbsqlc.Queries, db outbox.DBTX, retention time.Duration, now time.Time) ([]*DedupeWindowError, error) {
+	rows, err := q.InboxCopyMaxDelays(ctx, db, now.Add(-DedupeWindowLookback))
+	if err != nil {
+		return nil, fmt.Errorf("inbox: prune: read the delays between the copies of live migrations (ferry_inbox_copy), "+
+			"without which no inbox row is deleted: %w", err)
+	}
+	var refusals []*DedupeWindowError
+	for _, r := range rows {
+		delay := time.Duration(r.DelayMicros) * time.Microsecond
+		if window := dedupeWindow(delay); retention < window {
+			refusals = append(refusals, &DedupeWindowError{Consumer: r.Consumer, Delay: delay, Window: window, Retention: retention})
+		}
+	}
+	return refusals, nil
 }
