@@ -32,6 +32,7 @@ const (
 	OffsetResetDefault                  = OffsetResetEarliest
 	MigrationReportIntervalDefault      = 10 * time.Second
 	MigrationAllowedLatenessDefault     = 30 * time.Second
+	MigrationQuarantineAfterDefault     = 5 * time.Minute
 )
 
 // OffsetReset says where a consumer starts reading a partition for which its
@@ -154,6 +155,14 @@ type Config struct {
 	// MigrationAllowedLatenessDefault (30s).
 	MigrationAllowedLateness time.Duration
 
+	// MigrationQuarantineAfter is how long after its shadow copy arrived an
+	// event never applied goes to the migration quarantine
+	// (MigrationQuarantined): its authoritative copy was lost, or is late
+	// beyond reason. It should exceed what a message may take to apply:
+	// retries, backoffs, a partition held behind a fence. Defaults to
+	// MigrationQuarantineAfterDefault (5m).
+	MigrationQuarantineAfter time.Duration
+
 	// MaxBufferedBytesPerPartition is how much fetched data (keys, values,
 	// headers and about 128 bytes of bookkeeping per record) a partition
 	// may hold before its fetching pauses; it resumes below half. Keep it
@@ -220,6 +229,7 @@ func (c Config) WithDefaults() Config {
 	c.HealthTimeout = cmp.Or(c.HealthTimeout, max(HealthTimeoutDefault, c.minHealthTimeout()+30*time.Second))
 	c.MigrationReportInterval = cmp.Or(c.MigrationReportInterval, MigrationReportIntervalDefault)
 	c.MigrationAllowedLateness = cmp.Or(c.MigrationAllowedLateness, MigrationAllowedLatenessDefault)
+	c.MigrationQuarantineAfter = cmp.Or(c.MigrationQuarantineAfter, MigrationQuarantineAfterDefault)
 	c.MaxBufferedBytesPerPartition = cmp.Or(c.MaxBufferedBytesPerPartition, MaxBufferedBytesPerPartitionDefault)
 	c.OffsetReset = cmp.Or(c.OffsetReset, OffsetResetDefault)
 	if c.DeadLetterTopic == nil {
@@ -275,6 +285,7 @@ func (c Config) validate() error {
 		{"RetryBackoff", c.RetryBackoff}, {"RetryBackoffMax", c.RetryBackoffMax}, {"HandlerTimeout", c.HandlerTimeout},
 		{"DrainTimeout", c.DrainTimeout}, {"CommitInterval", c.CommitInterval}, {"HealthTimeout", c.HealthTimeout},
 		{"MigrationReportInterval", c.MigrationReportInterval}, {"MigrationAllowedLateness", c.MigrationAllowedLateness},
+		{"MigrationQuarantineAfter", c.MigrationQuarantineAfter},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("inbox: Config.%s is %s: must be positive", f.name, f.v)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
@@ -138,10 +139,18 @@ func (p *partition) recordCopy(f fetched, st *migration.Stamp) bool {
 		return true // dead-lettered by apply, like any message without a usable id
 	}
 	digest := sha256.Sum256(f.rec.Value)
+	params := dbsqlc.InboxCopyInsertParams{
+		Consumer: p.g.name, MessageID: m.ID, Plan: st.Plan, Side: string(st.Side), Role: string(st.Role),
+		Epoch: int32(st.Epoch), Digest: digest[:], ReceivedAt: f.received}
+	if st.Role == migration.Shadow { // it stands in for a lost authoritative copy (migration_quarantine.go)
+		params.Topic = pgtype.Text{String: f.rec.Topic, Valid: true}
+		params.Partition = pgtype.Int4{Int32: f.rec.Partition, Valid: true}
+		params.RecordOffset = pgtype.Int8{Int64: f.rec.Offset, Valid: true}
+		params.RecordKey, params.RecordValue = f.rec.Key, f.rec.Value
+		params.RecordHeaders = encodeHeaders(f.rec.Headers)
+	}
 	return p.retryDB("record a migration copy", func(ctx context.Context, tx pgx.Tx) error {
-		return p.w.queries.InboxCopyInsert(ctx, tx, dbsqlc.InboxCopyInsertParams{
-			Consumer: p.g.name, MessageID: m.ID, Plan: st.Plan, Side: string(st.Side), Role: string(st.Role),
-			Epoch: int32(st.Epoch), Digest: digest[:], ReceivedAt: f.received})
+		return p.w.queries.InboxCopyInsert(ctx, tx, params)
 	})
 }
 

@@ -46,7 +46,14 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 		if err != nil {
 			return err
 		}
+		if err := w.quarantineShadows(ctx, tx, g.name, w.cfg.MigrationQuarantineAfter); err != nil {
+			return err
+		}
 		for _, plan := range plans {
+			quarantined, err := w.queries.InboxQuarantineCount(ctx, tx, dbsqlc.InboxQuarantineCountParams{Consumer: g.name, Plan: plan})
+			if err != nil {
+				return err
+			}
 			row, err := w.queries.InboxCopyReport(ctx, tx, dbsqlc.InboxCopyReportParams{
 				Consumer: g.name, Plan: plan, AllowedSeconds: w.cfg.MigrationAllowedLateness.Seconds()})
 			if err != nil {
@@ -56,7 +63,7 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 			if err != nil {
 				return err
 			}
-			reports = append(reports, migration.Report{Plan: plan, Group: g.name, At: time.Now().UTC(), OldFenceEpoch: int(floor),
+			reports = append(reports, migration.Report{Plan: plan, Group: g.name, At: time.Now().UTC(), OldFenceEpoch: int(floor), Quarantined: quarantined,
 				Authoritative: row.Authoritative, Shadow: row.Shadow, Checked: row.Checked, Missing: row.Missing,
 				AllowedLateness: w.cfg.MigrationAllowedLateness, Mismatched: row.Mismatched,
 				P99Lateness: seconds(row.P99Seconds), MaxLateness: seconds(row.MaxSeconds)})

@@ -295,3 +295,52 @@ func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
 	}
 	m.request(migration.OldRetired, 0)
 }
+
+// M3, quarantine not silence: an event whose shadow copy arrived and whose
+// authoritative copy never did (lost on the other channel) goes to the
+// migration quarantine with its record; one whose authoritative copy came
+// does not. Replayed, it is applied once, and leaves the quarantine.
+func TestAnUnappliedShadowIsQuarantinedThenReplayedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	stamped := func(id string, side migration.Side, role migration.Role) *kgo.Record {
+		r := b.record(id, "k-"+id, 0, 1)
+		st := migration.Stamp{Plan: "move", Epoch: 1, Slice: migration.Slice(r.Key), Side: side, Role: role}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
+		return r
+	}
+	b.produce(stamped("m-lost", migration.OldSide, migration.Shadow),
+		stamped("m-ok", migration.OldSide, migration.Shadow), stamped("m-ok", migration.NewSide, migration.Authoritative))
+	cfg := b.config()
+	cfg.MigrationReportInterval = 50 * time.Millisecond
+	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
+	w := b.newWorker(cfg, effectHandler)
+	b.start(w)
+
+	var q []MigrationQuarantined
+	b.waitFor("m-lost quarantined", func() (bool, error) {
+		var err error
+		q, err = ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer)
+		return len(q) > 0, err
+	})
+	if len(q) != 1 || q[0].ID != "m-lost" || q[0].Side != migration.OldSide || string(q[0].Value) != "1" || q[0].Topic != b.topic {
+		t.Fatalf("quarantine %+v, want m-lost alone, with its record", q)
+	}
+	if b.effects("m-lost") != 0 || b.effects("m-ok") != 1 {
+		t.Fatalf("effects before the replay: m-lost %d, m-ok %d; want 0 and 1", b.effects("m-lost"), b.effects("m-ok"))
+	}
+	if err := ReplayMigrationQuarantined(b.ctx, b.db.Pool, b.kopts, q[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("m-lost applied", func() (bool, error) { return b.effects("m-lost") == 1, nil })
+	if err := ReplayMigrationQuarantined(b.ctx, b.db.Pool, b.kopts, q[0]); err == nil || !strings.Contains(err.Error(), "no longer quarantined") {
+		t.Fatalf("a second replay = %v, want it to say the event was no longer quarantined", err)
+	}
+	b.waitCommitted(b.consumer, 0, 5)
+	if n := b.effects("m-lost"); n != 1 {
+		t.Fatalf("m-lost applied %d times after two replays, want 1", n)
+	}
+	if q, err := ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer); err != nil || len(q) != 0 {
+		t.Fatalf("quarantine after the replay: %+v, %v", q, err)
+	}
+}

@@ -26,7 +26,8 @@ func TestLeastPrivilegeRoleApplies(t *testing.T) {
 				`GRANT INSERT ON inbox_parked TO ` + role,
 				`GRANT SELECT, INSERT ON ferry_inbox_channel TO ` + role,
 				`GRANT SELECT, INSERT, UPDATE ON ferry_inbox_fence TO ` + role,
-				`GRANT INSERT ON ferry_inbox_copy TO ` + role,
+				`GRANT SELECT, INSERT ON ferry_inbox_copy TO ` + role,
+				`GRANT SELECT, INSERT, DELETE ON ferry_inbox_quarantine TO ` + role,
 				`GRANT INSERT ON effects TO ` + role, // the handler's own
 				`GRANT USAGE ON SEQUENCE effects_n_seq TO ` + role,
 			} {

@@ -45,6 +45,10 @@ type Report struct {
 	// every partition of the old channel it consumes: it applied every
 	// record the old channel held before them.
 	OldFenceEpoch int `json:"old_fence_epoch"`
+	// Quarantined counts the events the group received a shadow copy of
+	// and never applied (the authoritative copy lost, or late beyond
+	// reason), waiting in its quarantine to be replayed.
+	Quarantined int64 `json:"quarantined"`
 }
 
 // Key is the report's record key: the plan and the group.
@@ -175,6 +179,8 @@ func (e *KafkaEvidence) Drained(ctx context.Context, p Plan, group string, epoch
 		return fmt.Errorf("no report from the group on %s", ReportTopic)
 	case e.now().Sub(r.At) > e.MaxAge:
 		return fmt.Errorf("its newest report is from %s, older than %s", r.At.UTC().Format(time.RFC3339), e.MaxAge)
+	case r.Quarantined > 0:
+		return fmt.Errorf("%d events wait in its migration quarantine (never applied): replay them first (worker migration quarantine replay)", r.Quarantined)
 	case r.OldFenceEpoch < epoch:
 		return fmt.Errorf("it passed the old channel's fences up to epoch %d on every partition, not yet %d (from which every slice is on the new channel)",
 			r.OldFenceEpoch, epoch)

@@ -23,8 +23,13 @@ FROM ferry_inbox_fence
 WHERE consumer = @consumer AND plan = @plan AND side = @side AND topic = @topic;
 
 -- name: InboxCopyInsert :exec
-INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at)
-VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_at)
+-- A shadow copy keeps its record (topic to headers), to stand in for a lost
+-- authoritative copy; an authoritative one passes NULLs.
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+    topic, partition, record_offset, record_key, record_value, record_headers)
+VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_at,
+    sqlc.narg('topic'), sqlc.narg('partition'), sqlc.narg('record_offset'), sqlc.narg('record_key'),
+    sqlc.narg('record_value'), sqlc.narg('record_headers'))
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
 
 -- name: InboxCopyPlans :many
@@ -67,3 +72,39 @@ FROM (
     WHERE f.consumer = @consumer AND f.plan = @plan AND f.side = 'old'
     GROUP BY f.topic
 ) t;
+
+-- name: InboxQuarantineResolved :execrows
+-- Drops the quarantined events whose authoritative copy was applied since.
+DELETE FROM ferry_inbox_quarantine q
+WHERE q.consumer = @consumer
+  AND EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = q.consumer AND i.message_id = q.message_id);
+
+-- name: InboxQuarantineShadows :execrows
+-- Quarantines the events a consumer received a shadow copy of more than
+-- @after_seconds ago and never applied: their authoritative copy was lost,
+-- or is late beyond reason.
+INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side, topic, partition, record_offset,
+    record_key, record_value, record_headers, reason, received_at)
+SELECT c.consumer, c.message_id, c.plan, c.side, c.topic, c.partition, c.record_offset,
+       c.record_key, c.record_value, c.record_headers,
+       'the authoritative copy was never applied; the shadow copy from the ' || c.side || ' channel stands in for it',
+       c.received_at
+FROM ferry_inbox_copy c
+WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL
+  AND c.received_at < now() - make_interval(secs => @after_seconds::float8)
+  -- within the inbox's retention (0: none): past it, an applied event's
+  -- inbox row may be gone
+  AND (@within_seconds::float8 = 0 OR c.received_at > now() - make_interval(secs => @within_seconds::float8))
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+ON CONFLICT (consumer, message_id) DO NOTHING;
+
+-- name: InboxQuarantineCount :one
+SELECT count(*)::bigint FROM ferry_inbox_quarantine WHERE consumer = @consumer AND plan = @plan;
+
+-- name: InboxQuarantineList :many
+SELECT * FROM ferry_inbox_quarantine
+WHERE (sqlc.narg('consumer')::text IS NULL OR consumer = sqlc.narg('consumer'))
+ORDER BY quarantined_at, consumer, message_id;
+
+-- name: InboxQuarantineDelete :execrows
+DELETE FROM ferry_inbox_quarantine WHERE consumer = @consumer AND message_id = @message_id;

@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const inboxChannelLearn = `-- name: InboxChannelLearn :execrows
@@ -75,22 +77,33 @@ func (q *Queries) InboxChannels(ctx context.Context, db DBTX, consumer string) (
 }
 
 const inboxCopyInsert = `-- name: InboxCopyInsert :exec
-INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+    topic, partition, record_offset, record_key, record_value, record_headers)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+    $9, $10, $11, $12,
+    $13, $14)
 ON CONFLICT (consumer, message_id, side) DO NOTHING
 `
 
 type InboxCopyInsertParams struct {
-	Consumer   string
-	MessageID  string
-	Plan       string
-	Side       string
-	Role       string
-	Epoch      int32
-	Digest     []byte
-	ReceivedAt time.Time
+	Consumer      string
+	MessageID     string
+	Plan          string
+	Side          string
+	Role          string
+	Epoch         int32
+	Digest        []byte
+	ReceivedAt    time.Time
+	Topic         pgtype.Text
+	Partition     pgtype.Int4
+	RecordOffset  pgtype.Int8
+	RecordKey     []byte
+	RecordValue   []byte
+	RecordHeaders []byte
 }
 
+// A shadow copy keeps its record (topic to headers), to stand in for a lost
+// authoritative copy; an authoritative one passes NULLs.
 func (q *Queries) InboxCopyInsert(ctx context.Context, db DBTX, arg InboxCopyInsertParams) error {
 	_, err := db.Exec(ctx, inboxCopyInsert,
 		arg.Consumer,
@@ -101,6 +114,12 @@ func (q *Queries) InboxCopyInsert(ctx context.Context, db DBTX, arg InboxCopyIns
 		arg.Epoch,
 		arg.Digest,
 		arg.ReceivedAt,
+		arg.Topic,
+		arg.Partition,
+		arg.RecordOffset,
+		arg.RecordKey,
+		arg.RecordValue,
+		arg.RecordHeaders,
 	)
 	return err
 }
@@ -276,4 +295,126 @@ func (q *Queries) InboxFencesAtLeast(ctx context.Context, db DBTX, arg InboxFenc
 	var i InboxFencesAtLeastRow
 	err := row.Scan(&i.Passed, &i.Partitions)
 	return &i, err
+}
+
+const inboxQuarantineCount = `-- name: InboxQuarantineCount :one
+SELECT count(*)::bigint FROM ferry_inbox_quarantine WHERE consumer = $1 AND plan = $2
+`
+
+type InboxQuarantineCountParams struct {
+	Consumer string
+	Plan     string
+}
+
+func (q *Queries) InboxQuarantineCount(ctx context.Context, db DBTX, arg InboxQuarantineCountParams) (int64, error) {
+	row := db.QueryRow(ctx, inboxQuarantineCount, arg.Consumer, arg.Plan)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const inboxQuarantineDelete = `-- name: InboxQuarantineDelete :execrows
+DELETE FROM ferry_inbox_quarantine WHERE consumer = $1 AND message_id = $2
+`
+
+type InboxQuarantineDeleteParams struct {
+	Consumer  string
+	MessageID string
+}
+
+func (q *Queries) InboxQuarantineDelete(ctx context.Context, db DBTX, arg InboxQuarantineDeleteParams) (int64, error) {
+	result, err := db.Exec(ctx, inboxQuarantineDelete, arg.Consumer, arg.MessageID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const inboxQuarantineList = `-- name: InboxQuarantineList :many
+SELECT consumer, message_id, plan, side, topic, partition, record_offset, record_key, record_value, record_headers, reason, received_at, quarantined_at FROM ferry_inbox_quarantine
+WHERE ($1::text IS NULL OR consumer = $1)
+ORDER BY quarantined_at, consumer, message_id
+`
+
+func (q *Queries) InboxQuarantineList(ctx context.Context, db DBTX, consumer pgtype.Text) ([]*FerryInboxQuarantine, error) {
+	rows, err := db.Query(ctx, inboxQuarantineList, consumer)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*FerryInboxQuarantine
+	for rows.Next() {
+		var i FerryInboxQuarantine
+		if err := rows.Scan(
+			&i.Consumer,
+			&i.MessageID,
+			&i.Plan,
+			&i.Side,
+			&i.Topic,
+			&i.Partition,
+			&i.RecordOffset,
+			&i.RecordKey,
+			&i.RecordValue,
+			&i.RecordHeaders,
+			&i.Reason,
+			&i.ReceivedAt,
+			&i.QuarantinedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxQuarantineResolved = `-- name: InboxQuarantineResolved :execrows
+DELETE FROM ferry_inbox_quarantine q
+WHERE q.consumer = $1
+  AND EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = q.consumer AND i.message_id = q.message_id)
+`
+
+// Drops the quarantined events whose authoritative copy was applied since.
+func (q *Queries) InboxQuarantineResolved(ctx context.Context, db DBTX, consumer string) (int64, error) {
+	result, err := db.Exec(ctx, inboxQuarantineResolved, consumer)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const inboxQuarantineShadows = `-- name: InboxQuarantineShadows :execrows
+INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side, topic, partition, record_offset,
+    record_key, record_value, record_headers, reason, received_at)
+SELECT c.consumer, c.message_id, c.plan, c.side, c.topic, c.partition, c.record_offset,
+       c.record_key, c.record_value, c.record_headers,
+       'the authoritative copy was never applied; the shadow copy from the ' || c.side || ' channel stands in for it',
+       c.received_at
+FROM ferry_inbox_copy c
+WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL
+  AND c.received_at < now() - make_interval(secs => $2::float8)
+  -- within the inbox's retention (0: none): past it, an applied event's
+  -- inbox row may be gone
+  AND ($3::float8 = 0 OR c.received_at > now() - make_interval(secs => $3::float8))
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+ON CONFLICT (consumer, message_id) DO NOTHING
+`
+
+type InboxQuarantineShadowsParams struct {
+	Consumer      string
+	AfterSeconds  float64
+	WithinSeconds float64
+}
+
+// Quarantines the events a consumer received a shadow copy of more than
+// @after_seconds ago and never applied: their authoritative copy was lost,
+// or is late beyond reason.
+func (q *Queries) InboxQuarantineShadows(ctx context.Context, db DBTX, arg InboxQuarantineShadowsParams) (int64, error) {
+	result, err := db.Exec(ctx, inboxQuarantineShadows, arg.Consumer, arg.AfterSeconds, arg.WithinSeconds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

@@ -23,14 +23,20 @@ type FerryInboxChannel struct {
 }
 
 type FerryInboxCopy struct {
-	Consumer   string
-	MessageID  string
-	Plan       string
-	Side       string
-	Role       string
-	Epoch      int32
-	Digest     []byte
-	ReceivedAt time.Time
+	Consumer      string
+	MessageID     string
+	Plan          string
+	Side          string
+	Role          string
+	Epoch         int32
+	Digest        []byte
+	ReceivedAt    time.Time
+	Topic         pgtype.Text
+	Partition     pgtype.Int4
+	RecordOffset  pgtype.Int8
+	RecordKey     []byte
+	RecordValue   []byte
+	RecordHeaders []byte
 }
 
 type FerryInboxFence struct {
@@ -42,6 +48,22 @@ type FerryInboxFence struct {
 	Epoch      int32
 	Partitions int32
 	PassedAt   time.Time
+}
+
+type FerryInboxQuarantine struct {
+	Consumer      string
+	MessageID     string
+	Plan          string
+	Side          string
+	Topic         string
+	Partition     int32
+	RecordOffset  int64
+	RecordKey     []byte
+	RecordValue   []byte
+	RecordHeaders json.RawMessage
+	Reason        string
+	ReceivedAt    time.Time
+	QuarantinedAt time.Time
 }
 
 type FerryMigration struct {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/migration"
 )
 
 // HTTPAddrDefault is where `run` serves /metrics, /healthz and /readyz
@@ -26,22 +27,25 @@ const SessionTimeoutDefault = 45 * time.Second
 // configFlags name the flag of each inbox.Config and inbox.PruneConfig
 // field, for the errors of their validation (see cli.ConfigError).
 var configFlags = map[string]string{
-	"Config.Concurrency":            "concurrency",
-	"Config.KeyConcurrency":         "key-concurrency",
-	"Config.BatchSize":              "batch-size",
-	"Config.MaxAttempts":            "max-attempts",
-	"Config.RetryBackoff":           "retry-backoff",
-	"Config.RetryBackoffMax":        "retry-backoff-max",
-	"Config.HandlerTimeout":         "handler-timeout",
-	"Config.DrainTimeout":           "drain-timeout",
-	"Config.CommitInterval":         "commit-interval",
-	"Config.HealthTimeout":          "health-timeout",
-	"Config.OffsetReset":            "offset-reset",
-	"Config.Consumers":              "consumers",
-	"PruneConfig.InboxRetention":    "inbox-retention",
-	"PruneConfig.InboxRetentionMin": "inbox-retention-min",
-	"PruneConfig.BatchSize":         "prune-batch-size",
-	"PruneConfig.Interval":          "prune-interval",
+	"Config.Concurrency":              "concurrency",
+	"Config.KeyConcurrency":           "key-concurrency",
+	"Config.BatchSize":                "batch-size",
+	"Config.MaxAttempts":              "max-attempts",
+	"Config.RetryBackoff":             "retry-backoff",
+	"Config.RetryBackoffMax":          "retry-backoff-max",
+	"Config.HandlerTimeout":           "handler-timeout",
+	"Config.DrainTimeout":             "drain-timeout",
+	"Config.CommitInterval":           "commit-interval",
+	"Config.HealthTimeout":            "health-timeout",
+	"Config.MigrationReportInterval":  "migration-report-interval",
+	"Config.MigrationAllowedLateness": "migration-allowed-lateness",
+	"Config.MigrationQuarantineAfter": "migration-quarantine-after",
+	"Config.OffsetReset":              "offset-reset",
+	"Config.Consumers":                "consumers",
+	"PruneConfig.InboxRetention":      "inbox-retention",
+	"PruneConfig.InboxRetentionMin":   "inbox-retention-min",
+	"PruneConfig.BatchSize":           "prune-batch-size",
+	"PruneConfig.Interval":            "prune-interval",
 }
 
 // checkDeadLetterSuffix refuses a --dlq-suffix that does not make a
@@ -81,6 +85,12 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	drainTimeout := f.PositiveDuration("drain-timeout", inbox.DrainTimeoutDefault, "how long revokes and SIGTERM wait for transactions in flight")
 	commitInterval := f.PositiveDuration("commit-interval", inbox.CommitIntervalDefault, "how often applied offsets are committed to Kafka")
 	healthTimeout := f.Duration("health-timeout", 0, "/healthz fails when a transaction ran this long or offset commits stopped this long; default 2m, or more when --handler-timeout needs it")
+	reportInterval := f.PositiveDuration("migration-report-interval", inbox.MigrationReportIntervalDefault,
+		"live migration: how often the consumers' shadow reports go to "+migration.ReportTopic)
+	allowedLateness := f.PositiveDuration("migration-allowed-lateness", inbox.MigrationAllowedLatenessDefault,
+		"live migration: how late a shadow copy may be before the report counts it missing")
+	quarantineAfter := f.PositiveDuration("migration-quarantine-after", inbox.MigrationQuarantineAfterDefault,
+		"live migration: how long after its shadow copy an event never applied is quarantined")
 	offsetReset := f.String("offset-reset", string(inbox.OffsetResetDefault), "where a partition without a committed offset starts: earliest, latest or none")
 	dlqSuffix := f.String("dlq-suffix", inbox.DeadLetterSuffixDefault, "dead-letter topic = topic + this suffix")
 	hashIDs := f.Bool("id-from-payload-hash", false, "give records without an id header the SHA-256 of key and value as id, instead of dead-lettering them")
@@ -124,25 +134,28 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	reg := cli.NewRegistry()
 	suffix := *dlqSuffix
 	cfg := &inbox.Config{
-		DB:                pool,
-		KafkaOpts:         kopts,
-		Consumers:         splitList(*consumers),
-		Concurrency:       *concurrency,
-		KeyConcurrency:    *keyConcurrency,
-		BatchSize:         *batchSize,
-		MaxAttempts:       *maxAttempts,
-		RetryBackoff:      *backoff,
-		RetryBackoffMax:   *backoffMax,
-		HandlerTimeout:    *handlerTimeout,
-		DrainTimeout:      *drainTimeout,
-		CommitInterval:    *commitInterval,
-		HealthTimeout:     *healthTimeout,
-		OffsetReset:       inbox.OffsetReset(*offsetReset),
-		DeadLetterTopic:   func(topic string) string { return topic + suffix },
-		IDFromPayloadHash: *hashIDs,
-		Prune:             p.config(),
-		Logger:            logger,
-		Registerer:        reg,
+		DB:                       pool,
+		KafkaOpts:                kopts,
+		Consumers:                splitList(*consumers),
+		Concurrency:              *concurrency,
+		KeyConcurrency:           *keyConcurrency,
+		BatchSize:                *batchSize,
+		MaxAttempts:              *maxAttempts,
+		RetryBackoff:             *backoff,
+		RetryBackoffMax:          *backoffMax,
+		HandlerTimeout:           *handlerTimeout,
+		DrainTimeout:             *drainTimeout,
+		CommitInterval:           *commitInterval,
+		HealthTimeout:            *healthTimeout,
+		MigrationReportInterval:  *reportInterval,
+		MigrationAllowedLateness: *allowedLateness,
+		MigrationQuarantineAfter: *quarantineAfter,
+		OffsetReset:              inbox.OffsetReset(*offsetReset),
+		DeadLetterTopic:          func(topic string) string { return topic + suffix },
+		IDFromPayloadHash:        *hashIDs,
+		Prune:                    p.config(),
+		Logger:                   logger,
+		Registerer:               reg,
 	}
 	if *unsafeCommit {
 		inbox.UnsafeCommitOffsetsBeforeDB(cfg)

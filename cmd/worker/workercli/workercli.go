@@ -1,5 +1,6 @@
 // Package workercli is the worker's command line: `run`, `status`,
-// `prune`, `dlq list|redrive`, `migrate` and `scaffold`. Ferry's own
+// `prune`, `dlq list|redrive`, `migrate`, `migration quarantine` and
+// `scaffold`. Ferry's own
 // `worker` binary runs it with no handlers, for the operations that need
 // none; an application's worker binary runs it with its App, which adds
 // `run` (hosting the application's handlers) and the application's own
@@ -62,6 +63,9 @@ Usage:
   %[1]s dlq redrive --topic T     republish dead letters with their original id
   %[1]s migrate [up|down|status]  apply Ferry's schema migrations%[3]s;
                                   down rolls back one, with --yes
+  %[1]s migration quarantine list|replay
+                                  events of a live broker migration never applied
+                                  (their authoritative copy lost): list, replay once
   %[1]s scaffold NAME --dir PATH  write a new worker (handler, test, migration, main)
   %[1]s help                      show this text
 
@@ -105,6 +109,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 		},
 		"migrate": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runMigrate(ctx, name, args, stdout, stderr, app.Migrations)
+		},
+		"migration": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return runMigration(ctx, name, args, stdout, stderr)
 		},
 		"scaffold": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			return runScaffold(name, args, stdout, stderr)
