@@ -16,8 +16,9 @@ import (
 // commands are the binaries README shows and the subcommands whose -h lists
 // their flags.
 var commands = map[string][][]string{
-	"relay":          {{"run"}, {"status"}, {"prune"}, {"recover"}, {"migrate"}, {"quarantine", "list"}, {"quarantine", "requeue"}, {"quarantine", "discard"}},
-	"worker":         {{"status"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}, {"scaffold"}},
+	"relay": {{"run"}, {"status"}, {"prune"}, {"recover"}, {"migrate"}, {"quarantine", "list"}, {"quarantine", "requeue"}, {"quarantine", "discard"},
+		{"migration", "create"}, {"migration", "list"}, {"migration", "status"}, {"migration", "request"}, {"migration", "history"}, {"bridge"}},
+	"worker":         {{"status"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}, {"scaffold"}, {"migration", "quarantine", "list"}, {"migration", "quarantine", "replay"}},
 	"reserva-worker": {{"run"}, {"status"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}},
 	"reserva":        {{"demo"}, {"api"}, {"migrate"}},
 }
