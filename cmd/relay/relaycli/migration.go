@@ -41,8 +41,11 @@ func runMigration(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return cli.Usagef("want `relay migration create NAME ...`, `list`, `status NAME`, `request NAME PHASE [--slices K]` " +
 			"or `history NAME` (`relay migration VERB -h` lists its flags)")
 	}
-	ctx, cancel := context.WithTimeout(ctx, migrationTimeout)
-	defer cancel()
+	if args[0] != "status" { // status bounds its reads itself: the database by migrationTimeout, the old channel by a flag
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, migrationTimeout)
+		defer cancel()
+	}
 	return migrationVerbs[args[0]](ctx, args[1:], stdout, stderr)
 }
 
@@ -267,85 +270,13 @@ func migrationList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return w.Flush()
 }
 
-func migrationStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var b cli.Base
-	f := migrationFlags("status", stderr, &b, "NAME")
-	if err := parseArgs(f, &b, args, stderr, "NAME"); err != nil {
-		return err
-	}
-	c, closeDB, err := controller(ctx, &b)
-	if err != nil {
-		return err
-	}
-	defer closeDB()
-	st, err := state(ctx, c, f.Arg(0))
-	if err != nil {
-		return err
-	}
-	hist, err := c.History(ctx, st.Plan.Name)
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "plan\t%s\n", cli.Cell(st.Plan.Name, 100))
-	fmt.Fprintf(w, "phase\t%s\n", cli.Cell(string(st.Phase), 20))
-	fmt.Fprintf(w, "slices\t%d of %d moved\n", st.Slices, migration.Slices)
-	fmt.Fprintf(w, "epoch\t%d\n", st.Epoch)
-	fmt.Fprintf(w, "since\t%s\n", st.Since.Format(timeFormat))
-	for _, side := range []struct {
-		name string
-		ch   migration.Channel
-	}{{"old", st.Plan.Old}, {"new", st.Plan.New}} {
-		for _, line := range channelLines(side.ch) {
-			fmt.Fprintf(w, "%s\t%s\n", side.name, line)
-		}
-	}
-	groups := make([]string, len(st.Plan.Groups))
-	for i, g := range st.Plan.Groups {
-		groups[i] = cli.Cell(g, 100)
-	}
-	fmt.Fprintf(w, "groups\t%s\n", strings.Join(groups, ", "))
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "\nrequests (the last %d of %d):\n", min(lastRequests, len(hist)), len(hist))
-	return requestTable(stdout, hist[max(0, len(hist)-lastRequests):])
-}
-
-// channelLines describe a channel, a setting a line. The SASL password
-// shows as the name of its variable, which is all a plan holds.
-func channelLines(ch migration.Channel) []string {
-	lines := []string{
-		"brokers " + cli.Cell(strings.Join(ch.Brokers, ","), 200),
-		"topic template " + cli.Cell(ch.TopicTemplate, 200),
-	}
-	tls := "tls off"
-	if ch.TLS {
-		tls = "tls on"
-		for _, file := range []struct{ name, path string }{
-			{"ca file", ch.TLSCAFile}, {"client cert", ch.TLSCertFile}, {"client key", ch.TLSKeyFile}} {
-			if file.path != "" {
-				tls += ", " + file.name + " " + cli.Cell(file.path, 200)
-			}
-		}
-	}
-	sasl := "sasl off"
-	if ch.SASLMechanism != "" {
-		sasl = fmt.Sprintf("sasl %s, user %s, password from $%s", cli.Cell(ch.SASLMechanism, 20),
-			cli.Cell(ch.SASLUsername, 100), cli.Cell(ch.SASLPasswordEnv, 100))
-	}
-	return append(lines, tls, sasl)
-}
-
 func migrationRequest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var b cli.Base
 	f := migrationFlags("request", stderr, &b, "NAME", "PHASE")
 	// Any number: what a phase takes is the controller's to decide, and its
 	// refusal is recorded.
 	slices := f.FlagSet.Int("slices", 0, "slices moved to the new channel, for "+string(migration.Cutover)+" (1 to 128)")
-	maxLateness := f.Duration("max-shadow-lateness", 10*time.Second,
-		"shadow gate: the largest p99 delay between an event's two copies a group's report may show")
-	maxAge := f.Duration("report-max-age", 2*time.Minute, "how old a group's newest report (on "+migration.ReportTopic+") may be")
+	gate := registerGateFlags(f)
 	by := byFlag(f)
 	if err := parseArgs(f, &b, args, stderr, "NAME", "PHASE"); err != nil {
 		return err
@@ -369,7 +300,7 @@ func migrationRequest(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer closeDB()
 	// The consumer groups' reports, on the plan's old channel, decide the
 	// shadow gate (CUTOVER) and the drain (OLD_RETIRED).
-	c.Evidence = &migration.KafkaEvidence{MaxP99Lateness: *maxLateness, MaxAge: *maxAge}
+	c.Evidence = gate.evidence()
 	fmt.Fprintln(stdout, target)
 	d, err := c.Request(ctx, f.Arg(0), to, *slices, *by)
 	if errors.Is(err, migration.ErrNotFound) {

@@ -2,12 +2,19 @@ package relaycli_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"os/user"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/migration"
@@ -53,13 +60,15 @@ func createArgs(name, passEnv string, extra ...string) []string {
 		"--groups", "stock,billing"}, extra...)
 }
 
-// tableRows are the lines of a table after its header.
+// tableRows are the lines of a table after its header, up to the first
+// empty line.
 func tableRows(t *testing.T, out, header string) []string {
 	t.Helper()
 	_, table, ok := strings.Cut(out, header)
 	if !ok {
 		t.Fatalf("no table headed %q in:\n%s", header, out)
 	}
+	table, _, _ = strings.Cut(table, "\n\n")
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	return lines[1:] // the rest of the header line
 }
@@ -325,5 +334,150 @@ func TestMigrationShowsNoSecret(t *testing.T) {
 					strings.Join(args, " "), code, stderr)
 			}
 		}
+	}
+}
+
+// publishReports writes reports to the reports topic of cluster A, as a
+// worker does: keyed plan/group, in the compacted topic the first report
+// of a cluster creates.
+func publishReports(t *testing.T, ctx context.Context, reports ...migration.Report) {
+	t.Helper()
+	cl := ferrytest.Client(t)
+	_, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": new("compact")}, migration.ReportTopic)
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		t.Fatalf("create %s: %v", migration.ReportTopic, err)
+	}
+	for _, r := range reports {
+		v, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: migration.ReportTopic, Key: []byte(r.Key()), Value: v}).FirstErr(); err != nil {
+			t.Fatalf("publish report %s: %v", r.Key(), err)
+		}
+	}
+}
+
+// rowOf is the row of a table whose first cell is first.
+func rowOf(t *testing.T, out, header, first string) []string {
+	t.Helper()
+	for _, row := range tableRows(t, out, header) {
+		if f := strings.Fields(row); len(f) > 0 && f[0] == first {
+			return f
+		}
+	}
+	t.Fatalf("no row %s in the table headed %q:\n%s", first, header, out)
+	return nil
+}
+
+// status reads the old channel (cluster A): each group's newest report
+// with the shadow gate's verdict, the one `request` then gives (a group
+// whose report shows a mismatch fails, and CUTOVER is rejected naming it;
+// once its report passes, CUTOVER is accepted), with the same
+// --report-max-age; a group that reported on the plan without being one of
+// its groups shows escaped; and the distinct producers of the topics the
+// plan's groups committed offsets on, two idempotent ones and an unknown
+// one, each with its records, and what to do with them.
+func TestMigrationStatusShowsReportsGateAndProducers(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	plan, stock, billing := "move-"+ferrytest.Suffix(), ferrytest.Name(t, "stock"), ferrytest.Name(t, "billing")
+	s.must(t, 0, "create", plan, "--old-brokers", strings.Join(ferrytest.Brokers(t), ","), "--old-topic-template", "t.{aggregate_type}",
+		"--new-brokers", "b:9092", "--new-topic-template", "t.{aggregate_type}", "--groups", stock+","+billing)
+	s.must(t, 0, "request", plan, "DUAL_WRITE")
+
+	topic := ferrytest.Topic(t, 2)
+	a, b, anon := ferrytest.Client(t), ferrytest.Client(t), ferrytest.Client(t, kgo.DisableIdempotentWrite())
+	for _, w := range []struct {
+		cl *kgo.Client
+		n  int
+	}{{a, 3}, {b, 1}, {anon, 2}} {
+		for i := range w.n {
+			if err := w.cl.ProduceSync(s.ctx, &kgo.Record{Topic: topic, Key: []byte{byte('a' + i)}, Value: []byte("v")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := ferrytest.Admin(t).CommitAllOffsets(s.ctx, stock, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 1, LeaderEpoch: -1}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	const evil = "\x1b]0;pwned\a"
+	passing := migration.Report{Plan: plan, Group: stock, At: time.Now().UTC(), Authoritative: 40, Shadow: 38, Checked: 37,
+		AllowedLateness: time.Minute, P99Lateness: 20 * time.Millisecond, MaxLateness: 1500 * time.Millisecond, OldFenceEpoch: 1}
+	mismatch := passing
+	mismatch.Group, mismatch.Mismatched, mismatch.Quarantined = billing, 1, 2
+	stranger := passing
+	stranger.Group = "x" + evil
+	publishReports(t, s.ctx, passing, mismatch, stranger)
+
+	out, _ := s.must(t, 0, "status", plan)
+	if got := rowOf(t, out, "GROUP ", stock); strings.Join(got[2:11], " ") != "40 38 37 0 0 20ms 1.5s 1 0" || got[11] != "passes" {
+		t.Errorf("stock's report: %q; want its numbers and passes:\n%s", got, out)
+	}
+	if got := strings.Join(rowOf(t, out, "GROUP ", billing), " "); !strings.Contains(got, " 1 20ms 1.5s 1 2 fails: 1 payload mismatches") {
+		t.Errorf("billing's report: %q; want a mismatch, 2 quarantined and the gate failing:\n%s", got, out)
+	}
+	if strings.Contains(out, evil) || !strings.Contains(out, `"x\x1b]0;pwned\a"`) || !strings.Contains(out, "not a group of the plan") {
+		t.Errorf("a group that is not the plan's shows unescaped, or not at all:\n%q", out)
+	}
+	if got := rowOf(t, out, "TOPIC  ", topic); strings.Join(got[1:], " ") != "2 yes 6" {
+		t.Errorf("producers of %s: %q; want 2 distinct, unknown ones, 6 records:\n%s", topic, got, out)
+	}
+	var ids, records []string
+	for _, row := range tableRows(t, out, "PRODUCER_ID") {
+		if f := strings.Fields(row); len(f) > 2 && f[0] == topic {
+			ids, records = append(ids, f[1]), append(records, f[2])
+		}
+	}
+	if len(ids) != 3 || ids[0] == ids[1] || ids[2] != "unknown" || records[2] != "2" ||
+		!slices.Equal(slices.Sorted(slices.Values(records[:2])), []string{"1", "3"}) {
+		t.Errorf("producers of %s: ids %v with records %v; want two ids (3 and 1 records), then unknown with 2:\n%s", topic, ids, records, out)
+	}
+	for _, line := range []string{"in the topics in which " + stock + ", " + billing + ", ferry-bridge-" + plan + " committed offsets",
+		"(the last 24h0m0s, --producers-window)", "must move to the new channel (or be bridged: relay bridge) before OLD_RETIRED"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("status lacks %q:\n%s", line, out)
+		}
+	}
+
+	_, stderr := s.must(t, 1, "request", plan, "CUTOVER", "--slices", "6")
+	if !strings.Contains(stderr, "group "+billing) || strings.Contains(stderr, "group "+stock) {
+		t.Fatalf("CUTOVER with billing's gate failing: %s", stderr)
+	}
+	fixed := mismatch
+	fixed.Mismatched, fixed.At = 0, time.Now().UTC()
+	publishReports(t, s.ctx, fixed)
+	out, _ = s.must(t, 0, "status", plan)
+	if got := rowOf(t, out, "GROUP ", billing); got[len(got)-1] != "passes" {
+		t.Fatalf("billing after its report passed: %q:\n%s", got, out)
+	}
+	s.must(t, 0, "request", plan, "CUTOVER", "--slices", "6")
+
+	out, _ = s.must(t, 0, "status", plan, "--report-max-age", "1ms", "--producers-window", "1ms")
+	if got := strings.Join(rowOf(t, out, "GROUP ", stock), " "); !strings.Contains(got, "fails: the report is older than 1ms") {
+		t.Errorf("stock with --report-max-age 1ms: %q:\n%s", got, out)
+	}
+	if got := rowOf(t, out, "TOPIC  ", topic); strings.Join(got[1:], " ") != "0 no 0" {
+		t.Errorf("producers of %s in the last 1ms: %q; want none:\n%s", topic, got, out)
+	}
+}
+
+// An old channel that cannot be reached leaves the plan shown, says why
+// the rest is missing, and exits 0: status informs, request decides.
+func TestMigrationStatusWithoutTheOldChannel(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	s.must(t, 0, "create", "move-1", "--old-brokers", "127.0.0.1:1", "--old-topic-template", "t.{aggregate_type}",
+		"--new-brokers", "b:9092", "--new-topic-template", "t.{aggregate_type}", "--groups", "stock")
+	out, _ := s.must(t, 0, "status", "move-1", "--old-channel-timeout", "5s")
+	for _, line := range []string{"phase   OLD_ONLY", "old channel 127.0.0.1:1 (read within 5s", "old channel not reached: ",
+		"the groups' reports and the old channel's producers are not shown"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("status lacks %q:\n%s", line, out)
+		}
+	}
+	if strings.Contains(out, "GROUP ") || strings.Contains(out, "TOPIC ") {
+		t.Errorf("status shows tables it could not read:\n%s", out)
 	}
 }
