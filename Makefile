@@ -67,6 +67,10 @@ bench: ## measure the writer, relay and worker next to their ceilings in one run
 demo: ## run the reserva demo on a local stack (ARGS=--once to exit when done)
 	scripts/demo $(ARGS)
 
+.PHONY: demo-migration
+demo-migration: ## move reserva live from Kafka cluster A to B while orders flow (ARGS=--once to exit when done)
+	scripts/demo-migration $(ARGS)
+
 .PHONY: stack-up
 stack-up: ## start PostgreSQL + Kafka on loopback (prints the test environment)
 	scripts/stack up

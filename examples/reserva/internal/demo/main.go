@@ -26,6 +26,7 @@ Usage:
   reserva migrate [-database-url URL]     Ferry's and reserva's tables, the relay's slot
   reserva api [-addr :8080]               the order service: POST /orders, GET /orders/{id}
   reserva demo [-once] [-orders N]        start relay, workers and API, place orders, print a summary
+  reserva demo-migration [-once]          the same, moving live from Kafka cluster A to B while orders flow
 
 The workers are reserva's own worker binary (examples/reserva/cmd/reserva-worker),
 Ferry's worker command line hosting reserva's handlers.
@@ -34,9 +35,10 @@ Ferry's worker command line hosting reserva's handlers.
 // Main runs the reserva command line and returns the exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return cli.Dispatch(ctx, "reserva", usage, map[string]cli.Command{
-		"migrate": runMigrate,
-		"api":     func(ctx context.Context, args []string, _, stderr io.Writer) error { return runAPI(ctx, args, stderr) },
-		"demo":    runDemo,
+		"migrate":        runMigrate,
+		"api":            func(ctx context.Context, args []string, _, stderr io.Writer) error { return runAPI(ctx, args, stderr) },
+		"demo":           runDemo,
+		"demo-migration": runMigrationDemo,
 	}, args, stdout, stderr)
 }
 

@@ -1,0 +1,333 @@
+package demo
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/examples/reserva"
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/procs"
+	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/migration"
+	"github.com/ferryhq/ferry/relay"
+)
+
+// migrationDatabase is the migration demo's own database, recreated at
+// every run, beside make demo's.
+const migrationDatabase = "reserva_migration_demo"
+
+// migrationSlot is the relay's replication slot: slots are named per
+// PostgreSQL cluster, so not make demo's "ferry".
+const migrationSlot = "reserva_migration_demo"
+
+// oldTemplate is the relay's topic template (its default), the plan's old
+// channel on cluster A.
+const oldTemplate = "outbox.event.{aggregate_type}"
+
+// oldPartitions is how many partitions the topics have on cluster A, as in
+// make demo.
+const oldPartitions = 4
+
+// migrationOptions are the flags of `reserva demo-migration`.
+type migrationOptions struct {
+	brokersB      string
+	newTemplate   string
+	newPartitions int
+	notes         int
+	stepPause     time.Duration
+	gateTimeout   time.Duration
+	drainTimeout  time.Duration
+	reportEvery   time.Duration
+	quarantine    time.Duration
+}
+
+// migrationDemo moves reserva, live, from Kafka cluster A to cluster B: the
+// processes of make demo, orders placed at a steady pace the whole time,
+// and the plan driven through the real `relay migration` commands.
+type migrationDemo struct {
+	*demo
+	mo    migrationOptions
+	plan  string
+	bins  map[string]string
+	env   []string
+	koptB []kgo.Opt
+	// planDef is the plan as created, for the gate reports.
+	planDef migration.Plan
+	// phase is the plan's phase as the progress lines show it.
+	phase string
+	// placeDone is closed when placeOrders returned placeErr.
+	placeDone chan struct{}
+	placeErr  error
+	// requests are the `relay migration request` commands run, in order.
+	requests []request
+	notes    noteWriter
+	// retiredAt is when OLD_RETIRED was accepted; zero until then.
+	retiredAt time.Time
+}
+
+func runMigrationDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reserva demo-migration", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	var mo migrationOptions
+	fs.StringVar(&o.adminURL, "admin-url", cmp.Or(os.Getenv("FERRY_TEST_DATABASE_URL"), os.Getenv("FERRY_DATABASE_URL")), "PostgreSQL URL of a role that may create the demo's database "+migrationDatabase+" (env FERRY_TEST_DATABASE_URL)")
+	fs.StringVar(&o.brokers, "kafka-brokers", cmp.Or(os.Getenv("FERRY_TEST_KAFKA_BROKERS"), os.Getenv("FERRY_KAFKA_BROKERS")), "cluster A's seed brokers, where reserva starts (env FERRY_TEST_KAFKA_BROKERS)")
+	fs.StringVar(&mo.brokersB, "kafka-b-brokers", os.Getenv("FERRY_TEST_KAFKA_B_BROKERS"), "cluster B's seed brokers, where reserva moves (env FERRY_TEST_KAFKA_B_BROKERS)")
+	fs.StringVar(&mo.newTemplate, "new-topic-template", "reserva.v2.{aggregate_type}", "the topic template on cluster B")
+	fs.IntVar(&mo.newPartitions, "new-partitions", 8, fmt.Sprintf("partitions of the new topics (cluster A's have %d: the move re-keys them)", oldPartitions))
+	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding the relay, reserva-worker and reserva binaries; empty builds them")
+	fs.IntVar(&o.rate, "rate", 50, "orders placed a second, at a steady pace, from start to end")
+	fs.IntVar(&o.clients, "clients", 8, "most orders in flight at once")
+	fs.IntVar(&mo.notes, "notes", 32, "orders that get an OrderNoted event every second for the whole run, so that an aggregate's events straddle every step; 0: none")
+	fs.DurationVar(&mo.stepPause, "step-pause", 6*time.Second, "orders flowing between two steps of the plan")
+	fs.DurationVar(&mo.gateTimeout, "gate-timeout", time.Minute, "give up when a gate is still closed after this long")
+	fs.DurationVar(&mo.drainTimeout, "drain-timeout", 90*time.Second, "give up when the events are not all applied this long after the last order")
+	fs.DurationVar(&mo.reportEvery, "migration-report-interval", time.Second, "the workers' --migration-report-interval: how often their shadow reports reach the gates")
+	fs.DurationVar(&mo.quarantine, "migration-quarantine-after", 30*time.Second, "the workers' --migration-quarantine-after")
+	fs.BoolVar(&o.once, "once", false, "exit after the summary, instead of running until Ctrl-C")
+	fs.StringVar(&o.apiAddr, "api-addr", "127.0.0.1:8091", "order API address")
+	fs.StringVar(&o.relayAddr, "relay-http", "127.0.0.1:9191", "relay metrics address")
+	fs.StringVar(&o.workerAddrs[0], "worker-http", "127.0.0.1:9192", "first worker's metrics address")
+	fs.StringVar(&o.workerAddrs[1], "worker2-http", "127.0.0.1:9193", "second worker's metrics address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case o.adminURL == "":
+		return errors.New("--admin-url (FERRY_TEST_DATABASE_URL) is required: run it through `make demo-migration`, or after `eval \"$(scripts/stack up)\"`")
+	case o.brokers == "":
+		return errors.New("--kafka-brokers (FERRY_TEST_KAFKA_BROKERS) is required")
+	case mo.brokersB == "":
+		return errors.New("--kafka-b-brokers (FERRY_TEST_KAFKA_B_BROKERS) is required: the stack's cluster B (`scripts/stack env`)")
+	case !strings.Contains(mo.newTemplate, "{aggregate_type}"):
+		return fmt.Errorf("--new-topic-template %q must contain {aggregate_type}", mo.newTemplate)
+	case mo.newPartitions < 1:
+		return fmt.Errorf("--new-partitions must be positive, not %d", mo.newPartitions)
+	case o.rate < 1 || o.rate > rateMax:
+		return fmt.Errorf("--rate must be between 1 and %d orders a second, not %d", rateMax, o.rate)
+	case o.clients < 1:
+		return fmt.Errorf("--clients must be positive, not %d", o.clients)
+	case mo.notes < 0:
+		return fmt.Errorf("--notes must be 0 or more, not %d", mo.notes)
+	case mo.stepPause <= 0 || mo.gateTimeout <= 0 || mo.drainTimeout <= 0 || mo.reportEvery <= 0 || mo.quarantine <= 0:
+		return errors.New("--step-pause, --gate-timeout, --drain-timeout, --migration-report-interval and --migration-quarantine-after must be positive")
+	}
+	// placeOrders sends o.orders orders: more than the run can place, so
+	// that the demo stops it.
+	o.orders = o.rate * 3600
+	start := time.Now()
+	m := &migrationDemo{demo: &demo{o: o, out: stdout, start: start}, mo: mo,
+		plan: "reserva-move-" + start.UTC().Format("20060102-150405")}
+	defer m.stopAll()
+	return m.run(ctx)
+}
+
+func (m *migrationDemo) run(ctx context.Context) error {
+	var err error
+	if m.dir, err = os.MkdirTemp("", "reserva-migration-demo-"); err != nil {
+		return err
+	}
+	m.say("== reserva live broker migration demo: logs in %s", m.dir)
+	if err := m.prepare(ctx); err != nil {
+		return err
+	}
+	if err := m.startProcesses(ctx); err != nil {
+		return err
+	}
+
+	m.say("== %s placing orders through http://%s/orders at %d a second (at most %d in flight) from now to the end",
+		m.elapsed(), m.o.apiAddr, m.o.rate, m.o.clients)
+	placeCtx, stopPlacing := context.WithCancel(ctx)
+	m.placeDone = make(chan struct{})
+	go func() {
+		m.placeErr = m.placeOrders(placeCtx)
+		close(m.placeDone)
+	}()
+	noting := make(chan error, 1)
+	go func() { noting <- m.notes.run(placeCtx, m.pool, m.mo.notes) }()
+	var notingErr error
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			stopPlacing()
+			<-m.placeDone
+			notingErr = <-noting
+		}
+	}
+	defer stop() // before the processes and the pool go
+	if m.mo.notes > 0 {
+		m.say("   and an OrderNoted event every second on each of the first %d orders (their aggregates straddle every step)", m.mo.notes)
+	}
+
+	if err := m.migrate(ctx); err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, m.dir)
+	}
+
+	stop()
+	if err := m.placeErr; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if err := notingErr; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	m.say("== %s orders stopped: %d placed (%d failed to reach the API), %d notes written; waiting for every event to be applied",
+		m.elapsed(), m.placed.Load(), m.failed.Load(), m.notes.written.Load())
+	drained := m.drain(ctx)
+	failed, err := m.summary(ctx, drained)
+	if err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d checks failed: %s (logs in %s)", len(failed), strings.Join(failed, ", "), m.dir)
+	}
+	if m.o.once {
+		return nil
+	}
+	m.say("\nEverything keeps running on cluster B. Try:\n  curl -s http://%s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' -d '{\"customer\":\"you\",\"items\":[{\"sku\":\"apple\",\"qty\":1}]}'\n  %s migration status %s   (FERRY_DATABASE_URL: the stack's database %s)\nCtrl-C stops the relay, the workers and the API.",
+		m.o.apiAddr, m.bins["relay"], m.plan, migrationDatabase)
+	<-ctx.Done()
+	m.say("\n== stopping")
+	return nil
+}
+
+// elapsed is the time since the start, as the progress lines show it.
+func (m *migrationDemo) elapsed() string {
+	return fmt.Sprintf("%5.1fs", time.Since(m.start).Seconds())
+}
+
+// newTopic is the topic of an aggregate type on cluster B.
+func (m *migrationDemo) newTopic(aggregateType string) string {
+	return strings.ReplaceAll(m.mo.newTemplate, "{aggregate_type}", aggregateType)
+}
+
+// prepare recreates the demo database, migrates it, seeds the stock, and
+// makes the topics on both clusters: on B with the new template and more
+// partitions, which Kafka cannot give an existing topic's keys in place.
+func (m *migrationDemo) prepare(ctx context.Context) error {
+	if err := ferrytest.DropDatabase(m.o.adminURL, migrationDatabase); err != nil {
+		return err
+	}
+	url, err := ferrytest.CreateDatabase(ctx, m.o.adminURL, migrationDatabase)
+	if err != nil {
+		return err
+	}
+	m.url = url
+	if m.pool, err = pgxpool.New(ctx, url); err != nil {
+		return err
+	}
+	db := stdlib.OpenDBFromPool(m.pool)
+	defer db.Close()
+	if err := migrate.Up(ctx, db); err != nil {
+		return err
+	}
+	rm, err := migrate.New(db, reserva.Migrations, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := rm.Up(ctx); err != nil {
+		return err
+	}
+	if err := relay.Setup(ctx, m.pool, migrationSlot, relay.PublicationDefault, nil); err != nil {
+		return err
+	}
+	if err := reserva.SeedStock(ctx, m.pool, skus); err != nil {
+		return err
+	}
+	m.kopts = []kgo.Opt{kgo.SeedBrokers(strings.Split(m.o.brokers, ",")...)}
+	m.koptB = []kgo.Opt{kgo.SeedBrokers(strings.Split(m.mo.brokersB, ",")...)}
+	oldTopics := []string{reserva.TopicOrders, reserva.TopicStock}
+	newTopics := []string{m.newTopic(reserva.AggregateOrder), m.newTopic(reserva.AggregateStock)}
+	if err := createTopics(ctx, m.kopts, oldPartitions, oldTopics...); err != nil {
+		return fmt.Errorf("cluster A: %w", err)
+	}
+	if err := createTopics(ctx, m.koptB, int32(m.mo.newPartitions), newTopics...); err != nil {
+		return fmt.Errorf("cluster B: %w", err)
+	}
+	m.say("== database %s migrated (Ferry + reserva), stock seeded, slot %q ready", migrationDatabase, migrationSlot)
+	m.say("   cluster A %s: %s (%d partitions each)", m.o.brokers, strings.Join(oldTopics, ", "), oldPartitions)
+	m.say("   cluster B %s: %s (%d partitions each), made before the move", m.mo.brokersB, strings.Join(newTopics, ", "), m.mo.newPartitions)
+	return nil
+}
+
+// createTopics makes the topics and their dead-letter topics, unless they
+// exist.
+func createTopics(ctx context.Context, kopts []kgo.Opt, partitions int32, topics ...string) error {
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for _, t := range topics {
+		res, err := adm.CreateTopics(ctx, partitions, 1, nil, t, t+".dlq")
+		if err != nil {
+			return fmt.Errorf("create topics: %w", err)
+		}
+		for _, r := range res {
+			if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+				return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+			}
+		}
+	}
+	return nil
+}
+
+// startProcesses starts what make demo starts, the workers with short
+// shadow-report intervals so that the gates open within seconds.
+func (m *migrationDemo) startProcesses(ctx context.Context) error {
+	m.bins = map[string]string{}
+	if m.o.binDir == "" {
+		m.say("== building relay, reserva-worker and reserva")
+		paths, err := procs.Build(ctx, m.dir, "github.com/ferryhq/ferry/cmd/relay", "github.com/ferryhq/ferry/examples/reserva/cmd/reserva-worker", "github.com/ferryhq/ferry/examples/reserva/cmd/reserva")
+		if err != nil {
+			return err
+		}
+		m.bins["relay"], m.bins["reserva-worker"], m.bins["reserva"] = paths[0], paths[1], paths[2]
+	} else {
+		for _, b := range []string{"relay", "reserva-worker", "reserva"} {
+			m.bins[b] = filepath.Join(m.o.binDir, b)
+		}
+	}
+	m.env = []string{"FERRY_DATABASE_URL=" + m.url, "FERRY_KAFKA_BROKERS=" + m.o.brokers}
+	env := append(m.env[:len(m.env):len(m.env)], "FERRY_LOG_FORMAT=json")
+	start := func(name, bin string, args ...string) (*procs.Proc, error) {
+		return procs.Start(procs.Spec{Name: name, Path: bin, Args: args, Env: env, LogFile: filepath.Join(m.dir, name+".log")})
+	}
+	var err error
+	if m.relay, err = start("relay", m.bins["relay"], "run", "--http-addr", m.o.relayAddr, "--slot", migrationSlot, "--topic-template", oldTemplate); err != nil {
+		return err
+	}
+	for i := range m.workers {
+		if m.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), m.bins["reserva-worker"], "run", "--http-addr", m.o.workerAddrs[i],
+			"--retry-backoff", "50ms", "--max-attempts", "5", "--kafka-session-timeout", "6s",
+			"--migration-report-interval", m.mo.reportEvery.String(), "--migration-quarantine-after", m.mo.quarantine.String()); err != nil {
+			return err
+		}
+	}
+	if m.api, err = start("api", m.bins["reserva"], "api", "--addr", m.o.apiAddr); err != nil {
+		return err
+	}
+	for _, u := range []string{"http://" + m.o.relayAddr + "/readyz", "http://" + m.o.workerAddrs[0] + "/readyz", "http://" + m.o.workerAddrs[1] + "/readyz", "http://" + m.o.apiAddr + "/healthz"} {
+		if err := waitHTTP(ctx, u, time.Minute); err != nil {
+			return fmt.Errorf("%w (logs in %s)", err, m.dir)
+		}
+	}
+	m.say("== relay (topic template %s on cluster A), 2 reserva-workers (--migration-report-interval %s) and the order API are up",
+		oldTemplate, m.mo.reportEvery)
+	return nil
+}

@@ -1,0 +1,170 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ferryhq/ferry/examples/reserva"
+	"github.com/ferryhq/ferry/migration"
+)
+
+// migrate drives the plan through README's runbook with the real commands
+// while the orders flow: create, DUAL_WRITE, the shadow gate, CUTOVER 6, 32,
+// 64 and 128, the rollback drill (DUAL_WRITE, CUTOVER 128), OLD_RETIRED.
+func (m *migrationDemo) migrate(ctx context.Context) error {
+	m.phase = string(migration.OldOnly)
+	if err := m.pause(ctx); err != nil {
+		return err
+	}
+
+	m.step("create the plan: old = cluster A with the relay's template, new = cluster B with %s", m.mo.newTemplate)
+	args := []string{"migration", "create", m.plan,
+		"--old-brokers", m.o.brokers, "--old-topic-template", oldTemplate,
+		"--new-brokers", m.mo.brokersB, "--new-topic-template", m.mo.newTemplate,
+		"--groups", reserva.ConsumerStockReservation + "," + reserva.ConsumerOrderStatus}
+	m.show("relay", args...)
+	out, err := m.command(ctx, "relay", args...)
+	if err != nil {
+		return fmt.Errorf("relay migration create: %v: %s", err, strings.TrimSpace(out))
+	}
+	m.showOutput(out)
+	st, err := (&migration.Controller{DB: m.pool}).State(ctx, m.plan)
+	if err != nil {
+		return err
+	}
+	m.planDef = st.Plan
+
+	m.step("DUAL_WRITE: the relay writes every event to both clusters from this point of the commit order; A's copy is authoritative, B's a shadow")
+	if err := m.mustRequest(ctx, string(migration.DualWrite), 0); err != nil {
+		return err
+	}
+	m.say("   the workers know cluster A only: the relay's fences on A name cluster B and its topics, and the workers follow")
+
+	m.step("shadow gate, then CUTOVER 6: every group's newest report must show events checked, none missing, no mismatch, p99 within bound")
+	if err := m.requestUntil(ctx, string(migration.Cutover), 6); err != nil {
+		return err
+	}
+	if err := m.showReports(ctx, "the reports that opened the shadow gate"); err != nil {
+		return err
+	}
+	if err := m.pause(ctx); err != nil {
+		return err
+	}
+	for _, k := range []int{32, 64, migration.Slices} {
+		m.step("CUTOVER %d: the aggregates of slices 0-%d are applied from cluster B; B's copy authoritative, A's a shadow", k, k-1)
+		if err := m.mustRequest(ctx, string(migration.Cutover), k); err != nil {
+			return err
+		}
+		if err := m.pause(ctx); err != nil {
+			return err
+		}
+	}
+
+	m.step("OLD_RETIRED too early: every slice is on B, but no way back was rehearsed yet")
+	m.show("relay", m.requestArgs(string(migration.OldRetired), 0)...)
+	r, out, err := m.ask(ctx, string(migration.OldRetired), 0)
+	if err != nil {
+		return err
+	}
+	m.showOutput(out)
+	if r.accepted {
+		return fmt.Errorf("%s accepted before any rollback drill", r)
+	}
+
+	m.step("rollback drill: DUAL_WRITE again, A authoritative for every aggregate; the relay still writes both clusters")
+	if err := m.mustRequest(ctx, string(migration.DualWrite), 0); err != nil {
+		return err
+	}
+	if err := m.pause(ctx); err != nil {
+		return err
+	}
+	m.step("rollback drill: CUTOVER 128 again, through the shadow gate again")
+	if err := m.requestUntil(ctx, string(migration.Cutover), migration.Slices); err != nil {
+		return err
+	}
+	if err := m.pause(ctx); err != nil {
+		return err
+	}
+
+	m.step("OLD_RETIRED: wants 128 slices moved, the drill on record, and every group past the fences of the last cutover on A with an empty quarantine")
+	if err := m.requestUntil(ctx, string(migration.OldRetired), 0); err != nil {
+		return err
+	}
+	m.retiredAt = time.Now()
+	if err := m.showReports(ctx, "the reports that let the old channel go"); err != nil {
+		return err
+	}
+	m.say("   the relay writes cluster B only from here; the orders go on")
+	return m.pause(ctx)
+}
+
+// step announces a step of the runbook.
+func (m *migrationDemo) step(format string, args ...any) {
+	m.say("== %s %s", m.elapsed(), fmt.Sprintf(format, args...))
+}
+
+// pause lets the orders flow for the step pause, with a progress line
+// every few seconds.
+func (m *migrationDemo) pause(ctx context.Context) error {
+	const every = 3 * time.Second
+	for left := m.mo.stepPause; left > 0; left -= every {
+		if err := m.wait(ctx, min(every, left)); err != nil {
+			return err
+		}
+		m.progress(ctx)
+	}
+	return nil
+}
+
+// wait sleeps, and fails when the orders stopped by themselves.
+func (m *migrationDemo) wait(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.placeDone:
+		return fmt.Errorf("placing orders stopped: %v", m.placeErr)
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// progress prints one line: the phase, the orders, and the copies the
+// relay had acknowledged on each cluster.
+func (m *migrationDemo) progress(ctx context.Context) {
+	var undecided int
+	_ = m.pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE status = 'placed'`).Scan(&undecided)
+	relay := scrapeAll([]string{m.o.relayAddr}, "ferry_relay_migration_copies_total")
+	held := scrapeAll(m.o.workerAddrs[:], "ferry_worker_migration_held_total").sum()
+	copies := func(side migration.Side) string {
+		return fmt.Sprintf("%.0f+%.0f", relay.sum("side", string(side), "role", string(migration.Authoritative)),
+			relay.sum("side", string(side), "role", string(migration.Shadow)))
+	}
+	m.say("   %s %-15s placed %d · undecided %d · relay copies (authoritative+shadow) A %s, B %s · held for fences (total) %.0f",
+		m.elapsed(), m.phase, m.placed.Load(), undecided, copies(migration.OldSide), copies(migration.NewSide), held)
+}
+
+// showReports prints each group's newest shadow report, as the gates read
+// them from ferry.migration.reports on cluster A.
+func (m *migrationDemo) showReports(ctx context.Context, title string) error {
+	reports, err := (&migration.KafkaEvidence{}).Reports(ctx, m.planDef)
+	if err != nil {
+		return err
+	}
+	m.say("   %s (each group's newest, from %s on cluster A):", title, migration.ReportTopic)
+	w := tabwriter.NewWriter(m.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "     GROUP\tAGE\tAUTHORITATIVE\tSHADOW\tCHECKED\tMISSING\tMISMATCHED\tP99 DELAY\tMAX DELAY\tOLD FENCES PASSED\tQUARANTINED")
+	for _, g := range m.planDef.Groups {
+		r, ok := reports[g]
+		if !ok {
+			fmt.Fprintf(w, "     %s\tno report\n", g)
+			continue
+		}
+		fmt.Fprintf(w, "     %s\t%.1fs\t%d\t%d\t%d\t%d\t%d\t%s\t%s\tepoch %d\t%d\n", g, time.Since(r.At).Seconds(),
+			r.Authoritative, r.Shadow, r.Checked, r.Missing, r.Mismatched,
+			r.P99Lateness.Round(time.Millisecond), r.MaxLateness.Round(time.Millisecond), r.OldFenceEpoch, r.Quarantined)
+	}
+	return w.Flush()
+}
