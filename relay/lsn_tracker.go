@@ -61,7 +61,9 @@ func (t *lsnTracker) begin() *txn {
 	return x
 }
 
-// produce counts one record of x as in flight.
+// produce counts one record of x as in flight. A record of a transaction
+// already committed (a migration step's fences) joins the committed
+// window.
 func (t *lsnTracker) produce(x *txn, size int) {
 	t.mu.Lock()
 	x.pending++
@@ -69,7 +71,10 @@ func (t *lsnTracker) produce(x *txn, size int) {
 	x.records++
 	x.bytes += int64(size)
 	t.inFlight++
-	if !x.committed {
+	if x.committed {
+		t.held++
+		t.heldBytes += int64(size)
+	} else {
 		t.open++
 		t.openBytes += int64(size)
 	}

@@ -147,3 +147,32 @@ func TestTrackerWindowCountsWhatACrashWouldRepublish(t *testing.T) {
 		t.Fatalf("after the stuck record was acknowledged: window %d, %d bytes, confirmed %d; want 0, 0, 900", n, b, confirmed(tr))
 	}
 }
+
+// Records produced for a transaction already committed (a migration step's
+// fences) join the committed window and leave it when it is confirmed: the
+// window is back to 0, not below, and the step is confirmed only once they
+// are acknowledged.
+func TestTrackerRecordsOfACommittedTransactionCountOnce(t *testing.T) {
+	t.Parallel()
+	tr := newLSNTracker(10)
+	step := tr.begin()
+	tr.produce(step, 0) // the step's hold
+	tr.commit(step, 20, at(20))
+	tr.produce(step, 30) // fences
+	tr.produce(step, 30)
+	tr.ack(step, 0)
+	if got := confirmed(tr); got != 10 {
+		t.Fatalf("confirmed %d with the fences unacknowledged, want 10", got)
+	}
+	if _, n, b, _ := tr.position(); n != 3 || b != 60 {
+		t.Fatalf("window %d records, %d bytes; want 3, 60", n, b)
+	}
+	tr.ack(step, 30)
+	tr.ack(step, 30)
+	if got := confirmed(tr); got != 20 {
+		t.Fatalf("confirmed %d, want 20", got)
+	}
+	if _, n, b, busy := tr.position(); n != 0 || b != 0 || busy {
+		t.Fatalf("window %d records, %d bytes, busy %t after the step was confirmed; want 0, 0, false", n, b, busy)
+	}
+}

@@ -359,11 +359,11 @@ func TestRelayResumesWithTheStepInEffectAtItsConfirmedPosition(t *testing.T) {
 }
 
 // While dual-writing, a transaction is confirmed only when both channels
-// acknowledged it: with the new channel unreachable, the old copy of the
-// first event arrives and the relay waits in place to fence the new
-// channel's topic (not ready, saying why). When the plan's new channel is
-// then pointed at a cluster that answers, a restarted relay delivers every
-// event's new copy: nothing was confirmed past them.
+// acknowledged it: with the new channel unreachable, the relay waits in
+// place to fence the new channel's topics when the step applies (not
+// ready, saying why). When the plan's new channel is then pointed at a
+// cluster that answers, a restarted relay delivers every event's copies on
+// both channels: nothing was confirmed past them.
 func TestDualWriteConfirmsOnlyWhatBothChannelsAcknowledged(t *testing.T) {
 	t.Parallel()
 	m := setupMigration(t, 1, 1, []string{"127.0.0.1:1"})
@@ -374,8 +374,7 @@ func TestDualWriteConfirmsOnlyWhatBothChannelsAcknowledged(t *testing.T) {
 	}
 	r, stop := runUntilStopped(t, cfg)
 	m.request(t, migration.DualWrite, 0)
-	ids := m.writeBatch(t, 5)
-	readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), ids[:1], time.Minute)
+	m.writeBatch(t, 5)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := r.Ready()

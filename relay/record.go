@@ -2,6 +2,7 @@ package relay
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -14,6 +15,7 @@ type topicNamer struct {
 	usesAggregate bool
 	usesEvent     bool
 	cache         map[string]namedTopic
+	re            *regexp.Regexp // parse's, made on first use
 }
 
 type namedTopic struct {
@@ -62,6 +64,42 @@ func (n *topicNamer) topic(r *row) namedTopic {
 	}
 	n.cache[key] = t
 	return t
+}
+
+// parse returns the row whose aggregate and event types name topic under
+// the template (false when the template cannot have made it, or makes
+// dead-letter topics' names: never a migration's topic).
+func (n *topicNamer) parse(topic string) (*row, bool) {
+	if strings.HasSuffix(topic, ".dlq") || strings.HasPrefix(topic, "__") {
+		return nil, false
+	}
+	if n.re == nil {
+		pat := regexp.QuoteMeta(n.template)
+		pat = strings.Replace(pat, regexp.QuoteMeta("{aggregate_type}"), "(?P<agg>.+?)", 1)
+		pat = strings.Replace(pat, regexp.QuoteMeta("{event_type}"), "(?P<evt>.+?)", 1)
+		n.re = regexp.MustCompile("^" + pat + "$")
+	}
+	m := n.re.FindStringSubmatch(topic)
+	if m == nil {
+		return nil, false
+	}
+	r := &row{}
+	if i := n.re.SubexpIndex("agg"); i > 0 {
+		r.AggregateType = []byte(m[i])
+	}
+	if i := n.re.SubexpIndex("evt"); i > 0 {
+		r.EventType = []byte(m[i])
+	}
+	if t := n.topic(r); t.name != topic { // a template that uses a placeholder twice, or an ambiguous split
+		return nil, false
+	}
+	return r, true
+}
+
+// covers reports whether every placeholder of this template is one o has
+// too: then a topic of o names one of this template.
+func (n *topicNamer) covers(o *topicNamer) bool {
+	return (!n.usesAggregate || o.usesAggregate) && (!n.usesEvent || o.usesEvent)
 }
 
 // recordSize approximates a record's bytes for the in-flight budget.

@@ -289,6 +289,11 @@ func (s *session) applyStep(ctx context.Context) error {
 		}
 		s.routeSeq = st.Seq
 	}
+	// The new step's fences, counted in its transaction: it is confirmed
+	// once they are acknowledged.
+	if err := s.fenceAll(ps.tx); err != nil {
+		return err
+	}
 	s.step = nil
 	s.tracker.ack(ps.tx, 0)
 	return nil
@@ -393,29 +398,73 @@ type fenceRecord struct {
 }
 
 // fence writes the step's fence to every partition of topic on out (its
-// value the other channel, peer the same events' topic there), once
-// per step and session, counted in tx like a record of it. A topic that
-// does not exist holds nothing to fence; it is looked up again, at most
-// once a second, until it does.
+// value the other channel, peer the same events' topic there), once per
+// step and session, counted in tx like a record of it. A topic that does
+// not exist holds nothing to fence; it is looked up again, at most once a
+// second, until it does.
 func (s *session) fence(out *channelOut, topic, peer string, tx *txn) error {
 	rt := s.route
-	st := rt.step()
 	key := fenceKey{out.side, topic}
-	if e, ok := rt.fenced[key]; ok && e == st.Epoch {
+	if e, ok := rt.fenced[key]; ok && e == rt.step().Epoch {
 		return nil
 	}
 	if at, ok := rt.unknown[key]; ok && time.Since(at) < time.Second {
 		return nil
 	}
-	n, err := s.partitions(out, topic)
+	td, err := s.metadata(out, topic)
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	d, ok := td[topic]
+	if !ok || d.Err != nil || len(d.Partitions) == 0 {
 		rt.unknown[key] = time.Now()
 		return nil // its records are held, then quarantined, by the gate
 	}
 	delete(rt.unknown, key)
+	s.writeFences(out, topic, peer, len(d.Partitions), tx)
+	return nil
+}
+
+// fenceAll writes the step's fences, when it applies, to every topic of
+// both channels that their templates name and that exists: so a
+// partition's fence of the step exists even if no event of its topic
+// follows (the drain before OLD_RETIRED waits for them). A topic whose
+// peer the other template cannot name (it uses a placeholder this one
+// lacks) is fenced by its events only.
+func (s *session) fenceAll(tx *txn) error {
+	rt := s.route
+	if rt == nil || rt.step().Phase == migration.OldRetired {
+		return nil
+	}
+	for _, side := range []migration.Side{migration.OldSide, migration.NewSide} {
+		out, peerOut := rt.outs[side], rt.outs[other(side)]
+		td, err := s.metadata(out)
+		if err != nil {
+			return err
+		}
+		for _, topic := range td.Names() {
+			d := td[topic]
+			r, ok := out.namer.parse(topic)
+			if !ok || d.Err != nil || len(d.Partitions) == 0 {
+				continue
+			}
+			peer := peerOut.namer.topic(r)
+			if peer.problem != "" || !peerOut.namer.covers(out.namer) {
+				continue
+			}
+			if e, ok := rt.fenced[fenceKey{side, topic}]; ok && e == rt.step().Epoch {
+				continue
+			}
+			s.writeFences(out, topic, peer.name, len(d.Partitions), tx)
+		}
+	}
+	return nil
+}
+
+// writeFences produces the step's fence to each of topic's n partitions.
+func (s *session) writeFences(out *channelOut, topic, peer string, n int, tx *txn) {
+	rt := s.route
+	st := rt.step()
 	fence := []byte(migration.Fence{Plan: rt.plan.Name, Epoch: st.Epoch, Side: out.side, Partitions: n, Peer: peer}.String())
 	otherChannel := rt.plan.New
 	if out.side == migration.NewSide {
@@ -430,43 +479,42 @@ func (s *session) fence(out *channelOut, topic, peer string, tx *txn) error {
 		s.tracker.produce(tx, f.size)
 		out.sink.Produce(s.sctx, &f.rec, s.fenceAcked)
 	}
-	rt.fenced[key] = st.Epoch
+	rt.fenced[fenceKey{out.side, topic}] = st.Epoch
 	s.r.metrics.fences.Add(float64(n))
-	return nil
 }
 
-// partitions returns how many partitions topic has on out (0: no such
-// topic). While the channel does not answer it retries in place, reading
+// metadata returns the details of topics on out (every topic when none is
+// named). While the channel does not answer it retries in place, reading
 // no further but still sending status updates (so PostgreSQL keeps the
 // connection) and showing why in Ready.
-func (s *session) partitions(out *channelOut, topic string) (int, error) {
+func (s *session) metadata(out *channelOut, topics ...string) (kadm.TopicDetails, error) {
 	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 5 * time.Second}
 	defer s.r.fenceWait.Store(nil)
+	what := "its topics"
+	if len(topics) == 1 {
+		what = fmt.Sprintf("topic %q", topics[0])
+	}
 	for {
 		ctx, cancel := context.WithTimeout(s.sctx, 5*time.Second)
-		td, err := out.admin.ListTopics(ctx, topic)
+		td, err := out.admin.ListTopics(ctx, topics...)
 		cancel()
 		if err == nil {
-			d, ok := td[topic]
-			if !ok || d.Err != nil {
-				return 0, nil
-			}
-			return len(d.Partitions), nil
+			return td, nil
 		}
-		why := fmt.Sprintf("the %s channel does not answer a metadata request for topic %q, needed to fence it: %v", out.side, topic, err)
+		why := fmt.Sprintf("the %s channel does not answer a metadata request for %s, needed to fence it: %v", out.side, what, err)
 		if s.r.fenceWait.Swap(&why) == nil {
-			s.log.Warn("cannot fence a topic for the live migration: waiting for the channel; nothing is confirmed past it",
-				slog.String("side", string(out.side)), slog.String("topic", topic), slog.String("error", err.Error()))
+			s.log.Warn("cannot fence for the live migration: waiting for the channel; nothing is confirmed past it",
+				slog.String("side", string(out.side)), slog.String("topics", what), slog.String("error", err.Error()))
 		}
 		s.r.heartbeat()
 		if err := s.report(false); err != nil {
-			return 0, err
+			return nil, err
 		}
 		select {
 		case <-s.failed:
-			return 0, s.failErr
+			return nil, s.failErr
 		case <-s.stopping:
-			return 0, fmt.Errorf("stopped while waiting to fence topic %q on the %s channel", topic, out.side)
+			return nil, fmt.Errorf("stopped while waiting to fence %s on the %s channel", what, out.side)
 		case <-time.After(retry.Next()):
 		}
 	}
