@@ -20,10 +20,11 @@ import (
 type delivery struct {
 	m         *Message
 	rec       *kgo.Record
-	failures  int              // handler failures so far (databaseAtFault failures do not count)
-	lastErr   error            // the last handler failure
-	permanent error            // a Permanent error the handler returned inside a batch
-	route     *migration.Stamp // a live migration's authoritative copy; nil outside one
+	failures  int                           // handler failures so far (databaseAtFault failures do not count)
+	lastErr   error                         // the last handler failure
+	permanent error                         // a Permanent error the handler returned inside a batch
+	route     *migration.Stamp              // a live migration's authoritative copy; nil outside one
+	copyRow   *dbsqlc.InboxCopyInsertParams // its ferry_inbox_copy row, written in the transaction
 }
 
 // outcome is how one transaction ended.
@@ -77,7 +78,13 @@ func (p *partition) apply(batch []fetched) bool {
 			p.finish(f.rec)
 			continue
 		}
-		ds = append(ds, &delivery{m: m, rec: f.rec, route: st})
+		d := &delivery{m: m, rec: f.rec, route: st}
+		if st != nil {
+			if row, ok := p.copyParams(f, st); ok {
+				d.copyRow = &row
+			}
+		}
+		ds = append(ds, d)
 	}
 	if len(ds) == 0 {
 		return true
@@ -194,6 +201,11 @@ func (p *partition) applyOne(d *delivery) (outcome, error) {
 	if err != nil {
 		return p.dbOutcome(), err
 	}
+	if d.copyRow != nil {
+		if err := q.InboxCopyInsert(ctx, tx, *d.copyRow); err != nil {
+			return p.dbOutcome(), err
+		}
+	}
 	if n == 0 {
 		done = true
 		if err := tx.Commit(ctx); err != nil {
@@ -300,6 +312,13 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 	claimedIDs, err := q.InboxInsertMany(ctx, tx, dbsqlc.InboxInsertManyParams{Consumer: consumer, MessageIds: ids})
 	if err != nil {
 		return res, p.dbOutcome(), err
+	}
+	for _, d := range ds {
+		if d.copyRow != nil {
+			if err := q.InboxCopyInsert(ctx, tx, *d.copyRow); err != nil {
+				return res, p.dbOutcome(), err
+			}
+		}
 	}
 	claimed := make(map[string]bool, len(claimedIDs)) // new ids not yet given to a handler
 	for _, id := range claimedIDs {

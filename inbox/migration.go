@@ -85,13 +85,14 @@ func (p *partition) followRoute(f fetched, st *migration.Stamp, fence *migration
 	case st == nil:
 		return true, true
 	}
-	if !p.recordCopy(f, st) {
-		return false, false
-	}
 	if st.Role == migration.Shadow {
+		params, ok := p.copyParams(f, st)
+		if !ok {
+			return true, true // no usable id: dead-lettered by apply, like any message
+		}
 		p.w.metrics.migrationCopies.WithLabelValues(p.g.name, string(st.Side), string(st.Role)).Inc()
-		p.finish(f.rec)
-		return false, true
+		// Recorded in batches; finished once recorded (shadow_writer.go).
+		return false, p.w.shadows.add(p, f.rec, params)
 	}
 	if st.Since > 0 && !p.awaitFences(st) {
 		return false, false
@@ -132,26 +133,26 @@ func (p *partition) passFence(r *kgo.Record, fence *migration.Fence) bool {
 	return true
 }
 
-// recordCopy records a stamped copy's arrival and payload digest.
-func (p *partition) recordCopy(f fetched, st *migration.Stamp) bool {
+// copyParams is the ferry_inbox_copy row of a stamped copy: its arrival
+// and payload digest, and a shadow's record, which stands in for a lost
+// authoritative copy (migration_quarantine.go). false: no usable id.
+func (p *partition) copyParams(f fetched, st *migration.Stamp) (dbsqlc.InboxCopyInsertParams, bool) {
 	m, bad := newMessage(p.g.name, f.rec, p.w.cfg.IDFromPayloadHash, f.received)
 	if bad != nil {
-		return true // dead-lettered by apply, like any message without a usable id
+		return dbsqlc.InboxCopyInsertParams{}, false
 	}
 	digest := sha256.Sum256(f.rec.Value)
 	params := dbsqlc.InboxCopyInsertParams{
 		Consumer: p.g.name, MessageID: m.ID, Plan: st.Plan, Side: string(st.Side), Role: string(st.Role),
 		Epoch: int32(st.Epoch), Digest: digest[:], ReceivedAt: f.received}
-	if st.Role == migration.Shadow { // it stands in for a lost authoritative copy (migration_quarantine.go)
+	if st.Role == migration.Shadow {
 		params.Topic = pgtype.Text{String: f.rec.Topic, Valid: true}
 		params.Partition = pgtype.Int4{Int32: f.rec.Partition, Valid: true}
 		params.RecordOffset = pgtype.Int8{Int64: f.rec.Offset, Valid: true}
 		params.RecordKey, params.RecordValue = f.rec.Key, f.rec.Value
 		params.RecordHeaders = encodeHeaders(f.rec.Headers)
 	}
-	return p.retryDB("record a migration copy", func(ctx context.Context, tx pgx.Tx) error {
-		return p.w.queries.InboxCopyInsert(ctx, tx, params)
-	})
+	return params, true
 }
 
 // awaitFences holds an authoritative copy until every partition of its

@@ -55,7 +55,8 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 				return err
 			}
 			row, err := w.queries.InboxCopyReport(ctx, tx, dbsqlc.InboxCopyReportParams{
-				Consumer: g.name, Plan: plan, AllowedSeconds: w.cfg.MigrationAllowedLateness.Seconds()})
+				Consumer: g.name, Plan: plan, AllowedSeconds: w.cfg.MigrationAllowedLateness.Seconds(),
+				WindowSeconds: reportWindow.Seconds()})
 			if err != nil {
 				return err
 			}
@@ -64,7 +65,7 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 				return err
 			}
 			reports = append(reports, migration.Report{Plan: plan, Group: g.name, At: time.Now().UTC(), OldFenceEpoch: int(floor), Quarantined: quarantined,
-				Authoritative: row.Authoritative, Shadow: row.Shadow, Checked: row.Checked, Missing: row.Missing,
+				Authoritative: row.Authoritative, Shadow: row.Shadow, Checked: row.Checked, Missing: row.Missing, Aged: row.Aged,
 				AllowedLateness: w.cfg.MigrationAllowedLateness, Mismatched: row.Mismatched,
 				P99Lateness: seconds(row.P99Seconds), MaxLateness: seconds(row.MaxSeconds)})
 		}
@@ -89,5 +90,9 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 	}
 	return err
 }
+
+// reportWindow is how far back a report looks: the gate judges the copies
+// of the last ten minutes, so a lag long past does not close it for good.
+const reportWindow = 10 * time.Minute
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -242,6 +242,7 @@ func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
 	m.ctl.Evidence = ev
 	cfg := m.config()
 	cfg.MigrationReportInterval = 100 * time.Millisecond
+	cfg.MigrationAllowedLateness = time.Second
 	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +267,7 @@ func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
 	// A shadow copy that never comes (as on a lossy channel): the gate
 	// closes, naming it.
 	if _, err := m.db.Pool.Exec(m.ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at)
-		VALUES ($1, 'lost-1', 'move', 'new', 'authoritative', 2, '\x00', now() - interval '1 hour')`, m.consumer); err != nil {
+		VALUES ($1, 'lost-1', 'move', 'new', 'authoritative', 2, '\x00', now() - interval '1 minute')`, m.consumer); err != nil {
 		t.Fatal(err)
 	}
 	m.waitFor("the gate to report the missing copy", func() (bool, error) {

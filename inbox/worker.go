@@ -49,7 +49,8 @@ type Worker struct {
 	runCtx    context.Context
 	runWG     sync.WaitGroup
 	known     []*dbsqlc.FerryInboxChannel // read at start, by checkSchema
-	dbOK      atomic.Int64                // unix nanos of PostgreSQL's last answer: a committed transaction or a ping (see reachability)
+	shadows   *shadowWriter
+	dbOK      atomic.Int64 // unix nanos of PostgreSQL's last answer: a committed transaction or a ping (see reachability)
 }
 
 // New returns a Worker configured by cfg.
@@ -317,6 +318,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.Prune != nil {
 		wg.Go(func() { w.pruneLoop(ctx) })
 	}
+	w.shadows = newShadowWriter(w)
+	wg.Go(func() { w.shadows.run(ctx) })
 	w.followKnown()
 	wg.Go(func() { w.reportLoop(ctx, groups) })
 	w.cfg.Logger.Info("worker running", slog.Any("consumers", consumers),

@@ -19,8 +19,8 @@ import (
 // controller learns what the consumers saw.
 const ReportTopic = "ferry.migration.reports"
 
-// Report is what a consumer group saw of a plan's copies: the shadow gate's
-// evidence. Every instance of the group computes it from the group's
+// Report is what a consumer group saw of a plan's copies over the last ten
+// minutes: the shadow gate's evidence. Every instance of the group computes it from the group's
 // database, so any instance's newest report speaks for the group.
 type Report struct {
 	Plan  string    `json:"plan"`
@@ -35,6 +35,9 @@ type Report struct {
 	// AllowedLateness ago whose shadow never came.
 	Missing         int64         `json:"missing"`
 	AllowedLateness time.Duration `json:"allowed_lateness_ns"`
+	// Aged counts the authoritative copies received more than
+	// AllowedLateness ago: those whose shadow could be missing.
+	Aged int64 `json:"aged"`
 	// Mismatched counts the checked events whose copies' payloads differ.
 	Mismatched int64 `json:"mismatched"`
 	// P99Lateness and MaxLateness are the delay between an event's two
@@ -61,6 +64,9 @@ func (r Report) Gate(maxP99 time.Duration) error {
 	var why []string
 	if r.Checked == 0 {
 		why = append(why, "no event checked yet (no event with both copies)")
+	}
+	if r.Aged == 0 {
+		why = append(why, fmt.Sprintf("no authoritative copy older than the allowed lateness of %s yet: no missing shadow could show", r.AllowedLateness))
 	}
 	if r.Missing > 0 {
 		why = append(why, fmt.Sprintf("%d shadow copies missing beyond the allowed lateness of %s", r.Missing, r.AllowedLateness))

@@ -32,21 +32,35 @@ VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_
     sqlc.narg('record_value'), sqlc.narg('record_headers'))
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
 
+-- name: InboxShadowInsertMany :exec
+-- Records many shadow copies in one statement (the worker's shadow writer).
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+    topic, partition, record_offset, record_key, record_value, record_headers)
+SELECT unnest(@consumers::text[]), unnest(@message_ids::text[]), unnest(@plans::text[]), unnest(@sides::text[]),
+       'shadow', unnest(@epochs::int[]), unnest(@digests::bytea[]), unnest(@received_ats::timestamptz[]),
+       unnest(@topics::text[]), unnest(@partitions::int[]), unnest(@record_offsets::bigint[]),
+       unnest(@record_keys::bytea[]), unnest(@record_values::bytea[]), unnest(@record_headers::jsonb[])
+ON CONFLICT (consumer, message_id, side) DO NOTHING;
+
 -- name: InboxCopyPlans :many
 -- The plans a consumer follows (it learned a channel of them).
 SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER BY plan;
 
 -- name: InboxCopyReport :one
--- A consumer's shadow report of a plan (migration.Report): the copies of
--- each role, the events with both copies, those whose payloads differ, the
--- authoritative copies older than the allowed lateness without a shadow,
--- and the delay between an event's two copies (p99 and max, seconds).
+-- A consumer's shadow report of a plan (migration.Report), over the copies
+-- received in the last @window_seconds (what holds now, not a lag long
+-- past): the copies of each role, the events with both copies, those whose
+-- payloads differ, the authoritative copies older than the allowed lateness
+-- without a shadow, and the delay between an event's two copies (p99 and
+-- max, seconds).
 WITH a AS (
     SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
     WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'authoritative'
+      AND c.received_at > now() - make_interval(secs => @window_seconds::float8)
 ), s AS (
     SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
     WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'shadow'
+      AND c.received_at > now() - make_interval(secs => @window_seconds::float8)
 ), pairs AS (
     SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
     FROM a JOIN s USING (message_id)
@@ -58,6 +72,7 @@ SELECT
     (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
     (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => @allowed_seconds::float8)
         AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
+    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => @allowed_seconds::float8))::bigint AS aged,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
     coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds;
 

@@ -153,9 +153,11 @@ const inboxCopyReport = `-- name: InboxCopyReport :one
 WITH a AS (
     SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
     WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'authoritative'
+      AND c.received_at > now() - make_interval(secs => $4::float8)
 ), s AS (
     SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
     WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'shadow'
+      AND c.received_at > now() - make_interval(secs => $4::float8)
 ), pairs AS (
     SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
     FROM a JOIN s USING (message_id)
@@ -167,6 +169,7 @@ SELECT
     (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
     (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => $1::float8)
         AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
+    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => $1::float8))::bigint AS aged,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
     coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds
 `
@@ -175,6 +178,7 @@ type InboxCopyReportParams struct {
 	AllowedSeconds float64
 	Consumer       string
 	Plan           string
+	WindowSeconds  float64
 }
 
 type InboxCopyReportRow struct {
@@ -183,16 +187,24 @@ type InboxCopyReportRow struct {
 	Checked       int64
 	Mismatched    int64
 	Missing       int64
+	Aged          int64
 	P99Seconds    float64
 	MaxSeconds    float64
 }
 
-// A consumer's shadow report of a plan (migration.Report): the copies of
-// each role, the events with both copies, those whose payloads differ, the
-// authoritative copies older than the allowed lateness without a shadow,
-// and the delay between an event's two copies (p99 and max, seconds).
+// A consumer's shadow report of a plan (migration.Report), over the copies
+// received in the last @window_seconds (what holds now, not a lag long
+// past): the copies of each role, the events with both copies, those whose
+// payloads differ, the authoritative copies older than the allowed lateness
+// without a shadow, and the delay between an event's two copies (p99 and
+// max, seconds).
 func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyReportParams) (*InboxCopyReportRow, error) {
-	row := db.QueryRow(ctx, inboxCopyReport, arg.AllowedSeconds, arg.Consumer, arg.Plan)
+	row := db.QueryRow(ctx, inboxCopyReport,
+		arg.AllowedSeconds,
+		arg.Consumer,
+		arg.Plan,
+		arg.WindowSeconds,
+	)
 	var i InboxCopyReportRow
 	err := row.Scan(
 		&i.Authoritative,
@@ -200,6 +212,7 @@ func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyRep
 		&i.Checked,
 		&i.Mismatched,
 		&i.Missing,
+		&i.Aged,
 		&i.P99Seconds,
 		&i.MaxSeconds,
 	)
@@ -417,4 +430,50 @@ func (q *Queries) InboxQuarantineShadows(ctx context.Context, db DBTX, arg Inbox
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const inboxShadowInsertMany = `-- name: InboxShadowInsertMany :exec
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+    topic, partition, record_offset, record_key, record_value, record_headers)
+SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),
+       'shadow', unnest($5::int[]), unnest($6::bytea[]), unnest($7::timestamptz[]),
+       unnest($8::text[]), unnest($9::int[]), unnest($10::bigint[]),
+       unnest($11::bytea[]), unnest($12::bytea[]), unnest($13::jsonb[])
+ON CONFLICT (consumer, message_id, side) DO NOTHING
+`
+
+type InboxShadowInsertManyParams struct {
+	Consumers     []string
+	MessageIds    []string
+	Plans         []string
+	Sides         []string
+	Epochs        []int32
+	Digests       [][]byte
+	ReceivedAts   []time.Time
+	Topics        []string
+	Partitions    []int32
+	RecordOffsets []int64
+	RecordKeys    [][]byte
+	RecordValues  [][]byte
+	RecordHeaders []json.RawMessage
+}
+
+// Records many shadow copies in one statement (the worker's shadow writer).
+func (q *Queries) InboxShadowInsertMany(ctx context.Context, db DBTX, arg InboxShadowInsertManyParams) error {
+	_, err := db.Exec(ctx, inboxShadowInsertMany,
+		arg.Consumers,
+		arg.MessageIds,
+		arg.Plans,
+		arg.Sides,
+		arg.Epochs,
+		arg.Digests,
+		arg.ReceivedAts,
+		arg.Topics,
+		arg.Partitions,
+		arg.RecordOffsets,
+		arg.RecordKeys,
+		arg.RecordValues,
+		arg.RecordHeaders,
+	)
+	return err
 }

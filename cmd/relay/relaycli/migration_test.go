@@ -403,7 +403,7 @@ func TestMigrationStatusShowsReportsGateAndProducers(t *testing.T) {
 	}
 
 	const evil = "\x1b]0;pwned\a"
-	passing := migration.Report{Plan: plan, Group: stock, At: time.Now().UTC(), Authoritative: 40, Shadow: 38, Checked: 37,
+	passing := migration.Report{Plan: plan, Group: stock, At: time.Now().UTC(), Authoritative: 40, Shadow: 38, Checked: 37, Aged: 30,
 		AllowedLateness: time.Minute, P99Lateness: 20 * time.Millisecond, MaxLateness: 1500 * time.Millisecond, OldFenceEpoch: 1}
 	mismatch := passing
 	mismatch.Group, mismatch.Mismatched, mismatch.Quarantined = billing, 1, 2
