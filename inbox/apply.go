@@ -63,6 +63,16 @@ func (p *partition) apply(batch []fetched) bool {
 			p.finish(f.rec)
 			continue
 		}
+		if fence != nil || (st != nil && st.Since > 0) {
+			// A fence waits for every earlier record of the partition, a
+			// copy for the other channel's fences: what the batch holds
+			// before them is applied first (a fence would otherwise wait
+			// for records its own batch holds back).
+			if !p.applyDeliveries(ds) {
+				return false
+			}
+			ds = ds[:0]
+		}
 		if st != nil || fence != nil {
 			if applyIt, ok := p.followRoute(f, st, fence); !ok {
 				return false
@@ -86,6 +96,11 @@ func (p *partition) apply(batch []fetched) bool {
 		}
 		ds = append(ds, d)
 	}
+	return p.applyDeliveries(ds)
+}
+
+// applyDeliveries applies ds, in one transaction or one each.
+func (p *partition) applyDeliveries(ds []*delivery) bool {
 	if len(ds) == 0 {
 		return true
 	}

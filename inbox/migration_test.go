@@ -345,3 +345,37 @@ func TestAnUnappliedShadowIsQuarantinedThenReplayedOnce(t *testing.T) {
 		t.Fatalf("quarantine after the replay: %+v, %v", q, err)
 	}
 }
+
+// A fence in the middle of a batch is passed once the records before it are
+// applied, and the records after it go on: with batches, the records before
+// the fence used to wait in the batch for the fence, which waited for them
+// (found by the fault suite's migration run: the partition stopped for good).
+func TestAFenceInsideABatchIsPassed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	var recs []*kgo.Record
+	for i := range 5 {
+		recs = append(recs, b.record(fmt.Sprintf("m-%d", i), fmt.Sprintf("k-%d", i), 0, i))
+	}
+	fence := migration.Fence{Plan: "move", Epoch: 1, Side: migration.NewSide, Partitions: 1, Peer: "old.topic"}
+	recs = append(recs, &kgo.Record{Topic: b.topic, Partition: 0,
+		Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: []byte(fence.String())}}})
+	for i := 5; i < 8; i++ {
+		recs = append(recs, b.record(fmt.Sprintf("m-%d", i), fmt.Sprintf("k-%d", i), 0, i))
+	}
+	b.produce(recs...)
+	cfg := b.config()
+	cfg.BatchSize = 16
+	w := b.newWorker(cfg, effectHandler)
+	b.start(w)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for b.count(`SELECT count(*) FROM effects`) < 8 || b.count(`SELECT count(*) FROM ferry_inbox_fence`) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s: %d of 8 effects, %d fences passed; want 8 and 1", b.count(`SELECT count(*) FROM effects`),
+				b.count(`SELECT count(*) FROM ferry_inbox_fence`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.waitCommitted(b.consumer, 0, int64(len(recs)))
+}
