@@ -24,6 +24,10 @@ type ConsumerFigures struct {
 	// dead-letter topic (for this consumer) or the quarantine table
 	// account for, with a reason.
 	DeadLettered, Quarantined int64
+	// MigrationQuarantined are events without an effect that the
+	// consumer's live-migration quarantine holds (their authoritative copy
+	// never applied; M3): accounted, and to replay.
+	MigrationQuarantined int64
 	// Lost are committed events without an effect that nothing accounts
 	// for. M1 and M3 want 0.
 	Lost int64
@@ -119,6 +123,20 @@ func (p *pipeline) check(ctx context.Context, rep *Report) error {
 		for _, reason := range dlq {
 			rep.DeadLetterReasons = addReason(rep.DeadLetterReasons, reason)
 		}
+		migQ := map[uuid.UUID]bool{}
+		qrows, err := db.Query(ctx, `SELECT message_id FROM ferry_inbox_quarantine WHERE consumer = $1`, consumer)
+		if err != nil {
+			return fmt.Errorf("read the migration quarantine: %w", err)
+		}
+		qids, err := pgx.CollectRows(qrows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("read the migration quarantine: %w", err)
+		}
+		for _, s := range qids {
+			if id, err := uuid.Parse(s); err == nil {
+				migQ[id] = true
+			}
+		}
 		if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT message_id),
 				count(*) FILTER (WHERE version <= prev_version),
 				count(*) FILTER (WHERE version > prev_version + 1)
@@ -151,6 +169,8 @@ func (p *pipeline) check(ctx context.Context, rep *Report) error {
 				f.Quarantined++
 			case dlq[id] != "":
 				f.DeadLettered++
+			case migQ[id]:
+				f.MigrationQuarantined++
 			default:
 				f.Lost++
 				if len(f.Missing) < 10 {
@@ -170,6 +190,14 @@ func (p *pipeline) deadLetters(ctx context.Context, consumer string) (map[uuid.U
 		&inbox.DeadLetterFilter{Consumer: consumer})
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters of %s: %w", consumer, err)
+	}
+	if p.newTopic != "" { // a migration's consumers dead-letter on the new channel too
+		onB, err := inbox.ListDeadLetters(ctx, []kgo.Opt{kgo.SeedBrokers(p.stack.BrokersB...)}, p.newDL,
+			&inbox.DeadLetterFilter{Consumer: consumer})
+		if err != nil {
+			return nil, fmt.Errorf("read dead letters of %s on cluster B: %w", consumer, err)
+		}
+		dls = append(dls, onB...)
 	}
 	out := map[uuid.UUID]string{}
 	for _, d := range dls {

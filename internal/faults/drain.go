@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -72,7 +73,21 @@ func (p *pipeline) drained(ctx context.Context, target string) (bool, string) {
 	if !confirmed {
 		return false, "the relay has not confirmed " + target
 	}
-	ends, err := p.adm.ListEndOffsets(ctx, p.topic)
+	if ok, why := p.groupsDone(ctx, p.adm, p.topic); !ok {
+		return false, why
+	}
+	if p.newTopic != "" {
+		if ok, why := p.groupsDone(ctx, p.admB, p.newTopic); !ok {
+			return false, "cluster B: " + why
+		}
+	}
+	return true, "drained"
+}
+
+// groupsDone says whether every consumer group committed the end of every
+// partition of topic, on the cluster of adm, and if not why.
+func (p *pipeline) groupsDone(ctx context.Context, adm *kadm.Client, topic string) (bool, string) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return false, "end offsets: " + err.Error()
 	}
@@ -80,7 +95,7 @@ func (p *pipeline) drained(ctx context.Context, target string) (bool, string) {
 		return false, "end offsets: " + err.Error()
 	}
 	for _, g := range p.consumers {
-		committed, err := p.adm.FetchOffsets(ctx, g)
+		committed, err := adm.FetchOffsets(ctx, g)
 		if err == nil {
 			err = committed.Error()
 		}
@@ -107,12 +122,18 @@ func (p *pipeline) drained(ctx context.Context, target string) (bool, string) {
 // duplicate the relay published (after a crash, it republishes what was in
 // flight).
 func (p *pipeline) scanTopic(ctx context.Context) (records, distinct int64, err error) {
-	ends, err := p.adm.ListEndOffsets(ctx, p.topic)
+	return p.scanTopicOn(ctx, p.adm, []kgo.Opt{kgo.SeedBrokers(p.stack.Brokers...)}, p.topic)
+}
+
+// scanTopicOn is scanTopic for any topic, on the cluster adm and opts
+// reach. A live migration's fences are not events: not counted.
+func (p *pipeline) scanTopicOn(ctx context.Context, adm *kadm.Client, opts []kgo.Opt, topic string) (records, distinct int64, err error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("end offsets of %s: %w", p.topic, err)
+		return 0, 0, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
 	starts := map[int32]kgo.Offset{}
 	left := map[int32]int64{}
@@ -125,8 +146,7 @@ func (p *pipeline) scanTopic(ctx context.Context) (records, distinct int64, err 
 	if len(starts) == 0 {
 		return 0, 0, nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(p.stack.Brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{p.topic: starts}))
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}))...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -137,13 +157,19 @@ func (p *pipeline) scanTopic(ctx context.Context) (records, distinct int64, err 
 	for len(left) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return 0, 0, fmt.Errorf("read %s: %w (%d partitions unfinished)", p.topic, ctx.Err(), len(left))
+			return 0, 0, fmt.Errorf("read %s: %w (%d partitions unfinished)", topic, ctx.Err(), len(left))
 		}
 		fs.EachError(func(_ string, _ int32, ferr error) { err = ferr })
 		if err != nil {
-			return 0, 0, fmt.Errorf("read %s: %w", p.topic, err)
+			return 0, 0, fmt.Errorf("read %s: %w", topic, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+			if isFence(r) {
+				return
+			}
 			records++
 			for _, h := range r.Headers {
 				if h.Key == outbox.HeaderID {
@@ -152,10 +178,16 @@ func (p *pipeline) scanTopic(ctx context.Context) (records, distinct int64, err 
 					}
 				}
 			}
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
 		})
 	}
 	return records, int64(len(ids)), nil
+}
+
+func isFence(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == migration.HeaderFence {
+			return true
+		}
+	}
+	return false
 }

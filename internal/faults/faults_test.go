@@ -153,3 +153,39 @@ func caught(t *testing.T, rep *faults.Report) {
 	}
 	t.Logf("the checker caught the negative control: %d lost effects over %d consumers", rep.Lost(), len(rep.Consumers))
 }
+
+// The migration run: while the load runs and the relay, a worker and
+// either broker fail, the plan moves from cluster A to cluster B through
+// every phase, slice steps, a rollback drill and the retirement, with
+// forbidden requests among them; M1 to M4 and per-aggregate order hold.
+func TestFaultMigration(t *testing.T) {
+	o := setup(t)
+	o.Kinds = faults.MigrationFaults
+	// Half the suite's load: during a migration every event is consumed
+	// twice, once per channel, on this machine's two cores.
+	o.Events /= 2
+	ctx := ferrytest.Context(t, 10*time.Minute)
+	rep, err := faults.RunMigration(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, rep.Markdown())
+	for _, v := range rep.Violations() {
+		t.Error(v)
+	}
+	counts := rep.FaultCounts()
+	for _, k := range faults.MigrationFaults {
+		if counts[k] == 0 {
+			t.Errorf("fault %s was never injected", k)
+		}
+	}
+	forbidden := 0
+	for _, a := range rep.Migration.Asked {
+		if a.Forbidden {
+			forbidden++
+		}
+	}
+	if forbidden == 0 {
+		t.Error("no forbidden request was asked: M4's rejections went untested")
+	}
+}

@@ -34,6 +34,9 @@ const (
 	FaultWorkerKill FaultKind = "worker-sigkill"
 	// FaultKafkaStop stops the broker for Options.KafkaOutage, then starts it.
 	FaultKafkaStop FaultKind = "kafka-stop"
+	// FaultKafkaBStop stops cluster B's broker (a live migration's new
+	// channel) for Options.KafkaOutage, then starts it.
+	FaultKafkaBStop FaultKind = "kafka-b-stop"
 	// FaultPGRestart is `pg_ctl restart -m immediate`: PostgreSQL crashes and
 	// recovers.
 	FaultPGRestart FaultKind = "pg-restart-immediate"
@@ -84,6 +87,7 @@ type injector struct {
 	faults   []Fault
 	pauses   sync.WaitGroup
 	kafka    bool            // the broker is stopped
+	kafkaB   bool            // cluster B's broker is stopped
 	loadDone <-chan struct{} // closed when the load generator finished
 }
 
@@ -169,10 +173,15 @@ func (in *injector) run(ctx context.Context, kinds []FaultKind, loadDone <-chan 
 // healKafka starts the broker if a fault was interrupted while it was down.
 func (in *injector) healKafka() {
 	in.mu.Lock()
-	down := in.kafka
+	down, downB := in.kafka, in.kafkaB
 	in.mu.Unlock()
 	if down {
 		in.p.stack.ensureKafka()
+	}
+	if downB {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_ = in.p.stack.KafkaBStart(ctx)
 	}
 }
 
@@ -236,6 +245,28 @@ func (in *injector) inject(ctx context.Context, k FaultKind) error {
 		healed := in.now()
 		p.logf("fault %s: broker started (took %s)", k, (healed - stopped - down).Round(time.Millisecond))
 		in.add(Fault{Kind: k, Target: "kafka", At: at, Healed: healed, Detail: fmt.Sprintf("down %s", (healed - at).Round(100*time.Millisecond))})
+	case FaultKafkaBStop:
+		at := in.now()
+		in.mu.Lock()
+		in.kafkaB = true
+		in.mu.Unlock()
+		p.logf("fault %s: stopping cluster B's broker", k)
+		if err := p.stack.KafkaBStop(ctx); err != nil {
+			return err
+		}
+		down := in.between(p.o.KafkaOutage)
+		if err := sleep(ctx, down); err != nil {
+			return err
+		}
+		if err := p.stack.KafkaBStart(ctx); err != nil {
+			return err
+		}
+		in.mu.Lock()
+		in.kafkaB = false
+		in.mu.Unlock()
+		healed := in.now()
+		p.logf("fault %s: cluster B's broker started", k)
+		in.add(Fault{Kind: k, Target: "kafka-b", At: at, Healed: healed, Detail: fmt.Sprintf("down %s", (healed - at).Round(100*time.Millisecond))})
 	case FaultPGRestart:
 		at := in.now()
 		p.logf("fault %s: restarting PostgreSQL", k)

@@ -59,6 +59,12 @@ type pipeline struct {
 	slot      string
 	consumers []string
 
+	// A live migration's new channel on cluster B (RunMigration); empty
+	// otherwise.
+	admB            *kadm.Client
+	kclB            *kgo.Client
+	newTopic, newDL string
+
 	relay     *procs.Proc
 	relayArgs []string
 	relayAddr string
@@ -178,6 +184,15 @@ func (p *pipeline) close(keep bool) {
 	}
 	if p.kcl != nil {
 		p.kcl.Close()
+	}
+	if p.kclB != nil {
+		if !keep {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			_, _ = p.admB.DeleteTopics(ctx, p.newTopic, p.newDL)
+			_, _ = p.admB.DeleteGroups(ctx, p.consumers...)
+			cancel()
+		}
+		p.kclB.Close()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -36,6 +37,9 @@ type Report struct {
 
 	// Crashes are processes (relay, workers) that exited by themselves.
 	Crashes []string
+
+	// Migration is what a migration run (RunMigration) adds; nil otherwise.
+	Migration *MigrationFigures
 
 	Drained bool
 	// DrainAfterFault is the time from the last fault healing to the
@@ -89,6 +93,9 @@ func (r *Report) Violations() []string {
 	}
 	if r.Aborted.WithEffect != 0 {
 		v = append(v, fmt.Sprintf("%d events of failed write transactions took effect", r.Aborted.WithEffect))
+	}
+	if r.Migration != nil {
+		v = append(v, r.Migration.violations()...)
 	}
 	if r.Committed.Versioned != r.Committed.LatestVersions {
 		v = append(v, fmt.Sprintf("the producer committed %d versioned events but its versions add up to %d", r.Committed.Versioned, r.Committed.LatestVersions))
@@ -147,11 +154,44 @@ func (r *Report) Markdown() string {
 	} else {
 		w("| time to drain | **did not drain** |\n")
 	}
-	w("\n| consumer | effects | lost | double effects | order inversions | version gaps | final state ≠ latest version | effects of uncommitted events | dead-lettered | quarantined |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|\n")
+	if m := r.Migration; m != nil {
+		accepted := 0
+		for _, a := range m.Asked {
+			if a.Accepted {
+				accepted++
+			}
+		}
+		w("| live migration `%s` (cluster A to B) | ended in %s; %d requests (%d accepted, %d rejected), %d recorded; forbidden ones accepted %d, answers not as recorded %d |\n",
+			m.Plan, m.FinalPhase, len(m.Asked), accepted, len(m.Asked)-accepted, m.Recorded, m.ForbiddenAccepted, m.Unrecorded)
+		w("| records on the new channel's topic / distinct ids | %d / %d |\n", m.NewRecords, m.NewDistinct)
+	}
+	w("\n| consumer | effects | lost | double effects | order inversions | version gaps | final state ≠ latest version | effects of uncommitted events | dead-lettered | quarantined | migration quarantine |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Consumers {
-		w("| %s | %d | **%d** | **%d** | **%d** | %d | %d | %d | %d | %d |\n", c.Consumer, c.Effects, c.Lost, c.DoubleEffects,
-			c.Inversions, c.Gaps, c.StateMismatches, c.UnknownEffects, c.DeadLettered, c.Quarantined)
+		w("| %s | %d | **%d** | **%d** | **%d** | %d | %d | %d | %d | %d | %d |\n", c.Consumer, c.Effects, c.Lost, c.DoubleEffects,
+			c.Inversions, c.Gaps, c.StateMismatches, c.UnknownEffects, c.DeadLettered, c.Quarantined, c.MigrationQuarantined)
+	}
+	if m := r.Migration; m != nil {
+		w("\n| at | request | answer |\n|---|---|---|\n")
+		for i := 0; i < len(m.Asked); {
+			a := m.Asked[i]
+			n := 1 // the same request asked again with the same answer (a gate retried)
+			for i+n < len(m.Asked) && m.Asked[i+n].To == a.To && m.Asked[i+n].Slices == a.Slices && m.Asked[i+n].Reason == a.Reason {
+				n++
+			}
+			req := a.To
+			if a.Slices > 0 {
+				req += " " + strconv.Itoa(a.Slices)
+			}
+			if a.Forbidden {
+				req += " (forbidden)"
+			}
+			if n > 1 {
+				req += fmt.Sprintf(" ×%d", n)
+			}
+			w("| %.1fs | %s | %s: %s |\n", a.At.Seconds(), req, map[bool]string{true: "accepted", false: "rejected"}[a.Accepted], a.Reason)
+			i += n
+		}
 	}
 	if len(r.Faults) > 0 {
 		w("\n| at | fault | target | healed at | detail |\n|---|---|---|---|---|\n")

@@ -20,6 +20,7 @@ type Stack struct {
 	Script       string // path of scripts/stack
 	DatabaseURL  string // the stack's admin database
 	Brokers      []string
+	BrokersB     []string // cluster B, for the migration run; nil when the stack has none
 	PGVersion    string
 	KafkaVersion string
 }
@@ -48,6 +49,9 @@ func OpenStack(ctx context.Context) (*Stack, error) {
 	s.DatabaseURL = env["FERRY_TEST_DATABASE_URL"]
 	s.Brokers = strings.Split(env["FERRY_TEST_KAFKA_BROKERS"], ",")
 	s.PGVersion, s.KafkaVersion = env["FERRY_TEST_PG_VERSION"], env["FERRY_TEST_KAFKA_VERSION"]
+	if b := env["FERRY_TEST_KAFKA_B_BROKERS"]; b != "" {
+		s.BrokersB = strings.Split(b, ",")
+	}
 	if s.DatabaseURL == "" || s.Brokers[0] == "" {
 		return nil, fmt.Errorf("scripts/stack env printed no database or brokers:\n%s", out)
 	}
@@ -117,6 +121,18 @@ func (s *Stack) KafkaStart(ctx context.Context) error {
 }
 
 // PGRestartImmediate is `pg_ctl restart -m immediate`: a crash and recovery.
+// KafkaBStop stops cluster B's broker.
+func (s *Stack) KafkaBStop(ctx context.Context) error {
+	_, err := s.run(ctx, "kafka-b-stop")
+	return err
+}
+
+// KafkaBStart starts cluster B's broker and waits until it serves.
+func (s *Stack) KafkaBStart(ctx context.Context) error {
+	_, err := s.run(ctx, "kafka-b-start")
+	return err
+}
+
 func (s *Stack) PGRestartImmediate(ctx context.Context) error {
 	_, err := s.run(ctx, "pg-restart", "immediate")
 	return err
