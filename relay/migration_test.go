@@ -36,7 +36,7 @@ type migrationBundle struct {
 
 // setupMigration creates the plan; with newBrokers nil the new channel is
 // cluster B, else newBrokers (the new topic exists on B either way).
-func setupMigration(t *testing.T, oldPartitions, newPartitions int32, newBrokers []string) *migrationBundle {
+func setupMigration(t testing.TB, oldPartitions, newPartitions int32, newBrokers []string) *migrationBundle {
 	t.Helper()
 	b := setup(t)
 	m := &migrationBundle{bundle: b, want: map[string]migration.History{}}
@@ -72,7 +72,7 @@ func (m *migrationBundle) confirmed(t *testing.T) string {
 }
 
 // request moves the plan, which must be accepted.
-func (m *migrationBundle) request(t *testing.T, to migration.Phase, slices int) {
+func (m *migrationBundle) request(t testing.TB, to migration.Phase, slices int) {
 	t.Helper()
 	d, err := m.ctl.Request(m.ctx, m.plan.Name, to, slices, "test")
 	if err != nil || !d.Accepted {
