@@ -1,5 +1,6 @@
 // Package relaycli is the command line of the relay binary: `relay run`,
-// `relay status`, `relay prune`, `relay quarantine`, `relay migrate`. Its shape is the
+// `relay status`, `relay prune`, `relay recover`, `relay quarantine`,
+// `relay migration`, `relay bridge`, `relay migrate`. Its shape is the
 // worker's (cmd/worker/workercli): the settings every Ferry binary shares
 // come from internal/cli, each with one validation, and errors follow one
 // exit-code rule (see cli.Dispatch).
@@ -35,7 +36,8 @@ Usage:
                                    a SASL password by the name of its variable only:
                                    --new-sasl-password-env VAR)
   relay migration list             every plan: phase, slices moved, epoch, since
-  relay migration status NAME      a plan's phase, channels, groups and last requests
+  relay migration status NAME      a plan's phase, channels, groups and last requests, each
+                                   group's newest report, and the old channel's producers
   relay migration request NAME PHASE [--slices K]
                                    ask to move a plan to OLD_ONLY, DUAL_WRITE, CUTOVER or
                                    OLD_RETIRED; recorded either way, exit 1 when rejected
