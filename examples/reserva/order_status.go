@@ -2,6 +2,7 @@ package reserva
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -25,28 +26,41 @@ func UpdateOrderStatus(ctx context.Context, tx pgx.Tx, m *inbox.Message) error {
 	if err != nil {
 		return inbox.Undecodable(fmt.Errorf("%s payload: %w", m.EventType, err))
 	}
-	tag, err := tx.Exec(ctx, `
-		UPDATE orders SET status = $2, reason = nullif($3, ''), decided_at = clock_timestamp()
-		WHERE id = $1 AND status = 'placed'`, d.OrderID, status, d.Reason)
-	if err != nil {
-		return fmt.Errorf("update order %s: %w", d.OrderID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM orders WHERE id = $1)`, d.OrderID).Scan(&exists); err != nil {
-			return err
+	decide := func() (bool, error) {
+		tag, err := tx.Exec(ctx, `
+			UPDATE orders SET status = $2, reason = nullif($3, ''), decided_at = clock_timestamp()
+			WHERE id = $1 AND status = 'placed'`, d.OrderID, status, d.Reason)
+		if err != nil {
+			return false, fmt.Errorf("update order %s: %w", d.OrderID, err)
 		}
-		if !exists {
-			// Not Permanent: the decision can arrive a moment before the
-			// order's transaction is visible here (PostgreSQL decodes a
-			// commit once it is flushed, just before other sessions see
-			// it). Retried, it applies; an order that never appears ends
-			// in the dead-letter topic as retries_exhausted.
-			return fmt.Errorf("order %s does not exist (yet)", d.OrderID)
-		}
-		// Already decided: the stock worker decides once per order.
+		return tag.RowsAffected() == 1, nil
 	}
-	return nil
+	done, err := decide()
+	if err != nil || done {
+		return err
+	}
+	// Nothing updated: the order is decided already, or not visible yet
+	// (PostgreSQL decodes a commit once it is flushed, just before other
+	// sessions see it), or became visible since the UPDATE's snapshot.
+	var current string
+	err = tx.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1`, d.OrderID).Scan(&current)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Not Permanent: retried, it applies once the order is visible; an
+		// order that never appears ends in the dead-letter topic as
+		// retries_exhausted.
+		return fmt.Errorf("order %s does not exist (yet)", d.OrderID)
+	case err != nil:
+		return err
+	case current != "placed":
+		return nil // decided already: the stock worker decides once per order
+	}
+	// Visible now, still placed: decide it now. Never count the decision
+	// applied without its effect.
+	if done, err = decide(); err != nil || done {
+		return err
+	}
+	return fmt.Errorf("order %s is placed but could not be decided; retrying", d.OrderID)
 }
 
 // Names are the topics and consumers reserva uses. Tests and side-by-side
