@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // Beginner begins a transaction: *pgxpool.Pool, *pgx.Conn or pgx.Tx.
@@ -109,27 +110,35 @@ func (c *Controller) State(ctx context.Context, name string) (*State, error) {
 }
 
 func readState(ctx context.Context, tx pgx.Tx, name string) (*State, error) {
-	q := dbsqlc.New()
-	m, err := q.MigrationGet(ctx, tx, name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
-	}
+	p, err := LoadPlan(ctx, tx, name)
 	if err != nil {
-		return nil, fmt.Errorf("migration: read plan %q: %w", name, err)
+		return nil, err
 	}
-	step, err := q.MigrationStepCurrent(ctx, tx, name)
+	step, err := dbsqlc.New().MigrationStepCurrent(ctx, tx, name)
 	if err != nil {
 		return nil, fmt.Errorf("migration: read the phase of %q: %w", name, err)
 	}
-	st := &State{Plan: Plan{Name: m.Name, Groups: m.Groups}, Phase: Phase(step.Phase), Slices: int(step.Slices),
-		Epoch: int(step.Epoch), Since: step.CreatedAt}
-	if err := json.Unmarshal(m.OldChannel, &st.Plan.Old); err != nil {
-		return nil, fmt.Errorf("migration: plan %q: old channel: %w", name, err)
+	return &State{Plan: p, Phase: Phase(step.Phase), Slices: int(step.Slices), Epoch: int(step.Epoch), Since: step.CreatedAt}, nil
+}
+
+// LoadPlan reads plan name: its channels and groups (ErrNotFound when
+// there is none). The relay reads the plan it follows with it.
+func LoadPlan(ctx context.Context, db outbox.DBTX, name string) (Plan, error) {
+	m, err := dbsqlc.New().MigrationGet(ctx, db, name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Plan{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
-	if err := json.Unmarshal(m.NewChannel, &st.Plan.New); err != nil {
-		return nil, fmt.Errorf("migration: plan %q: new channel: %w", name, err)
+	if err != nil {
+		return Plan{}, fmt.Errorf("migration: read plan %q: %w", name, err)
 	}
-	return st, nil
+	p := Plan{Name: m.Name, Groups: m.Groups}
+	if err := json.Unmarshal(m.OldChannel, &p.Old); err != nil {
+		return Plan{}, fmt.Errorf("migration: plan %q: old channel: %w", name, err)
+	}
+	if err := json.Unmarshal(m.NewChannel, &p.New); err != nil {
+		return Plan{}, fmt.Errorf("migration: plan %q: new channel: %w", name, err)
+	}
+	return p, nil
 }
 
 // Request asks to move the plan to phase to (with slices moved, for

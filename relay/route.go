@@ -192,12 +192,8 @@ func adoptRoute(ctx context.Context, pool *pgxpool.Pool, slot string) (int64, er
 
 // activate makes plan name, at history h, the one the session routes by.
 func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string, h migration.History) error {
-	m, err := s.r.queries.MigrationGet(ctx, pool, name)
+	p, err := migration.LoadPlan(ctx, pool, name)
 	if err != nil {
-		return fmt.Errorf("read migration plan %q: %w", name, err)
-	}
-	p := migration.Plan{Name: name, Groups: m.Groups}
-	if err := unmarshalChannels(m, &p); err != nil {
 		return err
 	}
 	if p.Old.TopicTemplate != s.cfg.TopicTemplate && h[len(h)-1].Phase != migration.OldRetired {
@@ -242,16 +238,6 @@ func (r *Relay) newChannel(s *session, p migration.Plan) (*channelOut, error) {
 	out := &channelOut{side: migration.NewSide, sink: ks, namer: newTopicNamer(p.New.TopicTemplate), admin: kadm.NewClient(ks.client())}
 	out.gate = newTopicGate(s, out.sink)
 	return out, nil
-}
-
-func unmarshalChannels(m *dbsqlc.FerryMigration, p *migration.Plan) error {
-	if err := json.Unmarshal(m.OldChannel, &p.Old); err != nil {
-		return fmt.Errorf("migration plan %q: old channel: %w", m.Name, err)
-	}
-	if err := json.Unmarshal(m.NewChannel, &p.New); err != nil {
-		return fmt.Errorf("migration plan %q: new channel: %w", m.Name, err)
-	}
-	return nil
 }
 
 // noteStep takes a decoded step: it applies when its transaction commits
