@@ -1,14 +1,12 @@
 package migration
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"os"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/ferryhq/ferry/internal/kafkaauth"
 )
 
 // KafkaOpts returns the franz-go options that reach the channel's cluster:
@@ -24,23 +22,10 @@ func (c Channel) KafkaOpts(side string, getenv func(string) string) ([]kgo.Opt, 
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
 	if c.TLS || c.TLSCAFile != "" || c.TLSCertFile != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if c.TLSCAFile != "" {
-			pem, err := os.ReadFile(c.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("migration: %s channel: tls_ca_file: %w", side, err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("migration: %s channel: tls_ca_file %s: no PEM certificate in it", side, c.TLSCAFile)
-			}
-		}
-		if c.TLSCertFile != "" {
-			cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("migration: %s channel: tls_cert_file/tls_key_file: %w", side, err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+		tc, err := kafkaauth.TLS(kafkaauth.TLSFiles{CA: c.TLSCAFile, Cert: c.TLSCertFile, Key: c.TLSKeyFile},
+			kafkaauth.Names{CA: "tls_ca_file", CertKey: "tls_cert_file/tls_key_file"})
+		if err != nil {
+			return nil, fmt.Errorf("migration: %s channel: %w", side, err)
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
@@ -52,13 +37,6 @@ func (c Channel) KafkaOpts(side string, getenv func(string) string) ([]kgo.Opt, 
 		return nil, fmt.Errorf("migration: %s channel: SASL %s: the environment variable %s (sasl_password_env) is empty or unset",
 			side, c.SASLMechanism, c.SASLPasswordEnv)
 	}
-	switch c.SASLMechanism {
-	case "PLAIN":
-		opts = append(opts, kgo.SASL(plain.Auth{User: c.SASLUsername, Pass: pass}.AsMechanism()))
-	case "SCRAM-SHA-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: c.SASLUsername, Pass: pass}.AsSha256Mechanism()))
-	case "SCRAM-SHA-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: c.SASLUsername, Pass: pass}.AsSha512Mechanism()))
-	}
+	opts = append(opts, kafkaauth.SASL(c.SASLMechanism, c.SASLUsername, pass))
 	return opts, nil
 }

@@ -14,9 +14,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/twmb/franz-go/plugin/kslog"
+
+	"github.com/ferryhq/ferry/internal/kafkaauth"
 )
 
 // SASL mechanisms accepted by Kafka.SASLMechanism.
@@ -120,13 +120,8 @@ func (k *Kafka) Opts(logger *slog.Logger) ([]kgo.Opt, error) {
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
-	switch strings.ToUpper(k.SASLMechanism) {
-	case SASLPlain:
-		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsMechanism()))
-	case SASLScramSHA256:
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsSha256Mechanism()))
-	case SASLScramSHA512:
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsSha512Mechanism()))
+	if o := kafkaauth.SASL(k.SASLMechanism, k.SASLUsername, k.SASLPassword); o != nil {
+		opts = append(opts, o)
 	}
 	if k.AutoCreateTopics {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
@@ -138,24 +133,10 @@ func (k *Kafka) Opts(logger *slog.Logger) ([]kgo.Opt, error) {
 }
 
 func (k *Kafka) tlsConfig() (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: k.TLSSkipVerify} //nolint:gosec // opt-in flag
-	if k.TLSCAFile != "" {
-		pem, err := os.ReadFile(k.TLSCAFile)
-		if err != nil {
-			return nil, Usagef("--kafka-tls-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, Usagef("--kafka-tls-ca-file %s: no PEM certificate in it", k.TLSCAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if k.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(k.TLSCertFile, k.TLSKeyFile)
-		if err != nil {
-			return nil, Usagef("--kafka-tls-cert-file/--kafka-tls-key-file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
+	tc, err := kafkaauth.TLS(kafkaauth.TLSFiles{CA: k.TLSCAFile, Cert: k.TLSCertFile, Key: k.TLSKeyFile, SkipVerify: k.TLSSkipVerify},
+		kafkaauth.Names{CA: "--kafka-tls-ca-file", CertKey: "--kafka-tls-cert-file/--kafka-tls-key-file"})
+	if err != nil {
+		return nil, Usagef("%w", err)
 	}
 	return tc, nil
 }
