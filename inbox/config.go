@@ -202,6 +202,9 @@ type Config struct {
 	// unsafeCommitBeforeDB breaks "commit the offset after the database"
 	// (offset_tracker.go) on purpose; see UnsafeCommitOffsetsBeforeDB.
 	unsafeCommitBeforeDB bool
+	// unsafeNoMigrationQuarantine leaves a migration's unapplied events
+	// out of the quarantine; see UnsafeNoMigrationQuarantine.
+	unsafeNoMigrationQuarantine bool
 
 	// hooks let tests stop the process at exact points.
 	hooks hooks

@@ -98,6 +98,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	var p pruneFlags
 	p.register(f, true)
 	unsafeCommit := f.FlagSet.Bool("unsafe-commit-before-db", false, "NEGATIVE CONTROL ONLY: commit Kafka offsets before the database transaction, which loses effects on a crash")
+	unsafeNoQuarantine := f.FlagSet.Bool("unsafe-no-migration-quarantine", false, "NEGATIVE CONTROL ONLY: never quarantine a live migration's events whose authoritative copy was lost, which leaves them unapplied and unaccounted")
 	logger, err := base.Parse(f, args, stderr)
 	if err != nil {
 		return err
@@ -160,6 +161,10 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	if *unsafeCommit {
 		inbox.UnsafeCommitOffsetsBeforeDB(cfg)
 		logger.Warn("NEGATIVE CONTROL: --unsafe-commit-before-db commits offsets before the database; effects will be lost on a crash")
+	}
+	if *unsafeNoQuarantine {
+		inbox.UnsafeNoMigrationQuarantine(cfg)
+		logger.Warn("NEGATIVE CONTROL: --unsafe-no-migration-quarantine leaves a migration's lost events unaccounted")
 	}
 	w, err := inbox.New(cfg)
 	if err != nil {
