@@ -63,8 +63,17 @@ func deadLetterRecord(rec *kgo.Record, topic, consumer, reason string, cause err
 	return &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Headers: headers}
 }
 
+// deadLetterDelivery dead-letters d and finishes it. A live migration's
+// authoritative copy also gets its ferry_inbox_copy row, as an applied one
+// does: the event is accounted for, and its shadow copy must not send it
+// to the migration quarantine (InboxQuarantineShadows) as if it were lost.
 func (p *partition) deadLetterDelivery(d *delivery, reason string, cause error) bool {
 	if !p.deadLetter(d.rec, d.m.ID, reason, cause, d.m.Attempt) {
+		return false
+	}
+	if d.copyRow != nil && !p.retryDB("record the dead-lettered copy of a live migration", func(ctx context.Context, tx pgx.Tx) error {
+		return p.w.queries.InboxCopyInsert(ctx, tx, *d.copyRow)
+	}) {
 		return false
 	}
 	p.finish(d.rec)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/migration"
 )
@@ -234,7 +235,7 @@ func (p *partition) retryDB(what string, fn func(ctx context.Context, tx pgx.Tx)
 			return false
 		}
 		failures++
-		wait := min(p.w.cfg.RetryBackoff<<min(failures, 10), p.w.cfg.RetryBackoffMax)
+		wait := backoff.Delay(failures, p.w.cfg.RetryBackoff, p.w.cfg.RetryBackoffMax)
 		p.log.Warn("cannot "+what+"; retrying", slog.String("error", err.Error()), slog.Duration("retry_in", wait))
 		if !p.sleep(wait) {
 			return false

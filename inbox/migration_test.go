@@ -2,7 +2,9 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -343,6 +345,51 @@ func TestAnUnappliedShadowIsQuarantinedThenReplayedOnce(t *testing.T) {
 	}
 	if q, err := ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer); err != nil || len(q) != 0 {
 		t.Fatalf("quarantine after the replay: %+v, %v", q, err)
+	}
+}
+
+// A dead letter is not a lost event: an authoritative copy the handler
+// refused for good goes to the dead-letter topic, and its shadow copy must
+// not send it to the migration quarantine as well (found by the fault
+// suite's lossy-channel run: the poison events were quarantined, which
+// blocked OLD_RETIRED and would have dead-lettered them a second time on
+// replay). A lost one beside it still is quarantined.
+func TestADeadLetteredAuthoritativeCopyIsNotQuarantined(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	stamped := func(id string, side migration.Side, role migration.Role) *kgo.Record {
+		r := b.record(id, "k-"+id, 0, 1)
+		st := migration.Stamp{Plan: "move", Epoch: 1, Slice: migration.Slice(r.Key), Side: side, Role: role}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
+		return r
+	}
+	b.produce(stamped("m-poison", migration.NewSide, migration.Authoritative), stamped("m-poison", migration.OldSide, migration.Shadow),
+		stamped("m-lost", migration.OldSide, migration.Shadow))
+	cfg := b.config()
+	cfg.MigrationReportInterval = 50 * time.Millisecond
+	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
+	w := b.newWorker(cfg, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+		if m.ID == "m-poison" {
+			return Permanent(errors.New("refused on purpose"))
+		}
+		return effectHandler(ctx, tx, m)
+	})
+	b.start(w)
+
+	b.waitFor("m-poison dead-lettered", func() (bool, error) { return len(b.deadLetters()) == 1, nil })
+	var q []MigrationQuarantined
+	b.waitFor("m-lost quarantined", func() (bool, error) {
+		var err error
+		q, err = ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer)
+		return slices.ContainsFunc(q, func(q MigrationQuarantined) bool { return q.ID == "m-lost" }), err
+	})
+	// The partition dead-letters m-poison before it records the shadows
+	// behind it, and m-poison's shadow is recorded no later than m-lost's:
+	// the pass that quarantined m-lost saw it too.
+	for _, e := range q {
+		if e.ID == "m-poison" {
+			t.Fatalf("the dead-lettered m-poison is in the migration quarantine too: %+v", e)
+		}
 	}
 }
 

@@ -89,15 +89,18 @@ FROM (
 ) t;
 
 -- name: InboxQuarantineResolved :execrows
--- Drops the quarantined events whose authoritative copy was applied since.
+-- Drops the quarantined events whose authoritative copy was applied, or
+-- dead-lettered (its ferry_inbox_copy row), since.
 DELETE FROM ferry_inbox_quarantine q
 WHERE q.consumer = @consumer
-  AND EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = q.consumer AND i.message_id = q.message_id);
+  AND (EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = q.consumer AND i.message_id = q.message_id)
+       OR EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = q.consumer AND a.message_id = q.message_id
+                  AND a.role = 'authoritative'));
 
 -- name: InboxQuarantineShadows :execrows
 -- Quarantines the events a consumer received a shadow copy of more than
--- @after_seconds ago and never applied: their authoritative copy was lost,
--- or is late beyond reason.
+-- @after_seconds ago and never applied nor dead-lettered: their
+-- authoritative copy was lost, or is late beyond reason.
 INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side, topic, partition, record_offset,
     record_key, record_value, record_headers, reason, received_at)
 SELECT c.consumer, c.message_id, c.plan, c.side, c.topic, c.partition, c.record_offset,
@@ -111,6 +114,9 @@ WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL
   -- inbox row may be gone
   AND (@within_seconds::float8 = 0 OR c.received_at > now() - make_interval(secs => @within_seconds::float8))
   AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  -- an authoritative copy dead-lettered is accounted for by its dead letter
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
 ON CONFLICT (consumer, message_id) DO NOTHING;
 
 -- name: InboxQuarantineCount :one

@@ -386,10 +386,13 @@ func (q *Queries) InboxQuarantineList(ctx context.Context, db DBTX, consumer pgt
 const inboxQuarantineResolved = `-- name: InboxQuarantineResolved :execrows
 DELETE FROM ferry_inbox_quarantine q
 WHERE q.consumer = $1
-  AND EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = q.consumer AND i.message_id = q.message_id)
+  AND (EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = q.consumer AND i.message_id = q.message_id)
+       OR EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = q.consumer AND a.message_id = q.message_id
+                  AND a.role = 'authoritative'))
 `
 
-// Drops the quarantined events whose authoritative copy was applied since.
+// Drops the quarantined events whose authoritative copy was applied, or
+// dead-lettered (its ferry_inbox_copy row), since.
 func (q *Queries) InboxQuarantineResolved(ctx context.Context, db DBTX, consumer string) (int64, error) {
 	result, err := db.Exec(ctx, inboxQuarantineResolved, consumer)
 	if err != nil {
@@ -412,6 +415,9 @@ WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL
   -- inbox row may be gone
   AND ($3::float8 = 0 OR c.received_at > now() - make_interval(secs => $3::float8))
   AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  -- an authoritative copy dead-lettered is accounted for by its dead letter
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
 ON CONFLICT (consumer, message_id) DO NOTHING
 `
 
@@ -422,8 +428,8 @@ type InboxQuarantineShadowsParams struct {
 }
 
 // Quarantines the events a consumer received a shadow copy of more than
-// @after_seconds ago and never applied: their authoritative copy was lost,
-// or is late beyond reason.
+// @after_seconds ago and never applied nor dead-lettered: their
+// authoritative copy was lost, or is late beyond reason.
 func (q *Queries) InboxQuarantineShadows(ctx context.Context, db DBTX, arg InboxQuarantineShadowsParams) (int64, error) {
 	result, err := db.Exec(ctx, inboxQuarantineShadows, arg.Consumer, arg.AfterSeconds, arg.WithinSeconds)
 	if err != nil {
