@@ -261,19 +261,6 @@ func TestDedupeWindowShorterThanTheCrossChannelDelayAppliesTwice(t *testing.T) {
 func TestDedupeWindowCheckedAgainstTheCrossChannelDelayAppliesOnce(t *testing.T) {
 	t.Parallel()
 	run := dedupeScenario(t, false)
-	if run.pruneErr == nil && run.oldCopies == 0 {
-		// A known gap in the engine, skipped loudly rather than failing
-		// every run: the worker records in ferry_inbox_copy only stamped
-		// copies, and the original of a bridged record on the old channel
-		// carries no stamp, so InboxCopyMaxDelays finds no pair of copies
-		// to measure and the prune never refuses (the first test then
-		// sees its doubles with or without the unsafe switch). The test
-		// runs in full once the old copies are recorded, or the prune
-		// refuses by other means.
-		t.Skipf("the dedupe window does not see bridged copies: ferry_inbox_copy holds %d copies on the new channel and none "+
-			"on the old, so the prune at %s deleted %d inbox rows; double effects by batch %v (cross-channel delay %s)",
-			run.newCopies, dedupeRetention, run.pruned, run.doubles(), run.secondDelay)
-	}
 	var dw *inbox.DedupeWindowError
 	if !errors.Is(run.pruneErr, inbox.ErrRetentionTooShort) || !errors.As(run.pruneErr, &dw) || dw.Consumer != run.consumer {
 		t.Errorf("prune at %s: %v, want a *DedupeWindowError for consumer %s wrapping ErrRetentionTooShort",
