@@ -118,6 +118,12 @@ func ListMigrationQuarantined(ctx context.Context, db outbox.DBTX, consumer stri
 	return out, nil
 }
 
+// ErrNoLongerQuarantined is a replay of an event that left the quarantine
+// meanwhile: replayed already, or applied since (for instance by the
+// replay of another consumer's quarantine, which publishes the same record
+// to a topic both consumers read).
+var ErrNoLongerQuarantined = errors.New("it was no longer quarantined (replayed already, or applied meanwhile)")
+
 // ReplayMigrationQuarantined publishes a quarantined event again to the
 // topic and partition its shadow came from, without the route stamp (so
 // a consumer applies it as it comes) and with its id (so a consumer that
@@ -147,7 +153,7 @@ func ReplayMigrationQuarantined(ctx context.Context, db outbox.DBTX, kafkaOpts [
 	case err != nil:
 		return fmt.Errorf("inbox: replay %s: published, but not deleted from the quarantine (replaying it again is harmless): %w", from, err)
 	case n == 0:
-		return errors.New("inbox: replay " + from + ": published; it was no longer quarantined (replayed twice, or applied meanwhile)")
+		return fmt.Errorf("inbox: replay %s: published (harmless: its id is in the record): %w", from, ErrNoLongerQuarantined)
 	}
 	return nil
 }

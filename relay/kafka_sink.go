@@ -127,6 +127,10 @@ func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) (ex
 
 // Produce implements Sink.
 func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
+	if faultDrop != nil && faultDrop(rec, s.log) {
+		promise(rec, nil)
+		return
+	}
 	cl := s.client()
 	if v, ok := s.limits.Load(rec.Topic); !ok || time.Since(v.(topicLimit).learned) > s.ttl {
 		if !s.learn(ctx, cl, rec.Topic) && !s.autoCreate(cl) {
@@ -152,6 +156,11 @@ func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*
 // fault suite's, see ackhold_ferryfault.go): it may keep an
 // acknowledgement back, and then returns true and answers promise later.
 var faultHoldAck func(r *kgo.Record, err error, promise func(*kgo.Record, error)) bool
+
+// faultDrop is nil except in relays built with the ferryfault tag and
+// given a lossy new channel (lossy_ferryfault.go): a record it returns
+// true for is acknowledged without being written.
+var faultDrop func(r *kgo.Record, log *slog.Logger) bool
 
 // autoCreate reports whether the client asks the broker to create missing
 // topics (kgo.AllowAutoTopicCreation).

@@ -189,3 +189,40 @@ func TestFaultMigration(t *testing.T) {
 		t.Error("no forbidden request was asked: M4's rejections went untested")
 	}
 }
+
+// Seed 002's negative control: the new channel silently drops 1% of its
+// authoritative copies and the old one is retired at cutover with no
+// drain and no quarantine. The dropped events are lost, and the checker
+// must report exactly them: every dropped event lost for every consumer,
+// nothing else.
+func TestFaultMigrationLossyNegativeControl(t *testing.T) {
+	o := setup(t)
+	ctx := ferrytest.Context(t, 5*time.Minute)
+	rep, err := faults.RunLossyMigration(ctx, faults.LossyOptions(o), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caught(t, rep)
+	for _, c := range rep.Lossy.Consumers {
+		if c.LostDropped != rep.Lossy.Dropped || c.LostOther != 0 {
+			t.Errorf("%s: the checker reports %d of the %d dropped events lost, and %d others: it should report exactly the dropped ones",
+				c.Consumer, c.LostDropped, rep.Lossy.Dropped, c.LostOther)
+		}
+	}
+}
+
+// The same lossy channel with the drain and the quarantine: every dropped
+// event reaches every consumer's quarantine, OLD_RETIRED is refused while
+// they wait there, and after the replay nothing is lost or applied twice.
+func TestFaultMigrationLossyQuarantined(t *testing.T) {
+	o := setup(t)
+	ctx := ferrytest.Context(t, 6*time.Minute)
+	rep, err := faults.RunLossyMigration(ctx, faults.LossyOptions(o), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, rep.Markdown())
+	for _, v := range rep.Violations() {
+		t.Error(v)
+	}
+}

@@ -48,14 +48,17 @@ type AskedRequest struct {
 	Reason    string
 }
 
-// migrationScript is the plan the run drives: every phase, slice steps, a
-// rollback drill and the retirement, with forbidden requests among them.
-var migrationScript = []struct {
+// scriptStep is one request of a run's script.
+type scriptStep struct {
 	to        migration.Phase
 	slices    int
-	forbidden bool
+	forbidden bool // the run asks it knowing it must be rejected
 	gated     bool // retried until a gate lets it through
-}{
+}
+
+// migrationScript is the plan the run drives: every phase, slice steps, a
+// rollback drill and the retirement, with forbidden requests among them.
+var migrationScript = []scriptStep{
 	{migration.OldRetired, 0, true, false}, // from OLD_ONLY: forbidden
 	{migration.DualWrite, 0, false, false},
 	{migration.OldRetired, 0, true, false}, // from DUAL_WRITE: forbidden
@@ -90,37 +93,14 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(stack.BrokersB) == 0 {
-		return nil, errors.New("the migration run needs the stack's cluster B (scripts/stack starts it unless FERRY_STACK_KAFKA_B=0)")
-	}
 	r := p.newReport("Live broker migration under faults", stack)
-	if p.kclB, err = kgo.NewClient(kgo.SeedBrokers(stack.BrokersB...)); err != nil {
+	plan, err := p.openNewChannel(ctx, stack)
+	if err != nil {
 		return nil, err
-	}
-	p.admB = kadm.NewClient(p.kclB)
-	p.newTopic = "faultsb." + p.name + "." + AggregateType
-	p.newDL = p.newTopic + ".dlq"
-	maxBytes := strconv.Itoa(o.TopicMaxMessageBytes)
-	for _, t := range []struct {
-		name       string
-		partitions int32
-		configs    map[string]*string
-	}{{p.newTopic, int32(o.Partitions + 4), map[string]*string{"max.message.bytes": &maxBytes}}, {p.newDL, 2, nil}} {
-		res, err := p.admB.CreateTopic(ctx, t.partitions, 1, t.configs, t.name)
-		if err == nil {
-			err = res.Err
-		}
-		if err != nil {
-			return nil, fmt.Errorf("create %s on cluster B: %w", t.name, err)
-		}
 	}
 	// Outages of 10-20 s and restarts put one channel's consumers minutes
 	// behind the other's: the delay between copies the gate accepts here.
 	ctl := &migration.Controller{DB: p.pool, Evidence: &migration.KafkaEvidence{MaxP99Lateness: 5 * time.Minute, MaxAge: time.Minute}}
-	plan := migration.Plan{Name: "move-" + p.name,
-		Old:    migration.Channel{Brokers: stack.Brokers, TopicTemplate: "faults." + p.name + ".{aggregate_type}"},
-		New:    migration.Channel{Brokers: stack.BrokersB, TopicTemplate: "faultsb." + p.name + ".{aggregate_type}"},
-		Groups: p.consumers}
 	if err := ctl.Create(ctx, plan, "faults"); err != nil {
 		return nil, err
 	}
@@ -146,7 +126,7 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 
 	var wg sync.WaitGroup
 	var scriptErr error
-	wg.Go(func() { scriptErr = p.runScript(ctx, ctl, m) })
+	wg.Go(func() { scriptErr = p.runScript(ctx, ctl, m, migrationScript) })
 	in := newInjector(p, o.Seed)
 	injErr := in.run(ctx, o.Kinds, p.load.Done())
 	r.Faults = in.Faults()
@@ -170,44 +150,86 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// runScript asks migrationScript's requests, spread over the load; a gated
-// one is asked again every second until accepted (each refusal recorded
-// too), for at most two minutes.
-func (p *pipeline) runScript(ctx context.Context, ctl *migration.Controller, m *MigrationFigures) error {
-	gap := p.o.LoadDuration / time.Duration(len(migrationScript)+2)
+// openNewChannel creates the run's topics on cluster B and returns the
+// plan that moves the run from cluster A to them (another topic template,
+// more partitions), not yet created.
+func (p *pipeline) openNewChannel(ctx context.Context, stack *Stack) (migration.Plan, error) {
+	if len(stack.BrokersB) == 0 {
+		return migration.Plan{}, errors.New("a migration run needs the stack's cluster B (scripts/stack starts it unless FERRY_STACK_KAFKA_B=0)")
+	}
+	var err error
+	if p.kclB, err = kgo.NewClient(kgo.SeedBrokers(stack.BrokersB...)); err != nil {
+		return migration.Plan{}, err
+	}
+	p.admB = kadm.NewClient(p.kclB)
+	p.newTopic = "faultsb." + p.name + "." + AggregateType
+	p.newDL = p.newTopic + ".dlq"
+	maxBytes := strconv.Itoa(p.o.TopicMaxMessageBytes)
+	for _, t := range []struct {
+		name       string
+		partitions int32
+		configs    map[string]*string
+	}{{p.newTopic, int32(p.o.Partitions + 4), map[string]*string{"max.message.bytes": &maxBytes}}, {p.newDL, 2, nil}} {
+		res, err := p.admB.CreateTopic(ctx, t.partitions, 1, t.configs, t.name)
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			return migration.Plan{}, fmt.Errorf("create %s on cluster B: %w", t.name, err)
+		}
+	}
+	return migration.Plan{Name: "move-" + p.name,
+		Old:    migration.Channel{Brokers: stack.Brokers, TopicTemplate: "faults." + p.name + ".{aggregate_type}"},
+		New:    migration.Channel{Brokers: stack.BrokersB, TopicTemplate: "faultsb." + p.name + ".{aggregate_type}"},
+		Groups: p.consumers}, nil
+}
+
+// runScript asks script's requests, spread over the load.
+func (p *pipeline) runScript(ctx context.Context, ctl *migration.Controller, m *MigrationFigures, script []scriptStep) error {
+	gap := p.o.LoadDuration / time.Duration(len(script)+2)
 	if err := sleep(ctx, p.o.Warmup); err != nil {
 		return err
 	}
-	for _, s := range migrationScript {
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			var d *migration.Decision
-			err := retry(ctx, func(ctx context.Context) error {
-				var err error
-				d, err = ctl.Request(ctx, m.Plan, s.to, s.slices, "faults")
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			m.Asked = append(m.Asked, AskedRequest{At: time.Since(p.t0), To: string(s.to), Slices: s.slices, Forbidden: s.forbidden,
-				Accepted: d.Accepted, ID: d.ID, Reason: d.Reason})
-			if d.Accepted || s.forbidden {
-				p.logf("migration: %s %d %s: %s", s.to, s.slices, map[bool]string{true: "accepted", false: "rejected"}[d.Accepted], d.Reason)
-				break
-			}
-			if !s.gated || time.Now().After(deadline) {
-				return fmt.Errorf("migration: %s %d rejected: %s", s.to, s.slices, d.Reason)
-			}
-			if err := sleep(ctx, time.Second); err != nil {
-				return err
-			}
+	for _, s := range script {
+		if _, err := p.ask(ctx, ctl, m, s); err != nil {
+			return err
 		}
 		if err := sleep(ctx, gap); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ask asks one request and records it in m; a gated one is asked again
+// every second until accepted (each refusal recorded too), for at most two
+// minutes. An error is a request that could not be asked, or one refused
+// that the script wanted accepted.
+func (p *pipeline) ask(ctx context.Context, ctl *migration.Controller, m *MigrationFigures, s scriptStep) (*migration.Decision, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var d *migration.Decision
+		err := retry(ctx, func(ctx context.Context) error {
+			var err error
+			d, err = ctl.Request(ctx, m.Plan, s.to, s.slices, "faults")
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.Asked = append(m.Asked, AskedRequest{At: time.Since(p.t0), To: string(s.to), Slices: s.slices, Forbidden: s.forbidden,
+			Accepted: d.Accepted, ID: d.ID, Reason: d.Reason})
+		if d.Accepted || s.forbidden {
+			p.logf("migration: %s %d %s: %s", s.to, s.slices, map[bool]string{true: "accepted", false: "rejected"}[d.Accepted], d.Reason)
+			return d, nil
+		}
+		if !s.gated || time.Now().After(deadline) {
+			return d, fmt.Errorf("migration: %s %d rejected: %s", s.to, s.slices, d.Reason)
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return d, err
+		}
+	}
 }
 
 // checkMigration holds the run to M4 and reads the new channel's topic.

@@ -64,6 +64,11 @@ type pipeline struct {
 	admB            *kadm.Client
 	kclB            *kgo.Client
 	newTopic, newDL string
+	// relayEnv is added to the relay's environment (a lossy new channel).
+	relayEnv []string
+	// lossyAggregates are the aggregates with an event a lossy channel
+	// dropped: the checker holds their order apart (see LossyFigures).
+	lossyAggregates []string
 
 	relay     *procs.Proc
 	relayArgs []string
@@ -214,7 +219,7 @@ func (p *pipeline) startRelay(ctx context.Context, extra ...string) error {
 	p.relayAddr = addr
 	p.relayArgs = append([]string{"run", "--slot", p.slot, "--topic-template", "faults." + p.name + ".{aggregate_type}",
 		"--http-addr", addr, "--max-in-flight", strconv.Itoa(relayMaxInFlight)}, extra...)
-	p.relay, err = procs.Start(procs.Spec{Name: "relay", Path: p.o.Bins.Relay, Args: p.relayArgs, Env: p.childEnv(),
+	p.relay, err = procs.Start(procs.Spec{Name: "relay", Path: p.o.Bins.Relay, Args: p.relayArgs, Env: append(p.childEnv(), p.relayEnv...),
 		LogFile: filepath.Join(p.dir, "relay.log")})
 	if err != nil {
 		return err
@@ -334,7 +339,7 @@ func (p *pipeline) restartRelay(args []string) error {
 	p.relay.Kill()
 	p.relayArgs = args
 	var err error
-	p.relay, err = procs.Start(procs.Spec{Name: "relay", Path: p.o.Bins.Relay, Args: args, Env: p.childEnv(),
+	p.relay, err = procs.Start(procs.Spec{Name: "relay", Path: p.o.Bins.Relay, Args: args, Env: append(p.childEnv(), p.relayEnv...),
 		LogFile: filepath.Join(p.dir, "relay.log")})
 	return err
 }

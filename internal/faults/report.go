@@ -40,6 +40,9 @@ type Report struct {
 
 	// Migration is what a migration run (RunMigration) adds; nil otherwise.
 	Migration *MigrationFigures
+	// Lossy is what a run over a lossy new channel (RunLossyMigration)
+	// adds; nil otherwise.
+	Lossy *LossyFigures
 
 	Drained bool
 	// DrainAfterFault is the time from the last fault healing to the
@@ -54,6 +57,16 @@ func (r *Report) FaultCounts() map[FaultKind]int {
 		out[f.Kind]++
 	}
 	return out
+}
+
+// consumer returns the checker's figures of a consumer (zero if unknown).
+func (r *Report) consumer(name string) ConsumerFigures {
+	for _, c := range r.Consumers {
+		if c.Consumer == name {
+			return c
+		}
+	}
+	return ConsumerFigures{}
 }
 
 // Lost sums the lost events over the consumers.
@@ -96,6 +109,9 @@ func (r *Report) Violations() []string {
 	}
 	if r.Migration != nil {
 		v = append(v, r.Migration.violations()...)
+	}
+	if r.Lossy != nil {
+		v = append(v, r.Lossy.violations()...)
 	}
 	if r.Committed.Versioned != r.Committed.LatestVersions {
 		v = append(v, fmt.Sprintf("the producer committed %d versioned events but its versions add up to %d", r.Committed.Versioned, r.Committed.LatestVersions))
@@ -164,6 +180,16 @@ func (r *Report) Markdown() string {
 		w("| live migration `%s` (cluster A to B) | ended in %s; %d requests (%d accepted, %d rejected), %d recorded; forbidden ones accepted %d, answers not as recorded %d |\n",
 			m.Plan, m.FinalPhase, len(m.Asked), accepted, len(m.Asked)-accepted, m.Recorded, m.ForbiddenAccepted, m.Unrecorded)
 		w("| records on the new channel's topic / distinct ids | %d / %d |\n", m.NewRecords, m.NewDistinct)
+	}
+	if l := r.Lossy; l != nil {
+		w("| authoritative copies the lossy new channel dropped (%d%%) | %d events |\n", lossyPercent, l.Dropped)
+		for _, c := range l.Consumers {
+			w("| %s: dropped events quarantined / not / replayed; lost that were dropped / others; out-of-order effects on their aggregates | %d / %d / %d; %d / %d; %d |\n",
+				c.Consumer, c.Quarantined, c.NotQuarantined, c.Replayed, c.LostDropped, c.LostOther, r.consumer(c.Consumer).LossyOrder)
+		}
+		if len(l.RetireRefusals) > 0 {
+			w("| OLD_RETIRED before the replay | refused: %s |\n", l.RetireRefusals[0])
+		}
 	}
 	w("\n| consumer | effects | lost | double effects | order inversions | version gaps | final state ≠ latest version | effects of uncommitted events | dead-lettered | quarantined | migration quarantine |\n")
 	w("|---|---|---|---|---|---|---|---|---|---|---|\n")

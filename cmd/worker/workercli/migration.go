@@ -3,6 +3,7 @@ package workercli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -95,7 +96,12 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 				return err
 			}
 		}
-		if err := inbox.ReplayMigrationQuarantined(ctx, pool, opts, q); err != nil {
+		err := inbox.ReplayMigrationQuarantined(ctx, pool, opts, q)
+		if errors.Is(err, inbox.ErrNoLongerQuarantined) {
+			fmt.Fprintf(stdout, "%s of %s: %v\n", cli.Cell(q.ID, 80), cli.Cell(q.Consumer, 60), inbox.ErrNoLongerQuarantined)
+			continue
+		}
+		if err != nil {
 			fmt.Fprintf(stdout, "%d replayed\n", n)
 			return err
 		}
