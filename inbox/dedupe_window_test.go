@@ -252,3 +252,49 @@ func TestPruneWithoutCopiesIsUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// The shadow report counts, per channel, the authoritative copies that
+// arrived after their event was applied: the duplicates the inbox blocked
+// (a bridged copy, a copy brought again). The copy that was applied, and a
+// shadow, are not duplicates.
+func TestTheReportCountsDuplicatesBlockedPerChannel(t *testing.T) {
+	t.Parallel()
+	b := setupDedupeWindow(t)
+	q := dbsqlc.New()
+	at := func(ago time.Duration) time.Time { return b.now.Add(-ago) }
+	insert := func(id, side, role string, ago time.Duration) {
+		t.Helper()
+		if err := q.InboxCopyInsert(b.ctx, b.db.Pool, dbsqlc.InboxCopyInsertParams{Consumer: "c", MessageID: id, Plan: "p",
+			Side: side, Role: role, Epoch: 1, Digest: []byte{1}, ReceivedAt: at(ago)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied := func(id string, ago time.Duration) {
+		t.Helper()
+		when := at(ago)
+		if _, err := q.InboxInsert(b.ctx, b.db.Pool, dbsqlc.InboxInsertParams{Consumer: "c", MessageID: id, Now: &when}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// m-1: applied from the old channel, brought again by the new one.
+	insert("m-1", "old", "authoritative", 50*time.Second)
+	applied("m-1", 49*time.Second)
+	insert("m-1", "new", "authoritative", 40*time.Second)
+	// m-2: applied from the new channel, its old copy a shadow.
+	insert("m-2", "new", "authoritative", 30*time.Second)
+	applied("m-2", 29*time.Second)
+	insert("m-2", "old", "shadow", 20*time.Second)
+	// m-3 and m-4: applied from the new channel, brought again by the old.
+	for _, id := range []string{"m-3", "m-4"} {
+		insert(id, "new", "authoritative", 15*time.Second)
+		applied(id, 14*time.Second)
+		insert(id, "old", "authoritative", 5*time.Second)
+	}
+	row, err := q.InboxCopyReport(b.ctx, b.db.Pool, dbsqlc.InboxCopyReportParams{Consumer: "c", Plan: "p", AllowedSeconds: 1, WindowSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.DuplicatesOld != 2 || row.DuplicatesNew != 1 {
+		t.Fatalf("duplicates blocked: old %d, new %d; want 2 and 1", row.DuplicatesOld, row.DuplicatesNew)
+	}
+}

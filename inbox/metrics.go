@@ -31,6 +31,7 @@ type metrics struct {
 	migrationFences     *prometheus.CounterVec
 	migrationHeld       *prometheus.CounterVec
 	migrationDuplicates *prometheus.CounterVec
+	migrationLateness   *prometheus.GaugeVec
 
 	nProcessed          atomic.Int64
 	nDuplicates         atomic.Int64
@@ -99,6 +100,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		migrationDuplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_migration_duplicates_total", Help: "Authoritative copies of a live migration the inbox had applied already, by the side that brought them again.",
 		}, []string{"consumer", "side"}),
+		migrationLateness: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ferry_worker_migration_lateness_seconds", Help: "Delay between the two copies of an event of a live migration over the report window (the shadow report's figures): quantile 0.99 and 1 (the largest).",
+		}, []string{"consumer", "plan", "quantile"}),
 		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ferry_worker_stuck_partitions", Help: "Partitions that cannot move: a dead letter that Kafka or the database will not take yet is retried (readiness is red meanwhile).",
 		}, []string{"consumer"}),
@@ -112,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duplicates, m.retries, m.deadLettered, m.deadLetterErrors,
 			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses, m.parked, m.stuck,
-			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates, m.pruneRefused)
+			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates, m.migrationLateness, m.pruneRefused)
 	}
 	return m
 }

@@ -67,7 +67,10 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 			reports = append(reports, migration.Report{Plan: plan, Group: g.name, At: time.Now().UTC(), OldFenceEpoch: int(floor), Quarantined: quarantined,
 				Authoritative: row.Authoritative, Shadow: row.Shadow, Checked: row.Checked, Missing: row.Missing, Aged: row.Aged,
 				AllowedLateness: w.cfg.MigrationAllowedLateness, Mismatched: row.Mismatched,
-				P99Lateness: seconds(row.P99Seconds), MaxLateness: seconds(row.MaxSeconds)})
+				P99Lateness: seconds(row.P99Seconds), MaxLateness: seconds(row.MaxSeconds),
+				DuplicatesOld: row.DuplicatesOld, DuplicatesNew: row.DuplicatesNew})
+			w.metrics.migrationLateness.WithLabelValues(g.name, plan, "0.99").Set(row.P99Seconds)
+			w.metrics.migrationLateness.WithLabelValues(g.name, plan, "1").Set(row.MaxSeconds)
 		}
 		return nil
 	})

@@ -39,3 +39,20 @@ func TestChannelReachesASecureCluster(t *testing.T) {
 		t.Fatalf("missing password variable: %v", err)
 	}
 }
+
+// A channel names the topics its template fills, and no other.
+func TestChannelNamesTheTopicsOfItsTemplate(t *testing.T) {
+	t.Parallel()
+	c := migration.Channel{TopicTemplate: "shop.{aggregate_type}.v2"}
+	for topic, want := range map[string]bool{
+		"shop.order.v2": true, "shop.order.item.v2": true, "shop..v2": false, "shop.order.v1": false,
+		"shop.order.v2.dlq": false, "xshop.order.v2": false,
+	} {
+		if got := c.Names(topic); got != want {
+			t.Errorf("Names(%q) = %t, want %t", topic, got, want)
+		}
+	}
+	if !(migration.Channel{TopicTemplate: "fixed"}).Names("fixed") || (migration.Channel{TopicTemplate: "fixed"}).Names("fixed2") {
+		t.Error("a template without placeholders names itself only")
+	}
+}

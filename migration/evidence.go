@@ -48,6 +48,14 @@ type Report struct {
 	// every partition of the old channel it consumes: it applied every
 	// record the old channel held before them.
 	OldFenceEpoch int `json:"old_fence_epoch"`
+	// DuplicatesOld and DuplicatesNew count the authoritative copies, by
+	// the channel that brought them, that arrived after their event was
+	// applied: duplicates the inbox blocked (a bridged copy, a copy
+	// brought again after a rollback). Copies of one channel brought again
+	// (a relay's replay after a crash) are counted by the workers' metric
+	// ferry_worker_migration_duplicates_total.
+	DuplicatesOld int64 `json:"duplicates_old"`
+	DuplicatesNew int64 `json:"duplicates_new"`
 	// Quarantined counts the events the group received a shadow copy of
 	// and never applied (the authoritative copy lost, or late beyond
 	// reason), waiting in its quarantine to be replayed.

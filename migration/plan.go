@@ -99,3 +99,23 @@ func sorted(s []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Names reports whether topic is one the channel's template names: the
+// template with each placeholder standing for one or more characters.
+func (c Channel) Names(topic string) bool {
+	var b strings.Builder
+	b.WriteString("^")
+	rest := c.TopicTemplate
+	for {
+		i := strings.IndexByte(rest, '{')
+		j := strings.IndexByte(rest[max(i, 0):], '}')
+		if i < 0 || j < 0 {
+			break
+		}
+		b.WriteString(regexp.QuoteMeta(rest[:i]) + ".+")
+		rest = rest[i+j+1:]
+	}
+	b.WriteString(regexp.QuoteMeta(rest) + "$")
+	re, err := regexp.Compile(b.String())
+	return err == nil && re.MatchString(topic)
+}

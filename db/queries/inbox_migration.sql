@@ -52,9 +52,11 @@ SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER B
 -- past): the copies of each role, the events with both copies, those whose
 -- payloads differ, the authoritative copies older than the allowed lateness
 -- without a shadow, and the delay between an event's two copies (p99 and
--- max, seconds).
+-- max, seconds), and the authoritative copies of each side that arrived
+-- after their event was applied (duplicates the inbox blocked: a bridged
+-- copy, a copy brought again after a rollback).
 WITH a AS (
-    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
+    SELECT c.message_id, c.side, c.digest, c.received_at FROM ferry_inbox_copy c
     WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'authoritative'
       AND c.received_at > now() - make_interval(secs => @window_seconds::float8)
 ), s AS (
@@ -74,7 +76,11 @@ SELECT
         AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
     (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => @allowed_seconds::float8))::bigint AS aged,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
-    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds;
+    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
+    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = @consumer AND i.message_id = a.message_id
+        WHERE a.side = 'old' AND i.processed_at < a.received_at)::bigint AS duplicates_old,
+    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = @consumer AND i.message_id = a.message_id
+        WHERE a.side = 'new' AND i.processed_at < a.received_at)::bigint AS duplicates_new;
 
 -- name: InboxFenceFloor :one
 -- The newest epoch whose fences the consumer passed on every partition of

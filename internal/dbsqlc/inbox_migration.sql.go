@@ -151,7 +151,7 @@ func (q *Queries) InboxCopyPlans(ctx context.Context, db DBTX, consumer string) 
 
 const inboxCopyReport = `-- name: InboxCopyReport :one
 WITH a AS (
-    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
+    SELECT c.message_id, c.side, c.digest, c.received_at FROM ferry_inbox_copy c
     WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'authoritative'
       AND c.received_at > now() - make_interval(secs => $4::float8)
 ), s AS (
@@ -171,7 +171,11 @@ SELECT
         AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
     (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => $1::float8))::bigint AS aged,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
-    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds
+    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
+    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $2 AND i.message_id = a.message_id
+        WHERE a.side = 'old' AND i.processed_at < a.received_at)::bigint AS duplicates_old,
+    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $2 AND i.message_id = a.message_id
+        WHERE a.side = 'new' AND i.processed_at < a.received_at)::bigint AS duplicates_new
 `
 
 type InboxCopyReportParams struct {
@@ -190,6 +194,8 @@ type InboxCopyReportRow struct {
 	Aged          int64
 	P99Seconds    float64
 	MaxSeconds    float64
+	DuplicatesOld int64
+	DuplicatesNew int64
 }
 
 // A consumer's shadow report of a plan (migration.Report), over the copies
@@ -197,7 +203,9 @@ type InboxCopyReportRow struct {
 // past): the copies of each role, the events with both copies, those whose
 // payloads differ, the authoritative copies older than the allowed lateness
 // without a shadow, and the delay between an event's two copies (p99 and
-// max, seconds).
+// max, seconds), and the authoritative copies of each side that arrived
+// after their event was applied (duplicates the inbox blocked: a bridged
+// copy, a copy brought again after a rollback).
 func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyReportParams) (*InboxCopyReportRow, error) {
 	row := db.QueryRow(ctx, inboxCopyReport,
 		arg.AllowedSeconds,
@@ -215,6 +223,8 @@ func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyRep
 		&i.Aged,
 		&i.P99Seconds,
 		&i.MaxSeconds,
+		&i.DuplicatesOld,
+		&i.DuplicatesNew,
 	)
 	return &i, err
 }

@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/cli"
@@ -185,6 +187,9 @@ func oldChannelStatus(ctx context.Context, stdout io.Writer, p migration.Plan, s
 	} else if err := reportTable(stdout, p, reports, s.gate, time.Now()); err != nil {
 		return err
 	}
+	if err := lagTable(ctx, stdout, p); err != nil {
+		return err
+	}
 	groups := append(slices.Clone(p.Groups), bridge.GroupPrefix+p.Name)
 	res, err := migration.Producers(ctx, p, &migration.ProducersOpts{Topics: s.topics, Groups: groups, Window: s.window})
 	if err != nil {
@@ -234,7 +239,7 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 	}
 	slices.Sort(others)
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "GROUP\tAGE\tAUTHORITATIVE\tSHADOW\tCHECKED\tMISSING\tMISMATCHED\tP99\tMAX\tOLD_FENCE_EPOCH\tQUARANTINED\tSHADOW_GATE")
+	fmt.Fprintln(w, "GROUP\tAGE\tAUTHORITATIVE\tSHADOW\tCHECKED\tMISSING\tMISMATCHED\tP99\tMAX\tDUPLICATES_OLD\tDUPLICATES_NEW\tOLD_FENCE_EPOCH\tQUARANTINED\tSHADOW_GATE")
 	for _, g := range append(groups, others...) {
 		r, ok := reports[g]
 		verdict := gate.verdict(r, ok, now)
@@ -242,14 +247,84 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 			verdict = "not a group of the plan"
 		}
 		if !ok {
-			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", cli.Cell(g, 100), cli.Cell(verdict, 300))
+			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", cli.Cell(g, 100), cli.Cell(verdict, 300))
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n", cli.Cell(g, 100), now.Sub(r.At).Round(time.Second),
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", cli.Cell(g, 100), now.Sub(r.At).Round(time.Second),
 			r.Authoritative, r.Shadow, r.Checked, r.Missing, r.Mismatched, delay(r.P99Lateness), delay(r.MaxLateness),
-			r.OldFenceEpoch, r.Quarantined, cli.Cell(verdict, 300))
+			r.DuplicatesOld, r.DuplicatesNew, r.OldFenceEpoch, r.Quarantined, cli.Cell(verdict, 300))
 	}
 	return w.Flush()
+}
+
+// lagTable prints each group's lag on each channel: the records of the
+// topics the channel's template names that the group has not committed
+// yet. A channel that cannot be read is said in a line.
+func lagTable(ctx context.Context, stdout io.Writer, p migration.Plan) error {
+	fmt.Fprintf(stdout, "\nlag of the groups (records not committed yet, in the topics each channel's template names):\n")
+	lags := map[string][2]string{}
+	for i, side := range []struct {
+		name string
+		ch   migration.Channel
+	}{{"old", p.Old}, {"new", p.New}} {
+		got, err := channelLags(ctx, side.name, side.ch, p.Groups)
+		for _, g := range p.Groups {
+			l := lags[g]
+			switch {
+			case err != nil:
+				l[i] = "?"
+			default:
+				l[i] = strconv.FormatInt(got[g], 10)
+			}
+			lags[g] = l
+		}
+		if err != nil {
+			fmt.Fprintf(stdout, "%s channel not read: %s\n", side.name, cli.Cell(err.Error(), 500))
+		}
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUP\tOLD_LAG\tNEW_LAG")
+	for _, g := range p.Groups {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", cli.Cell(g, 100), lags[g][0], lags[g][1])
+	}
+	return w.Flush()
+}
+
+// channelLags sums each group's lag over the topics ch names.
+func channelLags(ctx context.Context, side string, ch migration.Channel, groups []string) (map[string]int64, error) {
+	opts, err := ch.KafkaOpts(side, nil)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	lags, err := kadm.NewClient(cl).Lag(ctx, groups...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, g := range groups {
+		l, ok := lags[g]
+		if !ok {
+			continue
+		}
+		err := errors.Join(l.DescribeErr, l.FetchErr)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			continue // nothing committed on this channel yet
+		}
+		if err != nil {
+			return nil, fmt.Errorf("group %s: %w", g, err)
+		}
+		for topic, tl := range l.Lag.TotalByTopic() {
+			if ch.Names(topic) {
+				out[g] += tl.Lag
+			}
+		}
+	}
+	return out, nil
 }
 
 // delay rounds a delay between copies to what an operator reads.

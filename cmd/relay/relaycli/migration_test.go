@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/user"
 	"reflect"
@@ -383,7 +384,7 @@ func TestMigrationStatusShowsReportsGateAndProducers(t *testing.T) {
 	s := newMigrationSetup(t)
 	plan, stock, billing := "move-"+ferrytest.Suffix(), ferrytest.Name(t, "stock"), ferrytest.Name(t, "billing")
 	s.must(t, 0, "create", plan, "--old-brokers", strings.Join(ferrytest.Brokers(t), ","), "--old-topic-template", "t.{aggregate_type}",
-		"--new-brokers", "b:9092", "--new-topic-template", "t.{aggregate_type}", "--groups", stock+","+billing)
+		"--new-brokers", strings.Join(ferrytest.BrokersB(t), ","), "--new-topic-template", "t.{aggregate_type}", "--groups", stock+","+billing)
 	s.must(t, 0, "request", plan, "DUAL_WRITE")
 
 	topic := ferrytest.Topic(t, 2)
@@ -405,6 +406,7 @@ func TestMigrationStatusShowsReportsGateAndProducers(t *testing.T) {
 	const evil = "\x1b]0;pwned\a"
 	passing := migration.Report{Plan: plan, Group: stock, At: time.Now().UTC(), Authoritative: 40, Shadow: 38, Checked: 37, Aged: 30,
 		AllowedLateness: time.Minute, P99Lateness: 20 * time.Millisecond, MaxLateness: 1500 * time.Millisecond, OldFenceEpoch: 1}
+	passing.DuplicatesOld = 2
 	mismatch := passing
 	mismatch.Group, mismatch.Mismatched, mismatch.Quarantined = billing, 1, 2
 	stranger := passing
@@ -412,14 +414,25 @@ func TestMigrationStatusShowsReportsGateAndProducers(t *testing.T) {
 	publishReports(t, s.ctx, passing, mismatch, stranger)
 
 	out, _ := s.must(t, 0, "status", plan)
-	if got := rowOf(t, out, "GROUP ", stock); strings.Join(got[2:11], " ") != "40 38 37 0 0 20ms 1.5s 1 0" || got[11] != "passes" {
+	if got := rowOf(t, out, "GROUP ", stock); strings.Join(got[2:13], " ") != "40 38 37 0 0 20ms 1.5s 2 0 1 0" || got[13] != "passes" {
 		t.Errorf("stock's report: %q; want its numbers and passes:\n%s", got, out)
 	}
-	if got := strings.Join(rowOf(t, out, "GROUP ", billing), " "); !strings.Contains(got, " 1 20ms 1.5s 1 2 fails: 1 payload mismatches") {
+	if got := strings.Join(rowOf(t, out, "GROUP ", billing), " "); !strings.Contains(got, " 1 20ms 1.5s 2 0 1 2 fails: 1 payload mismatches") {
 		t.Errorf("billing's report: %q; want a mismatch, 2 quarantined and the gate failing:\n%s", got, out)
 	}
 	if strings.Contains(out, evil) || !strings.Contains(out, `"x\x1b]0;pwned\a"`) || !strings.Contains(out, "not a group of the plan") {
 		t.Errorf("a group that is not the plan's shows unescaped, or not at all:\n%q", out)
+	}
+	// stock committed offset 1 of partition 0 of the old channel's topic,
+	// and nothing on the new channel; billing nothing anywhere.
+	ends, err := ferrytest.Admin(t).ListEndOffsets(s.ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var end int64
+	ends.Each(func(o kadm.ListedOffset) { end += o.Offset })
+	if got := rowOf(t, out, "lag of the groups", stock); strings.Join(got[1:], " ") != fmt.Sprintf("%d 0", end-1) {
+		t.Errorf("stock's lag per channel: %q, want %d on the old channel (of %d records) and 0 on the new:\n%s", got, end-1, end, out)
 	}
 	if got := rowOf(t, out, "TOPIC  ", topic); strings.Join(got[1:], " ") != "2 yes 6" {
 		t.Errorf("producers of %s: %q; want 2 distinct, unknown ones, 6 records:\n%s", topic, got, out)
