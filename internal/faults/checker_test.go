@@ -179,10 +179,10 @@ func TestCheckerSeesEveryViolation(t *testing.T) {
 	}
 	want := ConsumerFigures{Consumer: bad, Effects: 6, Applied: 5, Lost: 2, DoubleEffects: 1, Inversions: 2, Gaps: 1,
 		StateMismatches: 2, UnknownEffects: 1, Quarantined: 1}
-	if len(b.Missing) != 2 {
-		t.Errorf("missing ids %v, want the 2 lost", b.Missing)
+	if len(b.Missing) != 2 || len(b.lost) != 2 {
+		t.Errorf("missing ids %v (all: %v), want the 2 lost", b.Missing, b.lost)
 	}
-	b.Missing = nil
+	b.Missing, b.lost = nil, nil
 	if !reflect.DeepEqual(b, want) {
 		t.Errorf("broken consumer:\n got %+v\nwant %+v", b, want)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/migration/bridge"
@@ -301,7 +302,27 @@ func channelLags(ctx context.Context, side string, ch migration.Channel, groups 
 		return nil, err
 	}
 	defer cl.Close()
-	lags, err := kadm.NewClient(cl).Lag(ctx, groups...)
+	// A coordinator not available yet (a fresh cluster creates its offsets
+	// topic on the first group request) is asked again until ctx ends.
+	var lags kadm.DescribedGroupLags
+	for retry := (backoff.Sequence{Base: 100 * time.Millisecond, Ceiling: time.Second}); ; {
+		lags, err = kadm.NewClient(cl).Lag(ctx, groups...)
+		if err == nil {
+			for _, l := range lags {
+				if e := errors.Join(l.DescribeErr, l.FetchErr); kerr.IsRetriable(e) {
+					err = e
+				}
+			}
+		}
+		if err == nil || !kerr.IsRetriable(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-time.After(retry.Next()):
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
