@@ -405,6 +405,53 @@ func TestDualWriteConfirmsOnlyWhatBothChannelsAcknowledged(t *testing.T) {
 	}
 }
 
+// Abandoning is the way out when the new channel is down, so it takes
+// effect at once: with the new channel unreachable the relay waits in place
+// (nothing confirmed past the dual-written events); once OLD_ONLY is
+// committed it gives up the copies pending there (shadows: the old copy is
+// authoritative in DUAL_WRITE), delivers every event to the old channel,
+// confirms past the abandon and is ready again, the new channel still
+// down. Before, it waited for the new channel for good.
+func TestAbandonTakesEffectWhileTheNewChannelIsDown(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 1, 1, []string{"127.0.0.1:1"})
+	cfg := m.cfg
+	cfg.ShutdownTimeout = time.Second
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, stop := runUntilStopped(t, cfg)
+	defer stop()
+	m.request(t, migration.DualWrite, 0)
+	m.writeBatch(t, 5)
+	waitReady(t, r, "the new channel does not answer")
+	m.request(t, migration.OldOnly, 0)
+	m.writeBatch(t, 5)
+	var end string
+	if err := m.db.Pool.QueryRow(m.ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	wantOld, _ := m.expected()
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	m.checkCopies(t, migration.OldSide, oldRecs)
+	waitReady(t, r, "")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var past bool
+		if err := m.db.Pool.QueryRow(m.ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+			m.slot, end).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot's confirmed position %s is not past %s, the end of the events after the abandon", m.confirmed(t), end)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // A recovery republishes to the relay's own channel only, so it refuses
 // while a plan writes two channels, naming the plan and the way out.
 func TestRecoverRefusesDuringAMigration(t *testing.T) {

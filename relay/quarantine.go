@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/migration"
 )
 
 // Quarantine reasons, stored in outbox_quarantine.reason.
@@ -69,6 +70,9 @@ func (q *quarantiner) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case item := <-q.in:
+			if out := item.p.out; out != nil && out.side == migration.NewSide && !out.settle(item.p) {
+				continue // given up with its channel (releaseNew), acknowledged then
+			}
 			if !q.store(ctx, item) {
 				return
 			}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -55,6 +57,59 @@ type channelOut struct {
 	namer *topicNamer
 	gate  *topicGate
 	admin *kadm.Client // partition counts for fences; nil for a Config.Sink
+
+	// A new channel given up by an abandon (releaseNew): its pending
+	// copies and fences, counted by the tracker until answered, and
+	// whether it was released. The own channel uses neither.
+	mu       sync.Mutex
+	pending  map[any]pendingCopy
+	released atomic.Bool
+}
+
+// pendingCopy is what a record sent to a new channel holds in the tracker.
+type pendingCopy struct {
+	tx   *txn
+	size int
+}
+
+// track counts a record sent to the channel as pending; false when the
+// channel was released (the record is not to be sent).
+func (c *channelOut) track(key any, tx *txn, size int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released.Load() {
+		return false
+	}
+	if c.pending == nil {
+		c.pending = map[any]pendingCopy{}
+	}
+	c.pending[key] = pendingCopy{tx, size}
+	return true
+}
+
+// settle takes an answered record out of the pending ones; false when the
+// channel was released, which acknowledged it already.
+func (c *channelOut) settle(key any) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released.Load() {
+		return false
+	}
+	delete(c.pending, key)
+	return true
+}
+
+// release marks the channel given up and returns its pending records.
+func (c *channelOut) release() []pendingCopy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released.Store(true)
+	out := make([]pendingCopy, 0, len(c.pending))
+	for _, p := range c.pending {
+		out = append(out, p)
+	}
+	c.pending = nil
+	return out
 }
 
 // router routes the events of a session while a plan is in effect (any
@@ -66,6 +121,10 @@ type router struct {
 	outs    map[migration.Side]*channelOut
 	fenced  map[fenceKey]int       // the epoch whose fences this session wrote, per topic
 	unknown map[fenceKey]time.Time // topics found missing, and when
+
+	// epoch mirrors the step in effect for watchAbandon; abandonAt is the
+	// epoch after which watchAbandon found OLD_ONLY committed (0: not yet).
+	epoch, abandonAt atomic.Int64
 }
 
 type fenceKey struct {
@@ -78,6 +137,7 @@ func (rt *router) step() migration.Step { return rt.history[len(rt.history)-1] }
 // setHistory makes the newest of h the step in effect.
 func (rt *router) setHistory(h migration.History) {
 	rt.history = h
+	rt.epoch.Store(int64(h[len(h)-1].Epoch))
 	for slice := range rt.since {
 		rt.since[slice] = h.Since(slice)
 	}
@@ -209,6 +269,7 @@ func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string,
 	rt.setHistory(h)
 	s.route = rt
 	s.r.newGate.Store(newOut.gate)
+	go s.watchAbandon(rt)
 	s.log.Info("following live migration", slog.String("plan", name), slog.String("phase", string(rt.step().Phase)),
 		slog.Int("slices", rt.step().Slices), slog.Int("epoch", rt.step().Epoch))
 	return nil
@@ -238,6 +299,64 @@ func (r *Relay) newChannel(s *session, p migration.Plan) (*channelOut, error) {
 	out := &channelOut{side: migration.NewSide, sink: ks, namer: newTopicNamer(p.New.TopicTemplate), admin: kadm.NewClient(ks.client())}
 	out.gate = newTopicGate(s, out.sink)
 	return out, nil
+}
+
+// abandonPoll is how often a session in a migration looks for an abandon
+// committed ahead of the stream (watchAbandon).
+const abandonPoll = time.Second
+
+// watchAbandon polls the plan's steps until the one after the step in
+// effect is OLD_ONLY, and records it in rt.abandonAt. The stream brings
+// that step in its place in the commit order; but while the new channel
+// is down the relay reads no further than what that channel holds back,
+// and the abandon, which is the way out, would never arrive.
+func (s *session) watchAbandon(rt *router) {
+	t := time.NewTicker(abandonPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.sctx.Done():
+			return
+		case <-t.C:
+		}
+		epoch := rt.epoch.Load()
+		phase, err := s.r.queries.MigrationNextPhase(s.sctx, s.pool, dbsqlc.MigrationNextPhaseParams{Migration: rt.plan.Name, Epoch: int32(epoch)})
+		if err == nil && migration.Phase(phase) == migration.OldOnly {
+			rt.abandonAt.Store(epoch)
+			return
+		}
+	}
+}
+
+// releaseNew gives up the new channel once the plan's next step is an
+// abandon committed ahead of the stream, while DUAL_WRITE is in effect:
+// every copy written there since DUAL_WRITE applied is a shadow (the old
+// copy is authoritative), and nothing written there counts once the plan
+// is abandoned. The copies and fences pending there count as acknowledged,
+// and no more are sent until the abandon applies. It reports whether the
+// new channel is released.
+func (s *session) releaseNew() bool {
+	rt := s.route
+	if rt == nil {
+		return false
+	}
+	out := rt.outs[migration.NewSide]
+	if out.released.Load() {
+		return true
+	}
+	st := rt.step()
+	if st.Phase != migration.DualWrite || rt.abandonAt.Load() != int64(st.Epoch) {
+		return false
+	}
+	pending := out.release()
+	for _, p := range pending {
+		s.tracker.ack(p.tx, p.size)
+	}
+	s.r.newGate.Store(nil)
+	s.log.Warn("live migration abandoned while its new channel holds the relay back: the shadow copies pending there are given up, "+
+		"and the old channel alone is written until the abandon applies", slog.String("plan", rt.plan.Name),
+		slog.Int("epoch", st.Epoch), slog.Int("pending", len(pending)))
+	return true
 }
 
 // noteStep takes a decoded step: it applies when its transaction commits
@@ -379,6 +498,7 @@ func other(side migration.Side) migration.Side {
 type fenceRecord struct {
 	context.Context
 	rec  kgo.Record
+	out  *channelOut
 	tx   *txn
 	size int
 }
@@ -392,6 +512,9 @@ func (s *session) fence(out *channelOut, topic, peer string, tx *txn) error {
 	rt := s.route
 	key := fenceKey{out.side, topic}
 	if e, ok := rt.fenced[key]; ok && e == rt.step().Epoch {
+		return nil
+	}
+	if out.released.Load() {
 		return nil
 	}
 	if at, ok := rt.unknown[key]; ok && time.Since(at) < time.Second {
@@ -458,10 +581,13 @@ func (s *session) writeFences(out *channelOut, topic, peer string, n int, tx *tx
 	}
 	value, _ := json.Marshal(otherChannel) // a struct of strings always marshals
 	for part := range n {
-		f := &fenceRecord{Context: s.sctx, tx: tx}
+		f := &fenceRecord{Context: s.sctx, out: out, tx: tx}
 		f.rec = kgo.Record{Topic: topic, Partition: int32(part), Context: f, Value: value,
 			Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: fence}}}
 		f.size = recordSize(&f.rec)
+		if out.side == migration.NewSide && !out.track(f, tx, f.size) {
+			return // given up (releaseNew)
+		}
 		s.tracker.produce(tx, f.size)
 		out.sink.Produce(s.sctx, &f.rec, s.fenceAcked)
 	}
@@ -481,6 +607,9 @@ func (s *session) metadata(out *channelOut, topics ...string) (kadm.TopicDetails
 		what = fmt.Sprintf("topic %q", topics[0])
 	}
 	for {
+		if out.side == migration.NewSide && s.releaseNew() {
+			return kadm.TopicDetails{}, nil // nothing to fence there any more
+		}
 		ctx, cancel := context.WithTimeout(s.sctx, 5*time.Second)
 		td, err := out.admin.ListTopics(ctx, topics...)
 		cancel()
@@ -510,6 +639,9 @@ func (s *session) metadata(out *channelOut, topics ...string) (kadm.TopicDetails
 // the session, which writes it again.
 func (s *session) fenceAcked(rec *kgo.Record, err error) {
 	f := rec.Context.(*fenceRecord)
+	if f.out.side == migration.NewSide && !f.out.settle(f) {
+		return // given up with its channel (releaseNew), acknowledged then
+	}
 	if err != nil {
 		s.fail(fmt.Errorf("kafka refused a migration fence for topic %s partition %d: %w", rec.Topic, rec.Partition, err))
 		return

@@ -259,6 +259,7 @@ func (s *session) stream(ctx context.Context) error {
 		// counts what a crash would publish again, not only what Kafka has
 		// yet to acknowledge: a partition that stops acknowledging holds
 		// the confirmed position, and what flows past it counts too.
+		s.releaseNew()
 		if s.stepReady() {
 			if err := s.applyStep(ctx); err != nil {
 				return err
@@ -427,6 +428,10 @@ func (s *session) publish(p *inflight) {
 // its topic is one the relay will not write to (topicProblem), or when the
 // row's own headers use a name Ferry reserves.
 func (s *session) send(p *inflight, topicProblem string) {
+	if p.out.side == migration.NewSide && !p.out.track(p, p.tx, p.size) {
+		s.tracker.ack(p.tx, p.size) // its channel was given up (releaseNew)
+		return
+	}
 	if topicProblem != "" {
 		s.quarantine(quarantined{p: p, reason: ReasonInvalidTopic, err: errors.New(topicProblem)})
 		return
@@ -438,7 +443,9 @@ func (s *session) send(p *inflight, topicProblem string) {
 	}
 	if s.cfg.unsafeConfirmOnSend {
 		p.out.sink.Produce(s.sctx, &p.rec, func(*kgo.Record, error) {})
-		s.tracker.ack(p.tx, p.size)
+		if p.out.side != migration.NewSide || p.out.settle(p) {
+			s.tracker.ack(p.tx, p.size)
+		}
 		return
 	}
 	if !p.out.gate.admit(p) {
@@ -451,7 +458,14 @@ func (s *session) send(p *inflight, topicProblem string) {
 func (s *session) acknowledged(rec *kgo.Record, err error) {
 	p := rec.Context.(*inflight)
 	s.r.lastAck.Store(time.Now().UnixNano())
+	newSide := p.out.side == migration.NewSide
+	if newSide && p.out.released.Load() {
+		return // given up with its channel (releaseNew), acknowledged then
+	}
 	if err == nil {
+		if newSide && !p.out.settle(p) {
+			return
+		}
 		p.out.gate.accepted(p)
 		s.r.metrics.published.Inc()
 		s.r.metrics.nPublished.Add(1)

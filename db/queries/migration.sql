@@ -22,6 +22,10 @@ VALUES (@migration, @epoch, @phase, @slices, sqlc.narg('request_id'));
 -- name: MigrationSteps :many
 SELECT * FROM ferry_migration_step WHERE migration = @migration ORDER BY epoch;
 
+-- name: MigrationNextPhase :one
+-- The phase of a plan's first step after epoch (none: no rows).
+SELECT phase FROM ferry_migration_step WHERE migration = @migration AND epoch > @epoch ORDER BY epoch LIMIT 1;
+
 -- name: MigrationRequestInsert :one
 INSERT INTO ferry_migration_request (migration, requested_by, from_phase, from_slices, to_phase, to_slices, accepted, reason)
 VALUES (@migration, @requested_by, @from_phase, @from_slices, @to_phase, @to_slices, @accepted, @reason)

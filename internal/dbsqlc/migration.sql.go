@@ -163,6 +163,23 @@ func (q *Queries) MigrationLock(ctx context.Context, db DBTX, name string) (stri
 	return name_2, err
 }
 
+const migrationNextPhase = `-- name: MigrationNextPhase :one
+SELECT phase FROM ferry_migration_step WHERE migration = $1 AND epoch > $2 ORDER BY epoch LIMIT 1
+`
+
+type MigrationNextPhaseParams struct {
+	Migration string
+	Epoch     int32
+}
+
+// The phase of a plan's first step after epoch (none: no rows).
+func (q *Queries) MigrationNextPhase(ctx context.Context, db DBTX, arg MigrationNextPhaseParams) (string, error) {
+	row := db.QueryRow(ctx, migrationNextPhase, arg.Migration, arg.Epoch)
+	var phase string
+	err := row.Scan(&phase)
+	return phase, err
+}
+
 const migrationRequestInsert = `-- name: MigrationRequestInsert :one
 INSERT INTO ferry_migration_request (migration, requested_by, from_phase, from_slices, to_phase, to_slices, accepted, reason)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
