@@ -23,6 +23,7 @@ import (
 func (w *Worker) reportLoop(ctx context.Context, groups []*groupConsumer) {
 	t := time.NewTicker(w.cfg.MigrationReportInterval)
 	defer t.Stop()
+	w.deadLetterTail = newDeadLetterTail(w, groups)
 	for {
 		select {
 		case <-ctx.Done():
@@ -41,6 +42,7 @@ func (w *Worker) reportLoop(ctx context.Context, groups []*groupConsumer) {
 // report computes and publishes g's reports.
 func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 	var reports []migration.Report
+	var since []time.Time // of each report: when the migration began at g
 	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
 		plans, err := w.queries.InboxCopyPlans(ctx, tx, g.name)
 		if err != nil {
@@ -64,6 +66,11 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 			if err != nil {
 				return err
 			}
+			began, err := w.queries.InboxCopySince(ctx, tx, dbsqlc.InboxCopySinceParams{Consumer: g.name, Plan: plan})
+			if err != nil {
+				return err
+			}
+			since = append(since, began)
 			reports = append(reports, migration.Report{Plan: plan, Group: g.name, At: time.Now().UTC(), OldFenceEpoch: int(floor), Quarantined: quarantined,
 				Authoritative: row.Authoritative, Shadow: row.Shadow, Checked: row.Checked, Missing: row.Missing, Aged: row.Aged,
 				AllowedLateness: w.cfg.MigrationAllowedLateness, Mismatched: row.Mismatched,
@@ -76,6 +83,9 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 	})
 	if err != nil || len(reports) == 0 {
 		return err
+	}
+	for i := range reports {
+		reports[i].OldDeadLetters = w.oldDeadLetters(ctx, g.name, since[i])
 	}
 	recs := make([]*kgo.Record, len(reports))
 	for i, r := range reports {
@@ -92,6 +102,30 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 		}
 	}
 	return err
+}
+
+// oldDeadLetters counts the messages consumer dead-lettered on its own
+// cluster (the old channel) at or after since and never applied since; -1
+// when they cannot be counted now.
+func (w *Worker) oldDeadLetters(ctx context.Context, consumer string, since time.Time) int64 {
+	w.deadLetterTail.start(ctx)
+	ids, ok := w.deadLetterTail.deadLetters(ctx, consumer, since)
+	if !ok {
+		return -1
+	}
+	if len(ids) == 0 {
+		return 0
+	}
+	var n int64
+	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
+		var err error
+		n, err = w.queries.InboxNotApplied(ctx, tx, dbsqlc.InboxNotAppliedParams{Consumer: consumer, Ids: ids})
+		return err
+	})
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // reportWindow is how far back a report looks: the gate judges the copies

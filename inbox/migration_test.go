@@ -293,6 +293,30 @@ func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
 	m.waitFor("the group to pass the fences of the last cutover", func() (bool, error) {
 		return ev.Drained(m.ctx, plan, m.consumer, allNew) == nil, nil
 	})
+
+	// A message the group dead-lettered on the old channel, never applied:
+	// the old cluster would take it along, so the drain waits for it, and
+	// passes once it is applied (redriven, for instance).
+	dl := &kgo.Record{Topic: m.oldTopic + DeadLetterSuffixDefault, Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{
+		{Key: outbox.HeaderID, Value: []byte("dead-1")}, {Key: HeaderDeadLetterConsumer, Value: []byte(m.consumer)},
+		{Key: HeaderDeadLetterFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+		{Key: HeaderDeadLetterOriginalTopic, Value: []byte(m.oldTopic)}, {Key: HeaderDeadLetterOriginalPartition, Value: []byte("0")}}}
+	if err := ferrytest.Client(t).ProduceSync(m.ctx, dl).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor("the drain to refuse over the dead letter", func() (bool, error) {
+		err := ev.Drained(m.ctx, plan, m.consumer, allNew)
+		return err != nil && strings.Contains(err.Error(), "1 messages it dead-lettered on the old channel"), nil
+	})
+	if d, err := m.ctl.Request(m.ctx, "move", migration.OldRetired, 0, "test"); err != nil || d.Accepted {
+		t.Fatalf("OLD_RETIRED with a dead letter left on the old channel: %+v, %v; want it refused", d, err)
+	}
+	if _, err := m.db.Pool.Exec(m.ctx, `INSERT INTO inbox (consumer, message_id) VALUES ($1, 'dead-1')`, m.consumer); err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor("the drain to pass once the dead letter was applied", func() (bool, error) {
+		return ev.Drained(m.ctx, plan, m.consumer, allNew) == nil, nil
+	})
 	if err := ev.Drained(m.ctx, plan, m.consumer, allNew+1); err == nil || !strings.Contains(err.Error(), "not yet 6") {
 		t.Fatalf("Drained for a later epoch = %v, want a refusal naming it", err)
 	}

@@ -50,7 +50,10 @@ type Worker struct {
 	runWG     sync.WaitGroup
 	known     []*dbsqlc.FerryInboxChannel // read at start, by checkSchema
 	shadows   *shadowWriter
-	dbOK      atomic.Int64 // unix nanos of PostgreSQL's last answer: a committed transaction or a ping (see reachability)
+	// deadLetterTail reads the own cluster's dead-letter topics during a
+	// live migration (reportLoop).
+	deadLetterTail *deadLetterTail
+	dbOK           atomic.Int64 // unix nanos of PostgreSQL's last answer: a committed transaction or a ping (see reachability)
 }
 
 // New returns a Worker configured by cfg.

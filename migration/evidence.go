@@ -56,6 +56,12 @@ type Report struct {
 	// ferry_worker_migration_duplicates_total.
 	DuplicatesOld int64 `json:"duplicates_old"`
 	DuplicatesNew int64 `json:"duplicates_new"`
+	// OldDeadLetters counts the messages the group dead-lettered on the
+	// old channel since the migration began there (its first copy) and
+	// never applied since: they go with the old cluster. -1: not counted
+	// (the worker could not read the old channel's dead-letter topics up
+	// to their end in time).
+	OldDeadLetters int64 `json:"old_dead_letters"`
 	// Quarantined counts the events the group received a shadow copy of
 	// and never applied (the authoritative copy lost, or late beyond
 	// reason), waiting in its quarantine to be replayed.
@@ -98,6 +104,10 @@ type KafkaEvidence struct {
 	MaxP99Lateness time.Duration
 	// MaxAge is how old the newest report may be.
 	MaxAge time.Duration
+	// MaxOldDeadLetters is how many messages a group may have left
+	// dead-lettered on the old channel, never applied, when it leaves it
+	// (Report.OldDeadLetters): 0 unless the operator keeps them elsewhere.
+	MaxOldDeadLetters int64
 	// Getenv reads the variables a channel names for its SASL password;
 	// os.Getenv when nil.
 	Getenv func(string) string
@@ -195,6 +205,12 @@ func (e *KafkaEvidence) Drained(ctx context.Context, p Plan, group string, epoch
 		return fmt.Errorf("its newest report is from %s, older than %s", r.At.UTC().Format(time.RFC3339), e.MaxAge)
 	case r.Quarantined > 0:
 		return fmt.Errorf("%d events wait in its migration quarantine (never applied): replay them first (worker migration quarantine replay)", r.Quarantined)
+	case r.OldDeadLetters < 0:
+		return errors.New("its dead letters on the old channel are not counted yet (the worker reads its dead-letter topics there)")
+	case r.OldDeadLetters > e.MaxOldDeadLetters:
+		return fmt.Errorf("%d messages it dead-lettered on the old channel since the migration began were never applied, and the old "+
+			"cluster takes them with it: redrive them once their cause is fixed (worker dlq redrive), or keep them elsewhere and "+
+			"accept up to that many (--max-old-dead-letters %d)", r.OldDeadLetters, r.OldDeadLetters)
 	case r.OldFenceEpoch < epoch:
 		return fmt.Errorf("it passed the old channel's fences up to epoch %d on every partition, not yet %d (from which every slice is on the new channel)",
 			r.OldFenceEpoch, epoch)

@@ -42,6 +42,16 @@ SELECT unnest(@consumers::text[]), unnest(@message_ids::text[]), unnest(@plans::
        unnest(@record_keys::bytea[]), unnest(@record_values::bytea[]), unnest(@record_headers::jsonb[])
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
 
+-- name: InboxCopySince :one
+-- When a consumer received its first copy of a plan: the migration began
+-- there (now, before its first copy).
+SELECT coalesce(min(received_at), now())::timestamptz AS since FROM ferry_inbox_copy WHERE consumer = @consumer AND plan = @plan;
+
+-- name: InboxNotApplied :one
+-- How many of @ids the consumer's inbox does not hold.
+SELECT count(*)::bigint FROM unnest(@ids::text[]) AS m(id)
+WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = @consumer AND i.message_id = m.id);
+
 -- name: InboxCopyPlans :many
 -- The plans a consumer follows (it learned a channel of them).
 SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER BY plan;

@@ -229,6 +229,24 @@ func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyRep
 	return &i, err
 }
 
+const inboxCopySince = `-- name: InboxCopySince :one
+SELECT coalesce(min(received_at), now())::timestamptz AS since FROM ferry_inbox_copy WHERE consumer = $1 AND plan = $2
+`
+
+type InboxCopySinceParams struct {
+	Consumer string
+	Plan     string
+}
+
+// When a consumer received its first copy of a plan: the migration began
+// there (now, before its first copy).
+func (q *Queries) InboxCopySince(ctx context.Context, db DBTX, arg InboxCopySinceParams) (time.Time, error) {
+	row := db.QueryRow(ctx, inboxCopySince, arg.Consumer, arg.Plan)
+	var since time.Time
+	err := row.Scan(&since)
+	return since, err
+}
+
 const inboxFenceFloor = `-- name: InboxFenceFloor :one
 SELECT coalesce(min(CASE WHEN t.n = t.partitions THEN t.floor ELSE 0 END), 0)::int AS epoch
 FROM (
@@ -318,6 +336,24 @@ func (q *Queries) InboxFencesAtLeast(ctx context.Context, db DBTX, arg InboxFenc
 	var i InboxFencesAtLeastRow
 	err := row.Scan(&i.Passed, &i.Partitions)
 	return &i, err
+}
+
+const inboxNotApplied = `-- name: InboxNotApplied :one
+SELECT count(*)::bigint FROM unnest($1::text[]) AS m(id)
+WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $2 AND i.message_id = m.id)
+`
+
+type InboxNotAppliedParams struct {
+	Ids      []string
+	Consumer string
+}
+
+// How many of @ids the consumer's inbox does not hold.
+func (q *Queries) InboxNotApplied(ctx context.Context, db DBTX, arg InboxNotAppliedParams) (int64, error) {
+	row := db.QueryRow(ctx, inboxNotApplied, arg.Ids, arg.Consumer)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const inboxQuarantineCount = `-- name: InboxQuarantineCount :one

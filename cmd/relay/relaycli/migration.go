@@ -289,6 +289,9 @@ func migrationRequest(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := checkBy(*by); err != nil {
 		return err
 	}
+	if err := gate.check(); err != nil {
+		return err
+	}
 	target, err := b.DB.Target()
 	if err != nil {
 		return err

@@ -30,8 +30,9 @@ const oldChannelTimeoutDefault = time.Minute
 // them and `status` shows the verdict they give, so both register them
 // here, with the same names and defaults.
 type gateFlags struct {
-	maxLateness *time.Duration
-	maxAge      *time.Duration
+	maxLateness    *time.Duration
+	maxAge         *time.Duration
+	maxDeadLetters *int
 }
 
 func registerGateFlags(f *cli.Flags) gateFlags {
@@ -39,12 +40,22 @@ func registerGateFlags(f *cli.Flags) gateFlags {
 		maxLateness: f.Duration("max-shadow-lateness", 10*time.Second,
 			"shadow gate: the largest p99 delay between an event's two copies a group's report may show"),
 		maxAge: f.Duration("report-max-age", 2*time.Minute, "how old a group's newest report (on "+migration.ReportTopic+") may be"),
+		maxDeadLetters: f.Int("max-old-dead-letters", 0, "drain before OLD_RETIRED: how many messages a group may leave dead-lettered "+
+			"on the old channel, never applied (they go with the old cluster: keep them elsewhere first)"),
 	}
+}
+
+// check refuses settings no gate can use.
+func (g gateFlags) check() error {
+	if *g.maxDeadLetters < 0 {
+		return cli.Usagef("--max-old-dead-letters %d: want 0 or more", *g.maxDeadLetters)
+	}
+	return nil
 }
 
 // evidence reads the groups' reports from a plan's old channel.
 func (g gateFlags) evidence() *migration.KafkaEvidence {
-	return &migration.KafkaEvidence{MaxP99Lateness: *g.maxLateness, MaxAge: *g.maxAge}
+	return &migration.KafkaEvidence{MaxP99Lateness: *g.maxLateness, MaxAge: *g.maxAge, MaxOldDeadLetters: int64(*g.maxDeadLetters)}
 }
 
 // verdict is what KafkaEvidence.ShadowGate answers for a group whose newest
@@ -80,6 +91,9 @@ func migrationStatus(ctx context.Context, args []string, stdout, stderr io.Write
 	oldTimeout := f.PositiveDuration("old-channel-timeout", oldChannelTimeoutDefault,
 		"how long the reports and the producers' records may take to read from the old channel")
 	if err := parseArgs(f, &b, args, stderr, "NAME"); err != nil {
+		return err
+	}
+	if err := gate.check(); err != nil {
 		return err
 	}
 	dbCtx, cancel := context.WithTimeout(ctx, migrationTimeout)
@@ -240,7 +254,7 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 	}
 	slices.Sort(others)
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "GROUP\tAGE\tAUTHORITATIVE\tSHADOW\tCHECKED\tMISSING\tMISMATCHED\tP99\tMAX\tDUPLICATES_OLD\tDUPLICATES_NEW\tOLD_FENCE_EPOCH\tQUARANTINED\tSHADOW_GATE")
+	fmt.Fprintln(w, "GROUP\tAGE\tAUTHORITATIVE\tSHADOW\tCHECKED\tMISSING\tMISMATCHED\tP99\tMAX\tDUPLICATES_OLD\tDUPLICATES_NEW\tOLD_FENCE_EPOCH\tQUARANTINED\tOLD_DEAD_LETTERS\tSHADOW_GATE")
 	for _, g := range append(groups, others...) {
 		r, ok := reports[g]
 		verdict := gate.verdict(r, ok, now)
@@ -248,12 +262,16 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 			verdict = "not a group of the plan"
 		}
 		if !ok {
-			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", cli.Cell(g, 100), cli.Cell(verdict, 300))
+			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", cli.Cell(g, 100), cli.Cell(verdict, 300))
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", cli.Cell(g, 100), now.Sub(r.At).Round(time.Second),
+		deadLetters := strconv.FormatInt(r.OldDeadLetters, 10)
+		if r.OldDeadLetters < 0 {
+			deadLetters = "?"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", cli.Cell(g, 100), now.Sub(r.At).Round(time.Second),
 			r.Authoritative, r.Shadow, r.Checked, r.Missing, r.Mismatched, delay(r.P99Lateness), delay(r.MaxLateness),
-			r.DuplicatesOld, r.DuplicatesNew, r.OldFenceEpoch, r.Quarantined, cli.Cell(verdict, 300))
+			r.DuplicatesOld, r.DuplicatesNew, r.OldFenceEpoch, r.Quarantined, deadLetters, cli.Cell(verdict, 300))
 	}
 	return w.Flush()
 }

@@ -414,10 +414,10 @@ func TestMigrationStatusShowsReportsGateAndProducers(t *testing.T) {
 	publishReports(t, s.ctx, passing, mismatch, stranger)
 
 	out, _ := s.must(t, 0, "status", plan)
-	if got := rowOf(t, out, "GROUP ", stock); strings.Join(got[2:13], " ") != "40 38 37 0 0 20ms 1.5s 2 0 1 0" || got[13] != "passes" {
+	if got := rowOf(t, out, "GROUP ", stock); strings.Join(got[2:14], " ") != "40 38 37 0 0 20ms 1.5s 2 0 1 0 0" || got[14] != "passes" {
 		t.Errorf("stock's report: %q; want its numbers and passes:\n%s", got, out)
 	}
-	if got := strings.Join(rowOf(t, out, "GROUP ", billing), " "); !strings.Contains(got, " 1 20ms 1.5s 2 0 1 2 fails: 1 payload mismatches") {
+	if got := strings.Join(rowOf(t, out, "GROUP ", billing), " "); !strings.Contains(got, " 1 20ms 1.5s 2 0 1 2 0 fails: 1 payload mismatches") {
 		t.Errorf("billing's report: %q; want a mismatch, 2 quarantined and the gate failing:\n%s", got, out)
 	}
 	if strings.Contains(out, evil) || !strings.Contains(out, `"x\x1b]0;pwned\a"`) || !strings.Contains(out, "not a group of the plan") {
