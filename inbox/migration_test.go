@@ -417,6 +417,48 @@ func TestADeadLetteredAuthoritativeCopyIsNotQuarantined(t *testing.T) {
 	}
 }
 
+// A replayed event is in the normal flow again: applied, or dead-lettered
+// if its handler refuses it. Either way its shadow is spent and never
+// quarantines it again (found by the fault suite's lossy-channel run: a
+// poison event whose authoritative copy was lost came back to the
+// quarantine after every replay, and OLD_RETIRED was refused for good).
+func TestAReplayedEventThatIsDeadLetteredStaysOutOfTheQuarantine(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	r := b.record("m-poison", "k-m-poison", 0, 1)
+	st := migration.Stamp{Plan: "move", Epoch: 1, Slice: migration.Slice(r.Key), Side: migration.OldSide, Role: migration.Shadow}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
+	b.produce(r)
+	cfg := b.config()
+	cfg.MigrationReportInterval = 50 * time.Millisecond
+	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
+	w := b.newWorker(cfg, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+		return Permanent(errors.New("refused on purpose"))
+	})
+	b.start(w)
+	var q []MigrationQuarantined
+	b.waitFor("m-poison quarantined", func() (bool, error) {
+		var err error
+		q, err = ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer)
+		return len(q) == 1, err
+	})
+	if err := ReplayMigrationQuarantined(b.ctx, b.db.Pool, b.kopts, q[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("the replay dead-lettered", func() (bool, error) { return len(b.deadLetters()) == 1, nil })
+	// Quarantine passes run every 50 ms and take a shadow 200 ms old: one
+	// that would quarantine it again has run once the replay's record is
+	// committed and 200 ms more passed.
+	b.waitCommitted(b.consumer, 0, 2)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if q, err := ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer); err != nil || len(q) != 0 {
+			t.Fatalf("after its replay was dead-lettered, the quarantine holds %+v (%v); want nothing", q, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // A fence in the middle of a batch is passed once the records before it are
 // applied, and the records after it go on: with batches, the records before
 // the fence used to wait in the batch for the fence, which waited for them

@@ -144,4 +144,13 @@ WHERE (sqlc.narg('consumer')::text IS NULL OR consumer = sqlc.narg('consumer'))
 ORDER BY quarantined_at, consumer, message_id;
 
 -- name: InboxQuarantineDelete :execrows
-DELETE FROM ferry_inbox_quarantine WHERE consumer = @consumer AND message_id = @message_id;
+-- Takes a replayed event out of the quarantine and spends its shadow's
+-- record: the replay is in the normal flow (applied, or dead-lettered), so
+-- the shadow never quarantines it again.
+WITH spent AS (
+    UPDATE ferry_inbox_copy c SET topic = NULL, partition = NULL, record_offset = NULL,
+        record_key = NULL, record_value = NULL, record_headers = NULL
+    WHERE c.consumer = @consumer AND c.message_id = @message_id AND c.role = 'shadow'
+      AND EXISTS (SELECT 1 FROM ferry_inbox_quarantine q WHERE q.consumer = @consumer AND q.message_id = @message_id)
+)
+DELETE FROM ferry_inbox_quarantine d WHERE d.consumer = @consumer AND d.message_id = @message_id;

@@ -373,7 +373,13 @@ func (q *Queries) InboxQuarantineCount(ctx context.Context, db DBTX, arg InboxQu
 }
 
 const inboxQuarantineDelete = `-- name: InboxQuarantineDelete :execrows
-DELETE FROM ferry_inbox_quarantine WHERE consumer = $1 AND message_id = $2
+WITH spent AS (
+    UPDATE ferry_inbox_copy c SET topic = NULL, partition = NULL, record_offset = NULL,
+        record_key = NULL, record_value = NULL, record_headers = NULL
+    WHERE c.consumer = $1 AND c.message_id = $2 AND c.role = 'shadow'
+      AND EXISTS (SELECT 1 FROM ferry_inbox_quarantine q WHERE q.consumer = $1 AND q.message_id = $2)
+)
+DELETE FROM ferry_inbox_quarantine d WHERE d.consumer = $1 AND d.message_id = $2
 `
 
 type InboxQuarantineDeleteParams struct {
@@ -381,6 +387,9 @@ type InboxQuarantineDeleteParams struct {
 	MessageID string
 }
 
+// Takes a replayed event out of the quarantine and spends its shadow's
+// record: the replay is in the normal flow (applied, or dead-lettered), so
+// the shadow never quarantines it again.
 func (q *Queries) InboxQuarantineDelete(ctx context.Context, db DBTX, arg InboxQuarantineDeleteParams) (int64, error) {
 	result, err := db.Exec(ctx, inboxQuarantineDelete, arg.Consumer, arg.MessageID)
 	if err != nil {
