@@ -78,7 +78,7 @@ func (l *LossyFigures) violations() []string {
 // not what these runs check).
 func LossyOptions(o Options) Options {
 	c := o
-	c.Events, c.LoadDuration = 8000, 30*time.Second
+	c.Events, c.LoadDuration = 6000, 20*time.Second
 	c.HugeEvery = 0
 	c.Warmup = 4 * time.Second
 	c.DrainTimeout = 2 * time.Minute
