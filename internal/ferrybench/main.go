@@ -3,7 +3,7 @@
 //
 //	eval "$(scripts/stack up)"
 //	go run ./internal/ferrybench relay  [-events 1000000] [-runs 3]
-//	go run ./internal/ferrybench worker [-one-per-tx 20000] [-batched 200000]
+//	go run ./internal/ferrybench worker [-one-per-tx 20000] [-batched 200000] [-worker-runs 3]
 //	go run ./internal/ferrybench writer [-events 200000]
 //	go run ./internal/ferrybench all    [-out docs/benchmarks.md]   (what make bench runs)
 package main
@@ -46,6 +46,7 @@ func main() {
 		fs.IntVar(&wo.onePerTx, "one-per-tx", 20_000, "messages of the one-per-transaction worker run")
 		fs.IntVar(&wo.batched, "batched", 200_000, "messages of the batched worker run")
 		fs.IntVar(&wo.batch, "batch", 100, "messages per transaction of the batched run")
+		fs.IntVar(&wo.runs, "worker-runs", 3, "samples of the worker and of its SQL-only ceiling, taken in turn; the median and range are reported")
 	}
 	var writerEvents int
 	writerFlags := func() {
@@ -186,7 +187,7 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 		"sampled in turn with the relay; and, as second lines, PostgreSQL decoding the same WAL server-side (peek) and franz-go producing the same records with nothing upstream.\n\n")
 	b.WriteString(rr.markdown())
 	fmt.Fprintf(&b, "\n## Worker\n\nThe worker (in-process `inbox.Worker`) from Kafka to committed inbox row plus effect, next to the same SQL statements\n"+
-		"sent straight to PostgreSQL by as many clients as the worker's concurrency (the mean of a run before and one after).\n\n")
+		"sent straight to PostgreSQL by as many clients as the worker's concurrency, sampled in turn with the worker from the same table state.\n\n")
 	b.WriteString(workerMarkdown(wr))
 	fmt.Fprint(os.Stdout, b.String())
 	if out != "" {
