@@ -190,8 +190,42 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 		"sent straight to PostgreSQL by as many clients as the worker's concurrency, sampled in turn with the worker from the same table state.\n\n")
 	b.WriteString(workerMarkdown(wr))
 	fmt.Fprint(os.Stdout, b.String())
-	if out != "" {
-		return os.WriteFile(out, []byte(b.String()), 0o644)
+	if out == "" {
+		return nil
 	}
-	return nil
+	return writeReport(out, b.String())
+}
+
+// The peers' section of docs/benchmarks.md, written by `make bench-peers`,
+// lies between these lines; `make bench` carries it over untouched.
+const (
+	peersBegin = "<!-- bench-peers:begin -->"
+	peersEnd   = "<!-- bench-peers:end -->"
+)
+
+// writeReport writes report to path, followed by the peers' section of the
+// file it replaces, if that had one, byte for byte.
+func writeReport(path, report string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if peers, ok := peersSection(string(old)); ok {
+		report += "\n" + peers + "\n"
+	}
+	return os.WriteFile(path, []byte(report), 0o644)
+}
+
+// peersSection returns the text from the begin marker to the end marker,
+// both included.
+func peersSection(doc string) (string, bool) {
+	i := strings.Index(doc, peersBegin)
+	if i < 0 {
+		return "", false
+	}
+	j := strings.Index(doc[i:], peersEnd)
+	if j < 0 {
+		return "", false
+	}
+	return doc[i : i+j+len(peersEnd)], true
 }
