@@ -74,6 +74,7 @@ type relayResult struct {
 	wsBusy    samples // its walsender's share of one core
 	drain     samples // the relay, backlog to confirmed, events/s
 	drainBusy samples // its walsender's share of one core
+	relayBusy samples // the relay process's share of one core
 	decode    samples // server-side pgoutput decode (peek), events/s
 	produce   samples // raw franz-go produce of the same records, events/s
 	drainRSS  samples // peak RSS while draining, MB
@@ -183,12 +184,13 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		res.walsender, res.wsBusy = append(res.walsender, rate), append(res.wsBusy, busy)
 		log("round %d: ceiling: walsender to a discarding client %.0f events/s (walsender %.0f%% of a core)", i+1, rate, busy*100)
 
-		rate, peak, busy, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target, o.events)
+		rate, peak, busy, relayBusy, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target, o.events)
 		if err != nil {
 			return nil, err
 		}
-		res.drain, res.drainRSS, res.drainBusy = append(res.drain, rate), append(res.drainRSS, peak), append(res.drainBusy, busy)
-		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core), peak RSS %.1f MB", i+1, rate, busy*100, peak)
+		res.drain, res.drainRSS = append(res.drain, rate), append(res.drainRSS, peak)
+		res.drainBusy, res.relayBusy = append(res.drainBusy, busy), append(res.relayBusy, relayBusy)
+		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%), peak RSS %.1f MB", i+1, rate, busy*100, relayBusy*100, peak)
 
 		start := time.Now()
 		var n int64
@@ -223,8 +225,8 @@ func (r *relayResult) markdown() string {
 		o.events, o.payload, o.runs)
 	fmt.Fprintf(&b, "| **ceiling: the walsender streaming the backlog to a client that discards it** | %s events/s, walsender at %s%% of a core | |\n",
 		r.walsender.format("%.0f"), scale(r.wsBusy, 100).format("%.0f"))
-	fmt.Fprintf(&b, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %s events/s, walsender at %s%% of a core | |\n",
-		r.drain.format("%.0f"), scale(r.drainBusy, 100).format("%.0f"))
+	fmt.Fprintf(&b, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %s events/s, walsender at %s%% of a core, relay at %s%% | |\n",
+		r.drain.format("%.0f"), scale(r.drainBusy, 100).format("%.0f"), scale(r.relayBusy, 100).format("%.0f"))
 	fmt.Fprintf(&b, "| **drain / walsender ceiling** (ratio of medians; range of the rounds' ratios) | **%.2f** (%s) | >= 0.90 |\n",
 		drain/r.walsender.median(), rangeOf(ratios(r.drain, r.walsender), "%.2f"))
 	fmt.Fprintf(&b, "| second line: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`, same options), not the path the relay reads | %s events/s | |\n",
@@ -356,13 +358,13 @@ func rssMB(pid int, field string) float64 {
 }
 
 // drainOnce starts a relay on slot and returns its events/s from process
-// start until the slot's confirmed_flush_lsn reaches target, its peak RSS
-// and its walsender's share of one core.
-func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string, events int) (rate, peakRSS, walsenderBusy float64, err error) {
+// start until the slot's confirmed_flush_lsn reaches target, its peak RSS,
+// and its walsender's and its own shares of one core.
+func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string, events int) (rate, peakRSS, walsenderBusy, relayBusy float64, err error) {
 	start := time.Now()
 	p, err := startRelay(e, bin, url, slot, topic)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	defer func() {
 		if serr := p.stop(); serr != nil && err == nil {
@@ -390,12 +392,13 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 		}
 	}()
 	elapsed, busy, err := waitConfirmed(ctx, pool, slot, target, start, exited)
+	relayCPU := cpuSeconds(p.cmd.Process.Pid)
 	close(stopPeak)
 	peakRSS = <-peaked
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
-	return float64(events) / elapsed.Seconds(), peakRSS, busy, nil
+	return float64(events) / elapsed.Seconds(), peakRSS, busy, relayCPU / elapsed.Seconds(), nil
 }
 
 type latency struct {
