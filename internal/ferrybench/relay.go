@@ -69,16 +69,18 @@ func log(format string, args ...any) {
 // samples of each, taken in rounds: walsender ceiling, relay drain, peek,
 // produce.
 type relayResult struct {
-	o         relayOpts
-	walsender samples // the walsender streaming the backlog to a client that discards it, events/s
-	wsBusy    samples // its walsender's share of one core
-	drain     samples // the relay, backlog to confirmed, events/s
-	drainBusy samples // its walsender's share of one core
-	relayBusy samples // the relay process's share of one core
-	decode    samples // server-side pgoutput decode (peek), events/s
-	produce   samples // raw franz-go produce of the same records, events/s
-	drainRSS  samples // peak RSS while draining, MB
-	lat       latency
+	o          relayOpts
+	walsender  samples // the walsender streaming the backlog to a client that discards it, events/s
+	wsBusy     samples // its walsender's share of one core
+	drain      samples // the relay, backlog to confirmed, events/s
+	drainBusy  samples // its walsender's share of one core
+	relayBusy  samples // the relay process's share of one core
+	wsStart    samples // ms from connecting until the ceiling's walsender streams
+	relayStart samples // ms from the relay's process start until its walsender streams
+	decode     samples // server-side pgoutput decode (peek), events/s
+	produce    samples // raw franz-go produce of the same records, events/s
+	drainRSS   samples // peak RSS while draining, MB
+	lat        latency
 }
 
 func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
@@ -177,20 +179,26 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 	// relay's producer settings and no database upstream.
 	res := &relayResult{o: o}
 	for i := range o.runs {
-		rate, busy, err := walsenderOnce(ctx, url, pool, wsSlot(i), target, o.events)
+		ws, err := walsenderOnce(ctx, url, pool, wsSlot(i), target)
 		if err != nil {
 			return nil, err
 		}
-		res.walsender, res.wsBusy = append(res.walsender, rate), append(res.wsBusy, busy)
-		log("round %d: ceiling: walsender to a discarding client %.0f events/s (walsender %.0f%% of a core)", i+1, rate, busy*100)
+		rate := float64(o.events) / ws.elapsed.Seconds()
+		res.walsender, res.wsBusy = append(res.walsender, rate), append(res.wsBusy, ws.walsenderBusy())
+		res.wsStart = append(res.wsStart, float64(ws.attached.Milliseconds()))
+		log("round %d: ceiling: walsender to a discarding client %.0f events/s (walsender %.0f%% of a core, streaming after %s)",
+			i+1, rate, ws.walsenderBusy()*100, ws.attached.Round(time.Millisecond))
 
-		rate, peak, busy, relayBusy, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target, o.events)
+		d, peak, relayBusy, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target)
 		if err != nil {
 			return nil, err
 		}
+		rate = float64(o.events) / d.elapsed.Seconds()
 		res.drain, res.drainRSS = append(res.drain, rate), append(res.drainRSS, peak)
-		res.drainBusy, res.relayBusy = append(res.drainBusy, busy), append(res.relayBusy, relayBusy)
-		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%), peak RSS %.1f MB", i+1, rate, busy*100, relayBusy*100, peak)
+		res.drainBusy, res.relayBusy = append(res.drainBusy, d.walsenderBusy()), append(res.relayBusy, relayBusy)
+		res.relayStart = append(res.relayStart, float64(d.attached.Milliseconds()))
+		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%, streaming after %s), peak RSS %.1f MB",
+			i+1, rate, d.walsenderBusy()*100, relayBusy*100, d.attached.Round(time.Millisecond), peak)
 
 		start := time.Now()
 		var n int64
@@ -229,6 +237,8 @@ func (r *relayResult) markdown() string {
 		r.drain.format("%.0f"), scale(r.drainBusy, 100).format("%.0f"), scale(r.relayBusy, 100).format("%.0f"))
 	fmt.Fprintf(&b, "| **drain / walsender ceiling** (ratio of medians; range of the rounds' ratios) | **%.2f** (%s) | >= 0.90 |\n",
 		drain/r.walsender.median(), rangeOf(ratios(r.drain, r.walsender), "%.2f"))
+	fmt.Fprintf(&b, "| start to streaming (until the slot's walsender is active, polled every 20 ms, inside the times above): ceiling / relay (process start) | %s / %s ms | |\n",
+		r.wsStart.format("%.0f"), r.relayStart.format("%.0f"))
 	fmt.Fprintf(&b, "| second line: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`, same options), not the path the relay reads | %s events/s | |\n",
 		r.decode.format("%.0f"))
 	fmt.Fprintf(&b, "| drain / peek | %.2f (%s) | |\n", drain/r.decode.median(), rangeOf(ratios(r.drain, r.decode), "%.2f"))
@@ -357,14 +367,14 @@ func rssMB(pid int, field string) float64 {
 	return 0
 }
 
-// drainOnce starts a relay on slot and returns its events/s from process
-// start until the slot's confirmed_flush_lsn reaches target, its peak RSS,
-// and its walsender's and its own shares of one core.
-func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string, events int) (rate, peakRSS, walsenderBusy, relayBusy float64, err error) {
+// drainOnce starts a relay on slot and times it from process start until
+// the slot's confirmed_flush_lsn reaches target; it also returns its peak
+// RSS and its own share of one core.
+func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string) (d drained, peakRSS, relayBusy float64, err error) {
 	start := time.Now()
 	p, err := startRelay(e, bin, url, slot, topic)
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return d, 0, 0, err
 	}
 	defer func() {
 		if serr := p.stop(); serr != nil && err == nil {
@@ -391,14 +401,14 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 			}
 		}
 	}()
-	elapsed, busy, err := waitConfirmed(ctx, pool, slot, target, start, exited)
+	d, err = waitConfirmed(ctx, pool, slot, target, start, exited)
 	relayCPU := cpuSeconds(p.cmd.Process.Pid)
 	close(stopPeak)
 	peakRSS = <-peaked
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return d, 0, 0, err
 	}
-	return float64(events) / elapsed.Seconds(), peakRSS, busy, relayCPU / elapsed.Seconds(), nil
+	return d, peakRSS, relayCPU / d.elapsed.Seconds(), nil
 }
 
 type latency struct {

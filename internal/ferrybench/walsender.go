@@ -34,10 +34,10 @@ const promptReport = 10 * time.Millisecond
 // at every status interval, and a keepalive's WAL end between
 // transactions. It is timed as drainOnce times the relay, from connecting
 // until the slot's confirmed_flush_lsn reaches target.
-func walsenderOnce(ctx context.Context, url string, pool *pgxpool.Pool, slot, target string, events int) (rate, walsenderBusy float64, err error) {
+func walsenderOnce(ctx context.Context, url string, pool *pgxpool.Pool, slot, target string) (drained, error) {
 	cfg, err := pgconn.ParseConfig(url)
 	if err != nil {
-		return 0, 0, err
+		return drained{}, err
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	start := time.Now()
@@ -45,32 +45,32 @@ func walsenderOnce(ctx context.Context, url string, pool *pgxpool.Pool, slot, ta
 	// value is the first status update's flush position.
 	var text string
 	if err := pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&text); err != nil {
-		return 0, 0, err
+		return drained{}, err
 	}
 	from, err := pglogrepl.ParseLSN(text)
 	if err != nil {
-		return 0, 0, err
+		return drained{}, err
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return 0, 0, fmt.Errorf("replication connection: %w", err)
+		return drained{}, fmt.Errorf("replication connection: %w", err)
 	}
 	defer conn.Close(context.Background())
 	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: relayPluginArgs}); err != nil {
-		return 0, 0, fmt.Errorf("start replication on slot %q: %w", slot, err)
+		return drained{}, fmt.Errorf("start replication on slot %q: %w", slot, err)
 	}
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- discard(sctx, conn, from) }()
-	elapsed, busy, err := waitConfirmed(ctx, pool, slot, target, start, done)
+	d, err := waitConfirmed(ctx, pool, slot, target, start, done)
 	stop()
 	if err != nil {
-		return 0, 0, err
+		return drained{}, err
 	}
 	if err := <-done; err != nil {
-		return 0, 0, err
+		return drained{}, err
 	}
-	return float64(events) / elapsed.Seconds(), busy, nil
+	return d, nil
 }
 
 // discard reads the replication stream until ctx ends and throws every
@@ -163,34 +163,49 @@ func discard(ctx context.Context, conn *pgconn.PgConn, confirmed pglogrepl.LSN) 
 	return nil
 }
 
+// drained is how one stream of the backlog went, the relay's or its
+// ceiling's.
+type drained struct {
+	elapsed  time.Duration // from start until the slot confirmed the backlog's end
+	attached time.Duration // from start until a walsender streamed from the slot (to the next poll)
+	cpu      float64       // the walsender's CPU seconds
+}
+
+// walsenderBusy is the walsender's share of one core.
+func (d drained) walsenderBusy() float64 { return d.cpu / d.elapsed.Seconds() }
+
 // waitConfirmed polls the slot every 20 ms until its confirmed_flush_lsn
-// reaches target, and returns the time since start and the share of one
-// core the slot's walsender spent over it. The relay and its ceiling are
-// timed by this same loop. exited reports the streaming side's end; an
-// end before target is an error.
-func waitConfirmed(ctx context.Context, pool *pgxpool.Pool, slot, target string, start time.Time, exited <-chan error) (time.Duration, float64, error) {
+// reaches target. The relay and its ceiling are timed by this same loop.
+// exited reports the streaming side's end; an end before target is an
+// error.
+func waitConfirmed(ctx context.Context, pool *pgxpool.Pool, slot, target string, start time.Time, exited <-chan error) (drained, error) {
+	var d drained
 	var pid int32
 	for {
 		var done bool
 		var active *int32
 		if err := pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn, active_pid FROM pg_replication_slots WHERE slot_name = $1`,
 			slot, target).Scan(&done, &active); err != nil {
-			return 0, 0, err
+			return d, err
 		}
 		if active != nil {
+			if pid == 0 {
+				d.attached = time.Since(start)
+			}
 			pid = *active
 		}
 		if done {
-			elapsed := time.Since(start)
+			d.elapsed = time.Since(start)
 			// The walsender is a process of its own, forked for this
 			// connection: all its CPU time is this stream's.
-			return elapsed, cpuSeconds(int(pid)) / elapsed.Seconds(), nil
+			d.cpu = cpuSeconds(int(pid))
+			return d, nil
 		}
 		select {
 		case err := <-exited:
-			return 0, 0, fmt.Errorf("the stream from slot %s ended before %s: %v", slot, target, err)
+			return d, fmt.Errorf("the stream from slot %s ended before %s: %v", slot, target, err)
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return d, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
