@@ -77,6 +77,8 @@ type relayResult struct {
 	relayBusy  samples // the relay process's share of one core
 	wsStart    samples // ms from connecting until the ceiling's walsender streams
 	relayStart samples // ms from the relay's process start until its walsender streams
+	relayHeld  samples // share of the drain with the relay's unconfirmed window at its limit
+	relayPeak  samples // the largest window seen
 	decode     samples // server-side pgoutput decode (peek), events/s
 	produce    samples // raw franz-go produce of the same records, events/s
 	drainRSS   samples // peak RSS while draining, MB
@@ -189,16 +191,17 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		log("round %d: ceiling: walsender to a discarding client %.0f events/s (walsender %.0f%% of a core, streaming after %s)",
 			i+1, rate, ws.walsenderBusy()*100, ws.attached.Round(time.Millisecond))
 
-		d, peak, relayBusy, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target)
+		d, w, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target)
 		if err != nil {
 			return nil, err
 		}
 		rate = float64(o.events) / d.elapsed.Seconds()
-		res.drain, res.drainRSS = append(res.drain, rate), append(res.drainRSS, peak)
-		res.drainBusy, res.relayBusy = append(res.drainBusy, d.walsenderBusy()), append(res.relayBusy, relayBusy)
-		res.relayStart = append(res.relayStart, float64(d.attached.Milliseconds()))
-		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%, streaming after %s), peak RSS %.1f MB",
-			i+1, rate, d.walsenderBusy()*100, relayBusy*100, d.attached.Round(time.Millisecond), peak)
+		res.drain, res.drainRSS = append(res.drain, rate), append(res.drainRSS, w.peakRSS)
+		res.drainBusy, res.relayBusy = append(res.drainBusy, d.walsenderBusy()), append(res.relayBusy, w.busy)
+		res.relayStart, res.relayHeld = append(res.relayStart, float64(d.attached.Milliseconds())), append(res.relayHeld, w.held())
+		res.relayPeak = append(res.relayPeak, w.windowPeak)
+		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%, streaming after %s, held by back-pressure %.0f%% of the time, peak window %.0f), peak RSS %.1f MB",
+			i+1, rate, d.walsenderBusy()*100, w.busy*100, d.attached.Round(time.Millisecond), w.held()*100, w.windowPeak, w.peakRSS)
 
 		start := time.Now()
 		var n int64
@@ -239,6 +242,8 @@ func (r *relayResult) markdown() string {
 		drain/r.walsender.median(), rangeOf(ratios(r.drain, r.walsender), "%.2f"))
 	fmt.Fprintf(&b, "| start to streaming (until the slot's walsender is active, polled every 20 ms, inside the times above): ceiling / relay (process start) | %s / %s ms | |\n",
 		r.wsStart.format("%.0f"), r.relayStart.format("%.0f"))
+	fmt.Fprintf(&b, "| relay held by its back-pressure: share of 100 ms samples of its gauge `ferry_relay_unconfirmed_records` (set at each status update) at its limit, %d (waiting on Kafka's acks, not reading) | %s%%, largest window %s | |\n",
+		relay.MaxInFlightRecordsDefault, scale(r.relayHeld, 100).format("%.0f"), r.relayPeak.format("%.0f"))
 	fmt.Fprintf(&b, "| second line: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`, same options), not the path the relay reads | %s events/s | |\n",
 		r.decode.format("%.0f"))
 	fmt.Fprintf(&b, "| drain / peek | %.2f (%s) | |\n", drain/r.decode.median(), rangeOf(ratios(r.drain, r.decode), "%.2f"))
@@ -368,13 +373,15 @@ func rssMB(pid int, field string) float64 {
 }
 
 // drainOnce starts a relay on slot and times it from process start until
-// the slot's confirmed_flush_lsn reaches target; it also returns its peak
-// RSS and its own share of one core.
-func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string) (d drained, peakRSS, relayBusy float64, err error) {
+// the slot's confirmed_flush_lsn reaches target. It also watches the
+// process: its peak RSS, its share of one core, and how often its
+// back-pressure held it (the window of unconfirmed records at
+// relay.MaxInFlightRecordsDefault, so it read no further).
+func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string) (d drained, w watched, err error) {
 	start := time.Now()
 	p, err := startRelay(e, bin, url, slot, topic)
 	if err != nil {
-		return d, 0, 0, err
+		return d, w, err
 	}
 	defer func() {
 		if serr := p.stop(); serr != nil && err == nil {
@@ -382,20 +389,30 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 		}
 	}()
 	exited := make(chan error, 1)
-	stopPeak := make(chan struct{})
-	peaked := make(chan float64, 1)
+	stopWatch := make(chan struct{})
+	watchedc := make(chan watched, 1)
 	go func() {
-		var peak float64
-		for {
-			peak = max(peak, rssMB(p.cmd.Process.Pid, "VmHWM"))
+		var w watched
+		for i := 0; ; i++ {
+			w.peakRSS = max(w.peakRSS, rssMB(p.cmd.Process.Pid, "VmHWM"))
+			if i%5 == 0 { // every 100 ms: the scrape costs the relay a little
+				if n, err := scrapeGauge(p.metrics, "ferry_relay_unconfirmed_records"); err == nil {
+					w.windowSamples++
+					w.windowPeak = max(w.windowPeak, n)
+					if n >= relay.MaxInFlightRecordsDefault {
+						w.windowFull++
+					}
+				}
+			}
 			select {
 			case err := <-p.done:
 				exited <- fmt.Errorf("relay exited during the drain: %v (log %s)", err, p.logFile)
 				p.done <- err // for stop
-				peaked <- peak
+				watchedc <- w
 				return
-			case <-stopPeak:
-				peaked <- max(peak, rssMB(p.cmd.Process.Pid, "VmHWM"))
+			case <-stopWatch:
+				w.peakRSS = max(w.peakRSS, rssMB(p.cmd.Process.Pid, "VmHWM"))
+				watchedc <- w
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
@@ -403,12 +420,48 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 	}()
 	d, err = waitConfirmed(ctx, pool, slot, target, start, exited)
 	relayCPU := cpuSeconds(p.cmd.Process.Pid)
-	close(stopPeak)
-	peakRSS = <-peaked
+	close(stopWatch)
+	w = <-watchedc
 	if err != nil {
-		return d, 0, 0, err
+		return d, w, err
 	}
-	return d, peakRSS, relayCPU / d.elapsed.Seconds(), nil
+	w.busy = relayCPU / d.elapsed.Seconds()
+	return d, w, nil
+}
+
+// watched is what drainOnce saw of the relay process.
+type watched struct {
+	peakRSS                   float64 // MB
+	busy                      float64 // share of one core
+	windowSamples, windowFull int     // metrics scrapes, and those with the window at its limit
+	windowPeak                float64 // the largest window seen
+}
+
+// held is the share of the drain the relay's back-pressure held it.
+func (w watched) held() float64 {
+	if w.windowSamples == 0 {
+		return 0
+	}
+	return float64(w.windowFull) / float64(w.windowSamples)
+}
+
+// scrapeGauge reads one unlabelled gauge from a Prometheus text page.
+func scrapeGauge(url, name string) (float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s in %s", name, url)
 }
 
 type latency struct {
