@@ -75,6 +75,7 @@ type relayResult struct {
 	drain      samples // the relay, backlog to confirmed, events/s
 	drainBusy  samples // its walsender's share of one core
 	relayBusy  samples // the relay process's share of one core
+	relayCost  samples // its CPU microseconds per event
 	wsStart    samples // ms from connecting until the ceiling's walsender streams
 	relayStart samples // ms from the relay's process start until its walsender streams
 	relayHeld  samples // share of the drain with the relay's unconfirmed window at its limit
@@ -200,6 +201,7 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		res.drainBusy, res.relayBusy = append(res.drainBusy, d.walsenderBusy()), append(res.relayBusy, w.busy)
 		res.relayStart, res.relayHeld = append(res.relayStart, float64(d.attached.Milliseconds())), append(res.relayHeld, w.held())
 		res.relayPeak = append(res.relayPeak, w.windowPeak)
+		res.relayCost = append(res.relayCost, w.busy*d.elapsed.Seconds()/float64(o.events)*1e6)
 		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%, streaming after %s, held by back-pressure %.0f%% of the time, peak window %.0f), peak RSS %.1f MB",
 			i+1, rate, d.walsenderBusy()*100, w.busy*100, d.attached.Round(time.Millisecond), w.held()*100, w.windowPeak, w.peakRSS)
 
@@ -236,8 +238,8 @@ func (r *relayResult) markdown() string {
 		o.events, o.payload, o.runs)
 	fmt.Fprintf(&b, "| **ceiling: the walsender streaming the backlog to a client that discards it** | %s events/s, walsender at %s%% of a core | |\n",
 		r.walsender.format("%.0f"), scale(r.wsBusy, 100).format("%.0f"))
-	fmt.Fprintf(&b, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %s events/s, walsender at %s%% of a core, relay at %s%% | |\n",
-		r.drain.format("%.0f"), scale(r.drainBusy, 100).format("%.0f"), scale(r.relayBusy, 100).format("%.0f"))
+	fmt.Fprintf(&b, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %s events/s, walsender at %s%% of a core, relay at %s%% (%s µs CPU per event) | |\n",
+		r.drain.format("%.0f"), scale(r.drainBusy, 100).format("%.0f"), scale(r.relayBusy, 100).format("%.0f"), r.relayCost.format("%.1f"))
 	fmt.Fprintf(&b, "| **drain / walsender ceiling** (ratio of medians; range of the rounds' ratios) | **%.2f** (%s) | >= 0.90 |\n",
 		drain/r.walsender.median(), rangeOf(ratios(r.drain, r.walsender), "%.2f"))
 	fmt.Fprintf(&b, "| start to streaming (until the slot's walsender is active, polled every 20 ms, inside the times above): ceiling / relay (process start) | %s / %s ms | |\n",
