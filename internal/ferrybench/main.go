@@ -3,7 +3,7 @@
 //
 //	eval "$(scripts/stack up)"
 //	go run ./internal/ferrybench relay  [-events 1000000] [-runs 3]
-//	go run ./internal/ferrybench worker [-one-per-tx 20000] [-batched 200000]
+//	go run ./internal/ferrybench worker [-one-per-tx 20000] [-batched 200000] [-worker-runs 3]
 //	go run ./internal/ferrybench writer [-events 200000]
 //	go run ./internal/ferrybench all    [-out docs/benchmarks.md]   (what make bench runs)
 package main
@@ -46,6 +46,7 @@ func main() {
 		fs.IntVar(&wo.onePerTx, "one-per-tx", 20_000, "messages of the one-per-transaction worker run")
 		fs.IntVar(&wo.batched, "batched", 200_000, "messages of the batched worker run")
 		fs.IntVar(&wo.batch, "batch", 100, "messages per transaction of the batched run")
+		fs.IntVar(&wo.runs, "worker-runs", 3, "samples of the worker and of its SQL-only ceiling, taken in turn; the median and range are reported")
 	}
 	var writerEvents int
 	writerFlags := func() {
@@ -180,16 +181,51 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 		"belong to this machine, and to whatever else ran on it at the time.\n\n")
 	b.WriteString(m.markdown())
 	fmt.Fprintf(&b, "\n## Writing events\n\nWhat applications can commit; the relay keeps up with them when its drain rate is above it (ratio > 1).\n\n")
-	b.WriteString(writerMarkdown(ws, rr.drain))
-	fmt.Fprintf(&b, "\n## Relay\n\nThe relay drains a backlog written before it starts (a real `relay run` process), next to the two ceilings it sits between:\n"+
-		"PostgreSQL decoding the same WAL with nothing downstream, and franz-go producing the same records with nothing upstream.\n\n")
+	b.WriteString(writerMarkdown(ws, rr.drain.median()))
+	fmt.Fprintf(&b, "\n## Relay\n\nThe relay drains a backlog written before it starts (a real `relay run` process), next to the ceilings it sits between:\n"+
+		"the walsender streaming the same WAL with the same options to a client that discards it (the path the relay reads, with nothing downstream),\n"+
+		"sampled in turn with the relay; and, as second lines, PostgreSQL decoding the same WAL server-side (peek) and franz-go producing the same records with nothing upstream.\n\n")
 	b.WriteString(rr.markdown())
 	fmt.Fprintf(&b, "\n## Worker\n\nThe worker (in-process `inbox.Worker`) from Kafka to committed inbox row plus effect, next to the same SQL statements\n"+
-		"sent straight to PostgreSQL by as many clients as the worker's concurrency (the mean of a run before and one after).\n\n")
+		"sent straight to PostgreSQL by as many clients as the worker's concurrency, sampled in turn with the worker from the same table state.\n\n")
 	b.WriteString(workerMarkdown(wr))
 	fmt.Fprint(os.Stdout, b.String())
-	if out != "" {
-		return os.WriteFile(out, []byte(b.String()), 0o644)
+	if out == "" {
+		return nil
 	}
-	return nil
+	return writeReport(out, b.String())
+}
+
+// The peers' section of docs/benchmarks.md, written by `make bench-peers`,
+// lies between these lines; `make bench` carries it over untouched.
+const (
+	peersBegin = "<!-- bench-peers:begin -->"
+	peersEnd   = "<!-- bench-peers:end -->"
+)
+
+// writeReport writes report to path, followed by the peers' section of the
+// file it replaces, if that had one, byte for byte.
+func writeReport(path, report string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if peers, ok := peersSection(string(old)); ok {
+		report += "\n" + peers + "\n"
+	}
+	return os.WriteFile(path, []byte(report), 0o644)
+}
+
+// peersSection returns the text from the begin marker to the end marker,
+// both included.
+func peersSection(doc string) (string, bool) {
+	i := strings.Index(doc, peersBegin)
+	if i < 0 {
+		return "", false
+	}
+	j := strings.Index(doc[i:], peersEnd)
+	if j < 0 {
+		return "", false
+	}
+	return doc[i : i+j+len(peersEnd)], true
 }

@@ -61,28 +61,29 @@ func (e *env) build(pkg, name string) (string, error) {
 	return bin, nil
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
-}
-
 func log(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "ferrybench: "+format+"\n", args...)
 }
 
-// relayResult holds the relay's figures and their ceilings, medians of
-// relayOpts.runs measurements.
+// relayResult holds the relay's figures and their ceilings, relayOpts.runs
+// samples of each, taken in rounds: walsender ceiling, relay drain, peek,
+// produce.
 type relayResult struct {
-	o        relayOpts
-	decode   float64 // server-side pgoutput decode, events/s
-	produce  float64 // raw franz-go produce of the same records, events/s
-	drain    float64 // the relay, backlog to confirmed, events/s
-	drainRSS float64 // peak RSS while draining, MB
-	lat      latency
+	o          relayOpts
+	walsender  samples // the walsender streaming the backlog to a client that discards it, events/s
+	wsBusy     samples // its walsender's share of one core
+	drain      samples // the relay, backlog to confirmed, events/s
+	drainBusy  samples // its walsender's share of one core
+	relayBusy  samples // the relay process's share of one core
+	relayCost  samples // its CPU microseconds per event
+	wsStart    samples // ms from connecting until the ceiling's walsender streams
+	relayStart samples // ms from the relay's process start until its walsender streams
+	relayHeld  samples // share of the drain with the relay's unconfirmed window at its limit
+	relayPeak  samples // the largest window seen
+	decode     samples // server-side pgoutput decode (peek), events/s
+	produce    samples // raw franz-go produce of the same records, events/s
+	drainRSS   samples // peak RSS while draining, MB
+	lat        latency
 }
 
 func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
@@ -126,27 +127,36 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		return nil, err
 	}
 	slot := func(i int) string { return fmt.Sprintf("bench_%s_%d", suffix, i) }
+	wsSlot := func(i int) string { return fmt.Sprintf("bench_%s_ws_%d", suffix, i) }
+	peekSlot := "bench_" + suffix + "_peek"
 	topic := func(i int) string { return fmt.Sprintf("bench.%s.%d.load", suffix, i) }
 	produceTopic := func(i int) string { return fmt.Sprintf("bench.%s.%d.produce", suffix, i) }
-	ceilingSlot := "bench_" + suffix + "_ceiling"
-	// Every slot exists before the backlog is written, so each sees all of it.
-	for i := 0; i <= o.runs; i++ {
-		name := slot(i)
-		if i == o.runs {
-			name = ceilingSlot
+	// Every slot exists before the backlog is written, so each sees all of
+	// it: the relay's and the walsender ceiling's (one per run each:
+	// streaming consumes a slot) and peek's (which does not). They are
+	// copies of the first, so all start at the same LSN.
+	slots := []string{slot(0), peekSlot}
+	for i := range o.runs {
+		if i > 0 {
+			slots = append(slots, slot(i))
 		}
-		if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
-			return nil, err
+		slots = append(slots, wsSlot(i))
+		for _, t := range []string{topic(i), produceTopic(i)} {
+			if _, err := adm.CreateTopic(ctx, 4, 1, nil, t); err != nil {
+				return nil, err
+			}
+			defer func() { _, _ = adm.DeleteTopics(context.Background(), t) }()
+		}
+	}
+	for i, name := range slots {
+		q, args := `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, []any{name}
+		if i > 0 {
+			q, args = `SELECT pg_copy_logical_replication_slot($1, $2)`, []any{slots[0], name}
+		}
+		if _, err := pool.Exec(ctx, q, args...); err != nil {
+			return nil, fmt.Errorf("create slot %s: %w", name, err)
 		}
 		defer func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, name) }()
-		if i < o.runs {
-			for _, t := range []string{topic(i), produceTopic(i)} {
-				if _, err := adm.CreateTopic(ctx, 4, 1, nil, t); err != nil {
-					return nil, err
-				}
-				defer func() { _, _ = adm.DeleteTopics(context.Background(), t) }()
-			}
-		}
 	}
 
 	log("writing a backlog of %d events", o.events)
@@ -163,64 +173,108 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		return nil, err
 	}
 
-	// (a) The ceilings: PostgreSQL decoding the same rows with the same
-	// options, with nothing downstream; franz-go producing the same records
-	// with the relay's producer settings, with no database upstream.
-	var ceilings, produces []float64
+	// Rounds of: (a) the walsender ceiling, the walsender streaming the
+	// backlog with the relay's options to a client that discards it, (b)
+	// the relay draining it into Kafka as a real process, next to it so
+	// both see the same machine; then the second-line ceilings, (c)
+	// PostgreSQL decoding the same rows server-side (peek, not the path the
+	// relay reads) and (d) franz-go producing the same records with the
+	// relay's producer settings and no database upstream.
+	res := &relayResult{o: o}
 	for i := range o.runs {
+		ws, err := walsenderOnce(ctx, url, pool, wsSlot(i), target)
+		if err != nil {
+			return nil, err
+		}
+		rate := float64(o.events) / ws.elapsed.Seconds()
+		res.walsender, res.wsBusy = append(res.walsender, rate), append(res.wsBusy, ws.walsenderBusy())
+		res.wsStart = append(res.wsStart, float64(ws.attached.Milliseconds()))
+		log("round %d: ceiling: walsender to a discarding client %.0f events/s (walsender %.0f%% of a core, streaming after %s)",
+			i+1, rate, ws.walsenderBusy()*100, ws.attached.Round(time.Millisecond))
+
+		d, w, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target)
+		if err != nil {
+			return nil, err
+		}
+		rate = float64(o.events) / d.elapsed.Seconds()
+		res.drain, res.drainRSS = append(res.drain, rate), append(res.drainRSS, w.peakRSS)
+		res.drainBusy, res.relayBusy = append(res.drainBusy, d.walsenderBusy()), append(res.relayBusy, w.busy)
+		res.relayStart, res.relayHeld = append(res.relayStart, float64(d.attached.Milliseconds())), append(res.relayHeld, w.held())
+		res.relayPeak = append(res.relayPeak, w.windowPeak)
+		res.relayCost = append(res.relayCost, w.busy*d.elapsed.Seconds()/float64(o.events)*1e6)
+		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%, streaming after %s, held by back-pressure %.0f%% of the time, peak window %.0f), peak RSS %.1f MB",
+			i+1, rate, d.walsenderBusy()*100, w.busy*100, d.attached.Round(time.Millisecond), w.held()*100, w.windowPeak, w.peakRSS)
+
 		start := time.Now()
 		var n int64
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
-			'proto_version', '1', 'publication_names', 'ferry', 'binary', 'true')`, ceilingSlot).Scan(&n)
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+			'proto_version', '1', 'publication_names', 'ferry', 'binary', 'true')`, peekSlot).Scan(&n); err != nil {
+			return nil, err
+		}
+		res.decode = append(res.decode, float64(o.events)/time.Since(start).Seconds())
+		log("round %d: ceiling: server-side decode (peek) %.0f events/s", i+1, res.decode[i])
+
+		rate, err = produceOnce(ctx, e, produceTopic(i), o.events, o.payload)
 		if err != nil {
 			return nil, err
 		}
-		ceilings = append(ceilings, float64(o.events)/time.Since(start).Seconds())
-		log("ceiling: server-side decode %.0f events/s", ceilings[len(ceilings)-1])
-		rate, err := produceOnce(ctx, e, produceTopic(i), o.events, o.payload)
-		if err != nil {
-			return nil, err
-		}
-		produces = append(produces, rate)
-		log("ceiling: franz-go produce %.0f events/s", rate)
+		res.produce = append(res.produce, rate)
+		log("round %d: ceiling: franz-go produce %.0f events/s", i+1, rate)
 	}
 
-	// (b) The relay draining the backlog into Kafka, as a real process.
-	var drains, rss []float64
-	for i := range o.runs {
-		rate, peak, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target, o.events)
-		if err != nil {
-			return nil, err
-		}
-		drains = append(drains, rate)
-		rss = append(rss, peak)
-		log("drain %d: %.0f events/s, peak RSS %.1f MB", i+1, rate, peak)
-	}
-
-	// (c) Commit-to-ack latency at a steady offered rate, (d) RSS meanwhile.
-	lat, err := latencyPhase(ctx, e, relayBin, url, pool, slot(0), topic(0), o)
+	// (e) Commit-to-ack latency at a steady offered rate, (f) RSS meanwhile.
+	res.lat, err = latencyPhase(ctx, e, relayBin, url, pool, slot(0), topic(0), o)
 	if err != nil {
 		return nil, err
 	}
-	return &relayResult{o: o, decode: median(ceilings), produce: median(produces), drain: median(drains), drainRSS: median(rss), lat: lat}, nil
+	return res, nil
 }
 
 func (r *relayResult) markdown() string {
 	var b strings.Builder
 	o, lat := r.o, r.lat
-	fmt.Fprintf(&b, "| relay figure (%d-event backlog, %d-byte payloads, median of %d) | value | target |\n|---|---|---|\n", o.events, o.payload, o.runs)
-	fmt.Fprintf(&b, "| ceiling: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`) | %.0f events/s | |\n", r.decode)
-	fmt.Fprintf(&b, "| ceiling: raw franz-go produce of the same records (relay's producer settings) | %.0f events/s | |\n", r.produce)
-	fmt.Fprintf(&b, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %.0f events/s | |\n", r.drain)
-	fmt.Fprintf(&b, "| drain / decode ceiling | **%.2f** | >= 0.50 |\n", r.drain/r.decode)
-	fmt.Fprintf(&b, "| drain / produce ceiling | **%.2f** | |\n", r.drain/r.produce)
+	drain := r.drain.median()
+	fmt.Fprintf(&b, "| relay figure (%d-event backlog, %d-byte payloads; median (min–max) of %d rounds: walsender ceiling, relay, peek, produce) | value | target |\n|---|---|---|\n",
+		o.events, o.payload, o.runs)
+	fmt.Fprintf(&b, "| **ceiling: the walsender streaming the backlog to a client that discards it** | %s events/s, walsender at %s%% of a core | |\n",
+		r.walsender.format("%.0f"), scale(r.wsBusy, 100).format("%.0f"))
+	fmt.Fprintf(&b, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %s events/s, walsender at %s%% of a core, relay at %s%% (%s µs CPU per event) | |\n",
+		r.drain.format("%.0f"), scale(r.drainBusy, 100).format("%.0f"), scale(r.relayBusy, 100).format("%.0f"), r.relayCost.format("%.1f"))
+	fmt.Fprintf(&b, "| **drain / walsender ceiling** (ratio of medians; range of the rounds' ratios) | **%.2f** (%s) | >= 0.90 |\n",
+		drain/r.walsender.median(), rangeOf(ratios(r.drain, r.walsender), "%.2f"))
+	fmt.Fprintf(&b, "| start to streaming (until the slot's walsender is active, polled every 20 ms, inside the times above): ceiling / relay (process start) | %s / %s ms | |\n",
+		r.wsStart.format("%.0f"), r.relayStart.format("%.0f"))
+	fmt.Fprintf(&b, "| relay held by its back-pressure: share of 100 ms samples of its gauge `ferry_relay_unconfirmed_records` (set at each status update) at its limit, %d (waiting on Kafka's acks, not reading) | %s%%, largest window %s | |\n",
+		relay.MaxInFlightRecordsDefault, scale(r.relayHeld, 100).format("%.0f"), r.relayPeak.format("%.0f"))
+	fmt.Fprintf(&b, "| second line: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`, same options), not the path the relay reads | %s events/s | |\n",
+		r.decode.format("%.0f"))
+	fmt.Fprintf(&b, "| drain / peek | %.2f (%s) | |\n", drain/r.decode.median(), rangeOf(ratios(r.drain, r.decode), "%.2f"))
+	fmt.Fprintf(&b, "| ceiling: raw franz-go produce of the same records (relay's producer settings) | %s events/s | |\n", r.produce.format("%.0f"))
+	fmt.Fprintf(&b, "| drain / produce ceiling | %.2f (%s) | |\n", drain/r.produce.median(), rangeOf(ratios(r.drain, r.produce), "%.2f"))
 	fmt.Fprintf(&b, "| commit-to-ack p50 at %d events/s (relay histogram) | %.1f ms | |\n", o.rate, lat.histP50*1000)
 	fmt.Fprintf(&b, "| commit-to-ack p99 at %d events/s (relay histogram) | **%.1f ms** | <= 20 ms |\n", o.rate, lat.histP99*1000)
 	fmt.Fprintf(&b, "| commit-to-consumer p50 / p99 (writer's commit returned to a consumer's fetch) | %.1f / %.1f ms | |\n", lat.e2eP50*1000, lat.e2eP99*1000)
 	fmt.Fprintf(&b, "| achieved offered rate | %.0f events/s | |\n", lat.achieved)
-	fmt.Fprintf(&b, "| relay peak RSS while draining | **%.1f MB** | <= 150 MB |\n", r.drainRSS)
+	fmt.Fprintf(&b, "| relay peak RSS while draining | **%s MB** | <= 150 MB |\n", r.drainRSS.format("%.1f"))
 	fmt.Fprintf(&b, "| relay peak RSS at %d events/s | %.1f MB | |\n", o.rate, lat.rss)
+	fmt.Fprintf(&b, "\nThe walsender ceiling: a minimal replication client (pglogrepl) starts its own slot, created at the relay's LSN, with the relay's pgoutput options "+
+		"(`%s`), discards every change and confirms each commit with the relay's status updates; timed as the relay is, until the slot's `confirmed_flush_lsn` reaches the backlog's end.\n",
+		strings.Join(relayPluginArgs, ", "))
 	return b.String()
+}
+
+// scale multiplies every sample by k.
+func scale(s samples, k float64) samples {
+	out := make(samples, len(s))
+	for i, x := range s {
+		out[i] = x * k
+	}
+	return out
+}
+
+// rangeOf prints "min–max".
+func rangeOf(s samples, verb string) string {
+	return fmt.Sprintf(verb+"–"+verb, s.min(), s.max())
 }
 
 // produceOnce produces events records shaped like the relay's (key,
@@ -320,34 +374,96 @@ func rssMB(pid int, field string) float64 {
 	return 0
 }
 
-func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string, events int) (rate, peakRSS float64, err error) {
+// drainOnce starts a relay on slot and times it from process start until
+// the slot's confirmed_flush_lsn reaches target. It also watches the
+// process: its peak RSS, its share of one core, and how often its
+// back-pressure held it (the window of unconfirmed records at
+// relay.MaxInFlightRecordsDefault, so it read no further).
+func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string) (d drained, w watched, err error) {
 	start := time.Now()
 	p, err := startRelay(e, bin, url, slot, topic)
 	if err != nil {
-		return 0, 0, err
+		return d, w, err
 	}
 	defer func() {
 		if serr := p.stop(); serr != nil && err == nil {
 			err = serr
 		}
 	}()
-	for {
-		var done bool
-		if err := pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, slot, target).Scan(&done); err != nil {
-			return 0, 0, err
+	exited := make(chan error, 1)
+	stopWatch := make(chan struct{})
+	watchedc := make(chan watched, 1)
+	go func() {
+		var w watched
+		for i := 0; ; i++ {
+			w.peakRSS = max(w.peakRSS, rssMB(p.cmd.Process.Pid, "VmHWM"))
+			if i%5 == 0 { // every 100 ms: the scrape costs the relay a little
+				if n, err := scrapeGauge(p.metrics, "ferry_relay_unconfirmed_records"); err == nil {
+					w.windowSamples++
+					w.windowPeak = max(w.windowPeak, n)
+					if n >= relay.MaxInFlightRecordsDefault {
+						w.windowFull++
+					}
+				}
+			}
+			select {
+			case err := <-p.done:
+				exited <- fmt.Errorf("relay exited during the drain: %v (log %s)", err, p.logFile)
+				p.done <- err // for stop
+				watchedc <- w
+				return
+			case <-stopWatch:
+				w.peakRSS = max(w.peakRSS, rssMB(p.cmd.Process.Pid, "VmHWM"))
+				watchedc <- w
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
-		peakRSS = max(peakRSS, rssMB(p.cmd.Process.Pid, "VmHWM"))
-		if done {
-			return float64(events) / time.Since(start).Seconds(), peakRSS, nil
-		}
-		select {
-		case err := <-p.done:
-			return 0, 0, fmt.Errorf("relay exited during the drain: %v (log %s)", err, p.logFile)
-		case <-ctx.Done():
-			return 0, 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+	}()
+	d, err = waitConfirmed(ctx, pool, slot, target, start, exited)
+	relayCPU := cpuSeconds(p.cmd.Process.Pid)
+	close(stopWatch)
+	w = <-watchedc
+	if err != nil {
+		return d, w, err
+	}
+	w.busy = relayCPU / d.elapsed.Seconds()
+	return d, w, nil
+}
+
+// watched is what drainOnce saw of the relay process.
+type watched struct {
+	peakRSS                   float64 // MB
+	busy                      float64 // share of one core
+	windowSamples, windowFull int     // metrics scrapes, and those with the window at its limit
+	windowPeak                float64 // the largest window seen
+}
+
+// held is the share of the drain the relay's back-pressure held it.
+func (w watched) held() float64 {
+	if w.windowSamples == 0 {
+		return 0
+	}
+	return float64(w.windowFull) / float64(w.windowSamples)
+}
+
+// scrapeGauge reads one unlabelled gauge from a Prometheus text page.
+func scrapeGauge(url, name string) (float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
 		}
 	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s in %s", name, url)
 }
 
 type latency struct {
