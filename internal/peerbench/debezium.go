@@ -150,6 +150,8 @@ func (d *debeziumPeer) Offer(ctx context.Context, rate int, dur time.Duration, c
 
 func (d *debeziumPeer) Settings() string {
 	var b strings.Builder
+	b.WriteString("# Kafka Connect at Debezium 3.6.1.Final's own Kafka version (4.3.0), not the broker's 4.4.0: on connect-runtime 4.4.0 the task\n" +
+		"# dies at start, NoClassDefFoundError: org/apache/kafka/common/utils/Sanitizer (4.4 moved it to ...utils.internals)\n")
 	fmt.Fprintf(&b, "java %s -cp LIB/* org.apache.kafka.connect.cli.ConnectStandalone worker.properties connector.properties\n", strings.Join(d.b.jvmOpts, " "))
 	b.WriteString("# worker.properties\n")
 	for _, p := range d.workerProps("127.0.0.1:PORT") {
