@@ -100,6 +100,9 @@ func (d *debeziumPeer) workerProps(restAddr string) [][2]string {
 		{"value.converter.delegate.converter.type.schemas.enable", "false"},
 		{"offset.storage.file.filename", filepath.Join(d.b.dir, "debezium.offsets")},
 		{"listeners", "http://" + restAddr},
+		// Connect's own advice at start ("All plugins have ServiceLoader
+		// manifests"): skip scanning the classpath for plugins.
+		{"plugin.discovery", "service_load"},
 	}
 	return append(props, debeziumWorker...)
 }

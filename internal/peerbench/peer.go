@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
@@ -92,7 +93,7 @@ type outboxDB struct {
 	url, slot string
 	pool      *pgxpool.Pool
 	drop      func()
-	target    string // WAL position after the backlog
+	target    string // WAL insert position after the backlog's last row
 }
 
 func (o *outboxDB) prepare(ctx context.Context, name, slot string) error {
@@ -123,14 +124,22 @@ func (o *outboxDB) close() {
 
 // writeBacklog writes the relay benchmark's rows (internal/ferrybench):
 // 1,000 aggregates, payload bytes of 'x', one header, one transaction.
+//
+// The target is the WAL insert position after the last row, inside the
+// transaction: the commit record starts at or after it. Ferry's relay
+// confirms the end of a transaction's commit record, Debezium the commit
+// LSN (its start), so both pass this target once they have confirmed the
+// backlog, and neither passes it before.
 func (o *outboxDB) writeBacklog(ctx context.Context, n, payload int) error {
-	if _, err := o.pool.Exec(ctx, `
-		INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
-		SELECT gen_random_uuid(), 'load', 'agg-' || (i % 1000), 'Changed', convert_to(repeat('x', $2), 'UTF8'), '{"k":"v"}'
-		FROM generate_series(1, $1) i`, n, payload); err != nil {
-		return err
-	}
-	return o.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&o.target)
+	return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+			SELECT gen_random_uuid(), 'load', 'agg-' || (i % 1000), 'Changed', convert_to(repeat('x', $2), 'UTF8'), '{"k":"v"}'
+			FROM generate_series(1, $1) i`, n, payload); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&o.target)
+	})
 }
 
 func (o *outboxDB) confirmed(ctx context.Context) (string, bool, error) {
