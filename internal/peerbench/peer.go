@@ -93,7 +93,7 @@ type outboxDB struct {
 	url, slot string
 	pool      *pgxpool.Pool
 	drop      func()
-	target    string // WAL insert position after the backlog's last row
+	target    string // WAL insert position before the backlog's last row
 }
 
 func (o *outboxDB) prepare(ctx context.Context, name, slot string) error {
@@ -125,20 +125,27 @@ func (o *outboxDB) close() {
 // writeBacklog writes the relay benchmark's rows (internal/ferrybench):
 // 1,000 aggregates, payload bytes of 'x', one header, one transaction.
 //
-// The target is the WAL insert position after the last row, inside the
-// transaction: the commit record starts at or after it. Ferry's relay
-// confirms the end of a transaction's commit record, Debezium the commit
-// LSN (its start), so both pass this target once they have confirmed the
-// backlog, and neither passes it before.
+// The target is the WAL insert position just before the last row, taken
+// inside the transaction: the last row's record starts at or after it.
+// Ferry's relay confirms the end of a transaction's commit record; Debezium
+// confirms the position of the last record Kafka acknowledged (without
+// transaction metadata no record carries the commit), so it never confirms
+// this transaction's commit. Each passes the target once Kafka has the last
+// row, and neither before.
 func (o *outboxDB) writeBacklog(ctx context.Context, n, payload int) error {
+	const insert = `
+		INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+		SELECT gen_random_uuid(), 'load', 'agg-' || (i % 1000), 'Changed', convert_to(repeat('x', $3), 'UTF8'), '{"k":"v"}'
+		FROM generate_series($1::int, $2::int) i`
 	return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
-			SELECT gen_random_uuid(), 'load', 'agg-' || (i % 1000), 'Changed', convert_to(repeat('x', $2), 'UTF8'), '{"k":"v"}'
-			FROM generate_series(1, $1) i`, n, payload); err != nil {
+		if _, err := tx.Exec(ctx, insert, 1, n-1, payload); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&o.target)
+		if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&o.target); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, insert, n, n, payload)
+		return err
 	})
 }
 
