@@ -77,5 +77,6 @@ func (f *ferryPeer) Settings() string {
 }
 
 func (f *ferryPeer) Marks() string {
-	return fmt.Sprintf("standby status update with the flush LSN behind Kafka's acks, every --status-interval (%s)", relay.StatusIntervalDefault)
+	return fmt.Sprintf("standby status updates whose flush LSN is the end of the newest transaction Kafka acknowledged whole "+
+		"(sent when that position moves, at most every 10 ms, and at least every --status-interval, %s)", relay.StatusIntervalDefault)
 }

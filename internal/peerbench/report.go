@@ -164,10 +164,10 @@ func markdown(rs []*result, o opts, vs, mach [][2]string, started time.Time, too
 	row("drain rate from ready", func(r *result) string {
 		return fmt.Sprintf("%.0f events/s", float64(r.events)/(r.inKafka-r.ready).Seconds())
 	})
-	row("Ferry's drain time / this one's, from start", func(r *result) string {
+	row("drain time / Ferry's, from start (how many times faster Ferry drains)", func(r *result) string {
 		return fmt.Sprintf("**%.2f**", r.inKafka.Seconds()/ferry.inKafka.Seconds())
 	})
-	row("Ferry's drain time / this one's, from ready", func(r *result) string {
+	row("drain time / Ferry's, from ready", func(r *result) string {
 		return fmt.Sprintf("**%.2f**", (r.inKafka-r.ready).Seconds()/(ferry.inKafka-ferry.ready).Seconds())
 	})
 	row("whole backlog confirmed (slot's confirmed_flush_lsn / offsets row), after start", func(r *result) string { return secs(r.confirmed) })
@@ -197,7 +197,7 @@ func markdown(rs []*result, o opts, vs, mach [][2]string, started time.Time, too
 	row("CPU of the process (cores busy)", func(r *result) string { return fmt.Sprintf("%.3f", r.rateCPU) })
 	row("peak RSS (VmRSS sampled every 50 ms)", func(r *result) string { return fmt.Sprintf("%.0f MiB", r.rateRSS) })
 	row("confirmed position advanced (times)", func(r *result) string { return fmt.Sprint(r.rateMarks) })
-	row("median / longest gap between advances (sampled every 50 ms)", func(r *result) string {
+	row("median / longest gap between advances (sampled every 50 ms: about 50 ms means at every sample)", func(r *result) string {
 		return ms(r.markInterval) + " / " + ms(r.markIntervalHi)
 	})
 
