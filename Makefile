@@ -69,6 +69,10 @@ soak: ## the long fault-injection run (1,000,000 events, about 25 min) on a stac
 bench: ## measure the writer, relay and worker next to their ceilings in one run; writes docs/benchmarks.md
 	scripts/bench
 
+.PHONY: bench-peers
+bench-peers: ## Ferry's relay next to Debezium and Watermill's forwarder on the same stack (jars from Maven Central); writes its section of docs/benchmarks.md
+	scripts/bench-peers $(ARGS)
+
 .PHONY: demo
 demo: ## run the reserva demo on a local stack (ARGS=--once to exit when done)
 	scripts/demo $(ARGS)

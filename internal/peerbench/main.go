@@ -1,0 +1,128 @@
+// Command peerbench measures Ferry's relay next to its peers, Debezium
+// (PostgreSQL connector and outbox EventRouter in Kafka Connect standalone)
+// and Watermill's SQL-to-Kafka forwarder, in one run on one stack, and
+// writes a markdown section between the bench-peers markers of a file.
+// scripts/bench-peers fetches Debezium's jars and builds Watermill's side;
+// run it through `make bench-peers`:
+//
+//	scripts/bench-peers                               the full run: 200,000 events, 1,000/s for 30 s
+//	scripts/bench-peers -events 20000 -latency-duration 10s -note "..."
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+)
+
+func log(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "peerbench: "+format+"\n", args...)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "peerbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	var o opts
+	b := &bench{partitions: 4}
+	flag.IntVar(&o.events, "events", 200_000, "backlog written before each peer starts")
+	flag.IntVar(&o.rate, "rate", 1000, "events per second offered in the latency phase")
+	flag.DurationVar(&o.latencyFor, "latency-duration", 30*time.Second, "length of the latency phase")
+	flag.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Minute, "how long a peer may take to drain and confirm the backlog")
+	flag.IntVar(&b.payload, "payload", 200, "payload bytes per event")
+	peers := flag.String("peers", "ferry,debezium,watermill", "which peers to run, in this order; ferry first (the ratios are to it)")
+	flag.StringVar(&b.debeziumLib, "debezium-lib", "", "directory of Kafka Connect's and Debezium's jars (scripts/bench-peers fetches them)")
+	flag.StringVar(&b.debeziumLog4j, "debezium-log4j", "bench/peers/debezium/log4j2.properties", "log4j2 configuration of the Connect worker")
+	flag.StringVar(&b.java, "java", "java", "the java command for Kafka Connect")
+	jvm := flag.String("jvm-opts", "-Xms256m -Xmx2g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true",
+		"JVM options of Kafka Connect (connect-standalone.sh's heap and kafka-run-class.sh's performance options)")
+	flag.StringVar(&b.watermill, "watermill-bin", "", "the watermill-peer binary (bench/peers/watermill; scripts/bench-peers builds it)")
+	out := flag.String("out", "", "write the section between the bench-peers markers of this file (docs/benchmarks.md)")
+	note := flag.String("note", "", "a line printed in bold at the top of the section, e.g. that other work shared the machine")
+	flag.Parse()
+	b.jvmOpts = strings.Fields(*jvm)
+
+	admin, brokers := os.Getenv(ferrytest.EnvDatabaseURL), os.Getenv(ferrytest.EnvKafkaBrokers)
+	if admin == "" || brokers == "" {
+		return errors.New("FERRY_TEST_DATABASE_URL and FERRY_TEST_KAFKA_BROKERS are not set: eval \"$(scripts/stack up)\" first")
+	}
+	b.brokers = strings.Split(brokers, ",")
+	b.suffix = ferrytest.Suffix()
+	var err error
+	if b.dir, err = os.MkdirTemp("", "peerbench"); err != nil {
+		return err
+	}
+	log("scratch directory (logs, configuration) %s", b.dir)
+
+	var ps []peer
+	for _, name := range strings.Split(*peers, ",") {
+		switch name {
+		case "ferry":
+			ps = append(ps, &ferryPeer{b: b})
+		case "debezium":
+			if b.debeziumLib == "" {
+				return errors.New("-debezium-lib is not set: run scripts/bench-peers, which fetches the jars")
+			}
+			ps = append(ps, &debeziumPeer{b: b})
+		case "watermill":
+			if b.watermill == "" {
+				return errors.New("-watermill-bin is not set: run scripts/bench-peers, which builds it")
+			}
+			ps = append(ps, &watermillPeer{b: b})
+		default:
+			return fmt.Errorf("unknown peer %q (ferry, debezium, watermill)", name)
+		}
+	}
+	if len(ps) == 0 || ps[0].Name() != (&ferryPeer{}).Name() {
+		return errors.New("-peers must start with ferry: the ratios are to Ferry's relay")
+	}
+	b.relayBin = filepath.Join(b.dir, "relay")
+	if out, err := exec.Command("go", "build", "-o", b.relayBin, "./cmd/relay").CombinedOutput(); err != nil {
+		return fmt.Errorf("build the relay: %v\n%s", err, out)
+	}
+
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+	adm := kadm.NewClient(kcl)
+
+	started := time.Now()
+	var rs []*result
+	for _, p := range ps {
+		r, err := measure(ctx, b, adm, p, o)
+		if err != nil {
+			return fmt.Errorf("%w (logs in %s)", err, b.dir)
+		}
+		rs = append(rs, r)
+	}
+	section := markdown(rs, o, versions(ctx, b, admin), machine(), started, time.Since(started), *note)
+	fmt.Print(section)
+	if *out != "" {
+		if err := splice(*out, section); err != nil {
+			return err
+		}
+		log("wrote %s", *out)
+	}
+	return os.RemoveAll(b.dir)
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The markers that bound this report's section of docs/benchmarks.md; the
+// rest of the file belongs to `make bench`.
+const (
+	beginMarker = "<!-- bench-peers:begin -->"
+	endMarker   = "<!-- bench-peers:end -->"
+)
+
+// versions lists what ran, name then version, in order.
+func versions(ctx context.Context, b *bench, admin string) [][2]string {
+	var vs [][2]string
+	add := func(name, v string) { vs = append(vs, [2]string{name, v}) }
+	if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+		add("Ferry", "commit "+strings.TrimSpace(string(out)))
+	}
+	add("Go", runtime.Version())
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/twmb/franz-go" || d.Path == "github.com/jackc/pgx/v5" {
+				add(d.Path+" (Ferry's relay and this driver)", d.Version)
+			}
+		}
+	}
+	pg := "unknown"
+	if conn, err := pgx.Connect(ctx, admin); err == nil {
+		_ = conn.QueryRow(ctx, `SELECT 'PostgreSQL ' || current_setting('server_version')`).Scan(&pg)
+		conn.Close(ctx)
+	}
+	add("PostgreSQL", pg)
+	add("Kafka broker", "Apache Kafka "+cmpOr(os.Getenv("FERRY_TEST_KAFKA_VERSION"), "unknown")+" (one KRaft broker, scripts/stack)")
+	if b.java != "" {
+		if out, err := exec.Command(b.java, "-version").CombinedOutput(); err == nil {
+			add("Java", strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0]))
+		}
+	}
+	if b.debeziumLib != "" {
+		jars, _ := filepath.Glob(filepath.Join(b.debeziumLib, "*.jar"))
+		re := regexp.MustCompile(`^(debezium-connector-postgres|debezium-connect-plugins|connect-runtime|kafka-clients|postgresql)-([0-9].*)\.jar$`)
+		for _, j := range jars {
+			if m := re.FindStringSubmatch(filepath.Base(j)); m != nil {
+				add(m[1]+" (Debezium's JVM)", m[2])
+			}
+		}
+	}
+	if b.watermill != "" {
+		if out, err := exec.Command(b.watermill, "versions").Output(); err == nil {
+			sc := bufio.NewScanner(strings.NewReader(string(out)))
+			sc.Scan() // the Go version, the same as the driver's
+			for sc.Scan() {
+				if path, v, ok := strings.Cut(sc.Text(), " "); ok {
+					add(path+" (watermill-peer)", v)
+				}
+			}
+		}
+	}
+	return vs
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func machine() [][2]string {
+	var vs [][2]string
+	cpu, mem := "unknown", "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				var kb float64
+				fmt.Sscanf(strings.TrimSpace(rest), "%f", &kb)
+				mem = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+			}
+		}
+	}
+	kernel := "unknown"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	return append(vs, [2]string{"CPU", cpu}, [2]string{"cores (nproc)", fmt.Sprint(runtime.NumCPU())},
+		[2]string{"memory", mem}, [2]string{"kernel", kernel})
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+func secs(d time.Duration) string {
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// markdown is the section between the markers.
+func markdown(rs []*result, o opts, vs, mach [][2]string, started time.Time, took time.Duration, note string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	row := func(label string, cell func(r *result) string) {
+		w("| %s |", label)
+		for _, r := range rs {
+			w(" %s |", cell(r))
+		}
+		w("\n")
+	}
+	w("## Peers: Ferry's relay, Debezium and Watermill side by side\n\n")
+	w("Written by `make bench-peers` (`scripts/bench-peers`: `go run ./internal/peerbench -out docs/benchmarks.md`) on %s, in %s.\n",
+		started.UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
+	if note != "" {
+		w("\n**%s**\n", note)
+	}
+	w("\nEach peer ran as a process of its own, one after the other, against the same PostgreSQL and the same Kafka broker\n"+
+		"(`scripts/stack`), each with a database and a topic of its own (topic per aggregate type, "+
+		"%d partitions, key = aggregate id), the same %d-byte payloads on 1,000 aggregates. Ferry's relay and Debezium read\n"+
+		"Ferry's outbox table through a logical replication slot (pgoutput) made before the backlog was written; Watermill's\n"+
+		"forwarder reads a table of its own, so its events were written through Watermill's own SQL publisher (wrapped by the\n"+
+		"forwarder's publisher): the same count, payload, key and event headers, in one transaction for the backlog.\n\n",
+		rs[0].partitions, rs[0].payloadBytes)
+	w("| machine | |\n|---|---|\n")
+	for _, m := range mach {
+		w("| %s | %s |\n", m[0], m[1])
+	}
+	w("\n| software | version |\n|---|---|\n")
+	for _, v := range vs {
+		w("| %s | %s |\n", v[0], v[1])
+	}
+	ferry := rs[0]
+	w("\n### Backlog drain: %d events written before the process starts\n\n", o.events)
+	w("| figure |")
+	for _, r := range rs {
+		w(" %s |", r.peer.Name())
+	}
+	w("\n|---|")
+	for range rs {
+		w("---|")
+	}
+	w("\n")
+	row("ready after process start (its readiness probe or log line)", func(r *result) string { return secs(r.ready) })
+	row("whole backlog in Kafka, after process start", func(r *result) string { return secs(r.inKafka) })
+	row("drain rate from process start", func(r *result) string {
+		return fmt.Sprintf("%.0f events/s", float64(r.events)/r.inKafka.Seconds())
+	})
+	row("drain rate from ready", func(r *result) string {
+		return fmt.Sprintf("%.0f events/s", float64(r.events)/(r.inKafka-r.ready).Seconds())
+	})
+	row("drain time / Ferry's, from start (how many times faster Ferry drains)", func(r *result) string {
+		return fmt.Sprintf("**%.2f**", r.inKafka.Seconds()/ferry.inKafka.Seconds())
+	})
+	row("drain time / Ferry's, from ready", func(r *result) string {
+		return fmt.Sprintf("**%.2f**", (r.inKafka-r.ready).Seconds()/(ferry.inKafka-ferry.ready).Seconds())
+	})
+	row("whole backlog confirmed (slot's confirmed_flush_lsn / offsets row), after start", func(r *result) string { return secs(r.confirmed) })
+	row("CPU seconds of the process, start to confirmed", func(r *result) string { return fmt.Sprintf("%.1f s", r.drainCPU) })
+	row("CPU per event", func(r *result) string { return fmt.Sprintf("%.1f µs", r.drainCPU/float64(r.events)*1e6) })
+	row("peak RSS (VmHWM)", func(r *result) string { return fmt.Sprintf("%.0f MiB", r.drainRSS) })
+	row("confirmed position advanced, times during the drain", func(r *result) string { return fmt.Sprint(r.drainMarks) })
+
+	w("\n### Latency at %d events/s for %s: commit returned to a consumer's fetch\n\n", o.rate, o.latencyFor)
+	w("Four writers, one event per transaction; a franz-go consumer at the topic's end matches each record by its id header.\n" +
+		"Measured on the same process, after its drain.\n\n")
+	w("| figure |")
+	for _, r := range rs {
+		w(" %s |", r.peer.Name())
+	}
+	w("\n|---|")
+	for range rs {
+		w("---|")
+	}
+	w("\n")
+	row("offered (achieved rate)", func(r *result) string { return fmt.Sprintf("%d (%.0f/s)", r.offered, r.achieved) })
+	row("fetched and matched", func(r *result) string { return fmt.Sprint(r.matched) })
+	row("p50", func(r *result) string { return ms(r.p50) })
+	row("p95", func(r *result) string { return ms(r.p95) })
+	row("p99", func(r *result) string { return "**" + ms(r.p99) + "**" })
+	row("max", func(r *result) string { return ms(r.max) })
+	row("CPU of the process (cores busy)", func(r *result) string { return fmt.Sprintf("%.3f", r.rateCPU) })
+	row("peak RSS (VmRSS sampled every 50 ms)", func(r *result) string { return fmt.Sprintf("%.0f MiB", r.rateRSS) })
+	row("confirmed position advanced (times)", func(r *result) string { return fmt.Sprint(r.rateMarks) })
+	row("median / longest gap between advances (sampled every 50 ms: about 50 ms means at every sample)", func(r *result) string {
+		return ms(r.markInterval) + " / " + ms(r.markIntervalHi)
+	})
+
+	w("\n### How each records its progress, and its settings\n\n")
+	for _, r := range rs {
+		w("- **%s** marks progress by %s.\n", r.peer.Name(), r.peer.Marks())
+	}
+	for _, r := range rs {
+		w("\n%s:\n\n```\n%s```\n", r.peer.Name(), r.peer.Settings())
+	}
+	return b.String()
+}
+
+// splice puts section between the markers of file, appending the markers
+// at the end when the file has none, and leaves the rest of it untouched.
+func splice(file, section string) error {
+	old, err := os.ReadFile(file)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s := string(old)
+	block := beginMarker + "\n" + section + endMarker
+	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
+	switch {
+	case i >= 0 && j > i:
+		s = s[:i] + block + s[j+len(endMarker):]
+	case i >= 0 || j >= 0:
+		return fmt.Errorf("%s has one of %q and %q without the other, or in the wrong order: fix it by hand", file, beginMarker, endMarker)
+	default:
+		if s != "" && !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		if s != "" {
+			s += "\n"
+		}
+		s += block + "\n"
+	}
+	return os.WriteFile(file, []byte(s), 0o644)
+}
