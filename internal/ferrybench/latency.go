@@ -94,6 +94,7 @@ const (
 	stageAppendWorker   = "Kafka append → worker's fetch"
 	stageWorkerHandler  = "worker's fetch → handler called (queued in its lane)"
 	stageHandlerEffect  = "handler called → effect committed (the transaction, its fsync)"
+	stageWorkerEffect   = "worker's fetch → effect committed (all of the worker)"
 	stageCommitEffect   = "**commit returned → worker's effect committed**"
 	relayCommitReceive  = "ferry_relay_commit_to_receive_seconds"
 	relayReceiveAck     = "ferry_relay_receive_to_ack_seconds"
@@ -101,7 +102,7 @@ const (
 	latencyEffectsTable = `CREATE TABLE bench_effect (id text PRIMARY KEY)`
 )
 
-var stageOrder = []string{stageCommitAppend, stageAppendFetch, stageCommitFetch, stageAppendWorker, stageWorkerHandler, stageHandlerEffect, stageCommitEffect}
+var stageOrder = []string{stageCommitAppend, stageAppendFetch, stageCommitFetch, stageAppendWorker, stageWorkerHandler, stageHandlerEffect, stageWorkerEffect, stageCommitEffect}
 
 // stamps are one event's timestamps.
 type stamps struct {
@@ -433,6 +434,7 @@ func analyse(book *stampBook) *latencyResult {
 			stageAppendWorker:  sec(s.appended, s.received),
 			stageWorkerHandler: sec(s.received, s.handled),
 			stageHandlerEffect: sec(s.handled, s.effect),
+			stageWorkerEffect:  sec(s.received, s.effect),
 			stageCommitEffect:  sec(s.commit, s.effect),
 		}
 	}
