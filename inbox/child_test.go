@@ -211,7 +211,9 @@ func TestKilledAfterDatabaseCommitEffectStaysSingle(t *testing.T) {
 	b := setup(t, 1)
 	b.produce(b.record("m-1", "k", 0, 1), b.record("m-2", "k", 0, 2))
 
-	a := b.startChild(childConfig{Name: "A", KillAfterCommitID: "m-1"})
+	// One message per transaction: the kill falls between m-1's commit and
+	// m-2's.
+	a := b.startChild(childConfig{Name: "A", KillAfterCommitID: "m-1", BatchSize: 1})
 	if st := a.wait(b.ctx); !killedBySIGKILL(st) {
 		t.Fatalf("child A: %v, want killed by SIGKILL in the hook", st)
 	}
@@ -245,7 +247,7 @@ func TestNegativeControlCommitBeforeDatabaseLosesEffect(t *testing.T) {
 	b := setup(t, 1)
 	b.produce(b.record("m-1", "k", 0, 1), b.record("m-2", "k", 0, 2))
 
-	a := b.startChild(childConfig{Name: "A", Unsafe: true, KillBeforeCommitID: "m-1"})
+	a := b.startChild(childConfig{Name: "A", Unsafe: true, KillBeforeCommitID: "m-1", BatchSize: 1})
 	if st := a.wait(b.ctx); !killedBySIGKILL(st) {
 		t.Fatalf("child A: %v, want killed by SIGKILL in the hook", st)
 	}

@@ -19,7 +19,7 @@ import (
 const (
 	ConcurrencyDefault                  = 8
 	KeyConcurrencyDefault               = 1
-	BatchSizeDefault                    = 1
+	BatchSizeDefault                    = 16
 	MaxAttemptsDefault                  = 10
 	RetryBackoffDefault                 = 200 * time.Millisecond
 	RetryBackoffMaxDefault              = 30 * time.Second
@@ -96,7 +96,12 @@ type Config struct {
 	// partition in one transaction, with a savepoint per message, so that a
 	// failing message neither undoes nor blocks the others: it is rolled
 	// back to its savepoint and retried after the batch commits, together
-	// with the later messages of its key. Defaults to BatchSizeDefault (1).
+	// with the later messages of its key. A batch never waits to fill: it
+	// holds what was fetched and not applied yet, so a quiet partition
+	// still commits one message per transaction, and one that falls behind
+	// (a stall, a burst) catches up at one commit per batch instead of one
+	// per message. 1 applies every message in a transaction of its own.
+	// Defaults to BatchSizeDefault (16).
 	BatchSize int
 
 	// MaxAttempts is how many times a handler may fail on a message before

@@ -28,7 +28,7 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	if err := long.validate(); err != nil || long.HealthTimeout <= long.HandlerTimeout {
 		t.Fatalf("HandlerTimeout 5m: HealthTimeout %s, %v", long.HealthTimeout, err)
 	}
-	if c.OffsetReset != OffsetResetEarliest || c.BatchSize != 1 || c.KeyConcurrency != 1 || c.DeadLetterTopic("a.b") != "a.b.dlq" {
+	if c.OffsetReset != OffsetResetEarliest || c.BatchSize != BatchSizeDefault || c.KeyConcurrency != 1 || c.DeadLetterTopic("a.b") != "a.b.dlq" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	for _, tc := range []struct {

@@ -27,9 +27,9 @@ var modes = []struct {
 	name string
 	set  func(*Config)
 }{
-	{"one_per_transaction", func(*Config) {}},
+	{"one_per_transaction", func(c *Config) { c.BatchSize = 1 }},
 	{"batched", func(c *Config) { c.BatchSize = 16 }},
-	{"per_key", func(c *Config) { c.KeyConcurrency = 4 }},
+	{"per_key", func(c *Config) { c.KeyConcurrency = 4; c.BatchSize = 1 }},
 }
 
 // The same message produced five times takes effect once; the other four
@@ -484,6 +484,7 @@ func TestShutdownDrainsAndCommits(t *testing.T) {
 	}
 	cfg := b.config()
 	cfg.CommitInterval = time.Hour // only the shutdown commits
+	cfg.BatchSize = 1              // m-2 is a transaction of its own, not started once draining
 	draining := make(chan struct{})
 	cfg.hooks.stopped = func() { close(draining) }
 	w := b.newWorker(cfg, h)

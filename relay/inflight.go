@@ -26,6 +26,7 @@ type inflight struct {
 	tx      *txn
 	size    int
 	commit  time.Time          // PostgreSQL commit time of its transaction
+	heard   time.Time          // when the relay received it from the stream
 	lsn     pglogrepl.LSN      // commit LSN of its transaction
 	seq     uint64             // publication order within the session
 	probing atomic.Bool        // sent alone to test a topic Kafka refused (topicGate)

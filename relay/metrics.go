@@ -17,10 +17,14 @@ type metrics struct {
 	retainedWAL  prometheus.Gauge
 	confirmedLSN prometheus.Gauge
 	commitToAck  prometheus.Histogram
-	sessions     prometheus.Counter
-	standby      prometheus.Gauge
-	pruned       prometheus.Counter
-	heldTopics   prometheus.Gauge
+	// The two halves of commitToAck, for the latency breakdown
+	// (ferrybench latency): PostgreSQL to the relay, the relay to Kafka.
+	commitToReceive prometheus.Histogram
+	receiveToAck    prometheus.Histogram
+	sessions        prometheus.Counter
+	standby         prometheus.Gauge
+	pruned          prometheus.Counter
+	heldTopics      prometheus.Gauge
 	// A live migration: the epoch of the step in effect, fences written,
 	// and copies acknowledged per channel side and role.
 	migrationEpoch prometheus.Gauge
@@ -58,7 +62,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ferry_relay_commit_to_ack_seconds",
 			Help:    "Time from the PostgreSQL commit of an event to Kafka's acknowledgement.",
-			Buckets: []float64{.0005, .001, .002, .003, .004, .005, .0075, .01, .015, .02, .03, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets: latencyBuckets,
+		}),
+		commitToReceive: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_relay_commit_to_receive_seconds",
+			Help:    "Time from the PostgreSQL commit of a transaction to the relay's receipt of its commit message from the replication stream.",
+			Buckets: latencyBuckets,
+		}),
+		receiveToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_relay_receive_to_ack_seconds",
+			Help:    "Time from the relay's receipt of an event from the replication stream to Kafka's acknowledgement.",
+			Buckets: latencyBuckets,
 		}),
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_relay_sessions_total", Help: "Replication sessions started (the first one and every reconnection).",
@@ -84,11 +98,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL,
-			m.confirmedLSN, m.commitToAck, m.sessions, m.standby, m.pruned, m.heldTopics,
+			m.confirmedLSN, m.commitToAck, m.commitToReceive, m.receiveToAck, m.sessions, m.standby, m.pruned, m.heldTopics,
 			m.migrationEpoch, m.fences, m.copies)
 	}
 	return m
 }
+
+// latencyBuckets are the buckets of the latency histograms, fine where a
+// healthy relay's figures lie (milliseconds).
+var latencyBuckets = []float64{.0005, .001, .002, .003, .004, .005, .0075, .01, .015, .02, .03, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
 // Stats are the relay's counters since it started.
 type Stats struct {

@@ -457,7 +457,7 @@ func (s *session) publishRouted(p *inflight) {
 	for i, c := range st.Route(p.row.AggregateID) {
 		q := p
 		if i > 0 {
-			q = &inflight{Context: s.sctx, row: p.row, tx: p.tx, commit: p.commit, lsn: p.lsn, seq: p.seq}
+			q = &inflight{Context: s.sctx, row: p.row, tx: p.tx, commit: p.commit, heard: p.heard, lsn: p.lsn, seq: p.seq}
 		}
 		out := rt.outs[c.Side]
 		topic := out.namer.topic(&q.row)

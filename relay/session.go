@@ -67,6 +67,7 @@ type session struct {
 	openLSN      pglogrepl.LSN // its commit LSN, from Begin
 	openCommit   time.Time     // its commit time, from Begin
 	seq          uint64        // the last record's publication order
+	heard        time.Time     // when the message being handled arrived
 
 	// A live migration (route.go): the newest step applied, the plan in
 	// effect (nil: none, or OLD_ONLY), and a step waiting to apply.
@@ -301,6 +302,7 @@ func (s *session) stream(ctx context.Context) error {
 			return fmt.Errorf("receive replication message: %w", err)
 		}
 		heard = time.Now()
+		s.heard = heard
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
 			replyNow, err := s.handleCopyData(msg.Data)
@@ -396,6 +398,7 @@ func (s *session) handleWAL(data []byte) error {
 		if s.open == nil {
 			return errors.New("commit without begin")
 		}
+		s.r.metrics.commitToReceive.Observe(s.heard.Sub(m.CommitTime).Seconds())
 		s.tracker.commit(s.open, m.TransactionEndLSN, m.CommitTime)
 		if s.step != nil && s.step.tx == s.open {
 			s.step.end = m.TransactionEndLSN // reads no further until it applies
@@ -409,7 +412,7 @@ func (s *session) handleWAL(data []byte) error {
 // name can never be valid.
 func (s *session) publish(p *inflight) {
 	s.seq++
-	p.tx, p.commit, p.lsn, p.seq = s.open, s.openCommit, s.openLSN, s.seq
+	p.tx, p.commit, p.lsn, p.seq, p.heard = s.open, s.openCommit, s.openLSN, s.seq, s.heard
 	if s.route != nil {
 		s.publishRouted(p)
 		return
@@ -457,7 +460,8 @@ func (s *session) send(p *inflight, topicProblem string) {
 // acknowledged is the promise of every record of the session.
 func (s *session) acknowledged(rec *kgo.Record, err error) {
 	p := rec.Context.(*inflight)
-	s.r.lastAck.Store(time.Now().UnixNano())
+	now := time.Now()
+	s.r.lastAck.Store(now.UnixNano())
 	newSide := p.out.side == migration.NewSide
 	if newSide && p.out.released.Load() {
 		return // given up with its channel (releaseNew), acknowledged then
@@ -470,7 +474,10 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		s.r.metrics.published.Inc()
 		s.r.metrics.nPublished.Add(1)
 		s.r.metrics.bytes.Add(float64(len(rec.Value)))
-		s.r.metrics.commitToAck.Observe(time.Since(p.commit).Seconds())
+		s.r.metrics.commitToAck.Observe(now.Sub(p.commit).Seconds())
+		if !p.heard.IsZero() {
+			s.r.metrics.receiveToAck.Observe(now.Sub(p.heard).Seconds())
+		}
 		s.tracker.ack(p.tx, p.size)
 		if p.copies != nil {
 			p.copies.Inc()

@@ -5,6 +5,7 @@
 //	go run ./internal/ferrybench relay  [-events 1000000] [-runs 3]
 //	go run ./internal/ferrybench worker [-one-per-tx 20000] [-batched 200000] [-worker-runs 3]
 //	go run ./internal/ferrybench writer [-events 200000]
+//	go run ./internal/ferrybench latency [-rate 1000] [-runs 3]   (end to end; see latency.go)
 //	go run ./internal/ferrybench all    [-out docs/benchmarks.md]   (what make bench runs)
 package main
 
@@ -23,7 +24,7 @@ import (
 	"github.com/ferryhq/ferry/internal/ferrytest"
 )
 
-const usage = `usage: ferrybench relay|worker|writer|all [flags]   (ferrybench <command> -h for the flags)`
+const usage = `usage: ferrybench relay|worker|writer|latency|all [flags]   (ferrybench <command> -h for the flags)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -79,6 +80,8 @@ func main() {
 			}
 			return err
 		})
+	case "latency":
+		err = runLatency(ctx, fs, os.Args[2:])
 	case "all":
 		relayFlags()
 		workerFlags()
