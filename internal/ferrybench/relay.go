@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/procs"
 	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
 )
@@ -357,23 +358,6 @@ func (p *relayProc) stop() error {
 	}
 }
 
-// rssMB reads a process's resident set (VmRSS) or its peak (VmHWM).
-func rssMB(pid int, field string) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
 // drainOnce starts a relay on slot and times it from process start until
 // the slot's confirmed_flush_lsn reaches target. It also watches the
 // process: its peak RSS, its share of one core, and how often its
@@ -396,7 +380,7 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 	go func() {
 		var w watched
 		for i := 0; ; i++ {
-			w.peakRSS = max(w.peakRSS, rssMB(p.cmd.Process.Pid, "VmHWM"))
+			w.peakRSS = max(w.peakRSS, procs.MemMB(p.cmd.Process.Pid, "VmHWM"))
 			if i%5 == 0 { // every 100 ms: the scrape costs the relay a little
 				if n, err := scrapeGauge(p.metrics, "ferry_relay_unconfirmed_records"); err == nil {
 					w.windowSamples++
@@ -413,7 +397,7 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 				watchedc <- w
 				return
 			case <-stopWatch:
-				w.peakRSS = max(w.peakRSS, rssMB(p.cmd.Process.Pid, "VmHWM"))
+				w.peakRSS = max(w.peakRSS, procs.MemMB(p.cmd.Process.Pid, "VmHWM"))
 				watchedc <- w
 				return
 			case <-time.After(20 * time.Millisecond):
@@ -555,7 +539,7 @@ func latencyPhase(ctx context.Context, e *env, bin, url string, pool *pgxpool.Po
 	var peak float64
 	go func() {
 		for time.Since(start) < o.latencyFor {
-			peak = max(peak, rssMB(p.cmd.Process.Pid, "VmRSS"))
+			peak = max(peak, procs.MemMB(p.cmd.Process.Pid, "VmRSS"))
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()

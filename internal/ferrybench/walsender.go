@@ -5,9 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -15,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ferryhq/ferry/internal/procs"
 	"github.com/ferryhq/ferry/relay"
 )
 
@@ -211,29 +209,12 @@ func waitConfirmed(ctx context.Context, pool *pgxpool.Pool, slot, target string,
 	}
 }
 
-// cpuSeconds is a process's user plus system time, read from /proc (0 when
-// the process is gone or on another machine, e.g. PostgreSQL in a
-// container elsewhere).
+// cpuSeconds is a process's user plus system time (0 when the process is
+// gone or on another machine, e.g. PostgreSQL in a container elsewhere).
 func cpuSeconds(pid int) float64 {
 	if pid == 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is field 3, utime 14, stime 15.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	const clockTicks = 100 // USER_HZ, 100 on every Linux this runs on
-	return (utime + stime) / clockTicks
+	s, _ := procs.CPUSeconds(pid)
+	return s
 }

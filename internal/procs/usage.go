@@ -1,0 +1,58 @@
+package procs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat:
+// 100 on every Linux this runs on.
+const clockTicks = 100
+
+// CPUSeconds is the user plus system CPU time process pid has used, read
+// from /proc (an error when the process is gone or on another machine).
+func CPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// count fields after its closing parenthesis (state is field 3).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("unreadable /proc stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64) // field 14
+	stime, err2 := strconv.ParseFloat(f[12], 64) // field 15
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return (utime + stime) / clockTicks, nil
+}
+
+// MemMB reads a memory field of /proc/PID/status in MiB: VmRSS (resident
+// now) or VmHWM (peak resident); 0 when it cannot be read.
+func MemMB(pid int, field string) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
