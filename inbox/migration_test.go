@@ -330,14 +330,8 @@ func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
 func TestAnUnappliedShadowIsQuarantinedThenReplayedOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	stamped := func(id string, side migration.Side, role migration.Role) *kgo.Record {
-		r := b.record(id, "k-"+id, 0, 1)
-		st := migration.Stamp{Plan: "move", Epoch: 1, Slice: migration.Slice(r.Key), Side: side, Role: role}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
-		return r
-	}
-	b.produce(stamped("m-lost", migration.OldSide, migration.Shadow),
-		stamped("m-ok", migration.OldSide, migration.Shadow), stamped("m-ok", migration.NewSide, migration.Authoritative))
+	b.produce(b.stamped("m-lost", migration.OldSide, migration.Shadow),
+		b.stamped("m-ok", migration.OldSide, migration.Shadow), b.stamped("m-ok", migration.NewSide, migration.Authoritative))
 	cfg := b.config()
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
@@ -381,14 +375,8 @@ func TestAnUnappliedShadowIsQuarantinedThenReplayedOnce(t *testing.T) {
 func TestADeadLetteredAuthoritativeCopyIsNotQuarantined(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	stamped := func(id string, side migration.Side, role migration.Role) *kgo.Record {
-		r := b.record(id, "k-"+id, 0, 1)
-		st := migration.Stamp{Plan: "move", Epoch: 1, Slice: migration.Slice(r.Key), Side: side, Role: role}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
-		return r
-	}
-	b.produce(stamped("m-poison", migration.NewSide, migration.Authoritative), stamped("m-poison", migration.OldSide, migration.Shadow),
-		stamped("m-lost", migration.OldSide, migration.Shadow))
+	b.produce(b.stamped("m-poison", migration.NewSide, migration.Authoritative), b.stamped("m-poison", migration.OldSide, migration.Shadow),
+		b.stamped("m-lost", migration.OldSide, migration.Shadow))
 	cfg := b.config()
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
@@ -425,10 +413,7 @@ func TestADeadLetteredAuthoritativeCopyIsNotQuarantined(t *testing.T) {
 func TestAReplayedEventThatIsDeadLetteredStaysOutOfTheQuarantine(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	r := b.record("m-poison", "k-m-poison", 0, 1)
-	st := migration.Stamp{Plan: "move", Epoch: 1, Slice: migration.Slice(r.Key), Side: migration.OldSide, Role: migration.Shadow}
-	r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
-	b.produce(r)
+	b.produce(b.stamped("m-poison", migration.OldSide, migration.Shadow))
 	cfg := b.config()
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
@@ -446,17 +431,29 @@ func TestAReplayedEventThatIsDeadLetteredStaysOutOfTheQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitFor("the replay dead-lettered", func() (bool, error) { return len(b.deadLetters()) == 1, nil })
-	// Quarantine passes run every 50 ms and take a shadow 200 ms old: one
-	// that would quarantine it again has run once the replay's record is
-	// committed and 200 ms more passed.
+	// A shadow recorded after the replay was settled, quarantined in its
+	// turn: the pass that took it saw m-poison's older shadow too.
 	b.waitCommitted(b.consumer, 0, 2)
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		if q, err := ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer); err != nil || len(q) != 0 {
-			t.Fatalf("after its replay was dead-lettered, the quarantine holds %+v (%v); want nothing", q, err)
+	b.produce(b.stamped("m-probe", migration.OldSide, migration.Shadow))
+	b.waitFor("m-probe quarantined", func() (bool, error) {
+		var err error
+		q, err = ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer)
+		return slices.ContainsFunc(q, func(q MigrationQuarantined) bool { return q.ID == "m-probe" }), err
+	})
+	for _, e := range q {
+		if e.ID == "m-poison" {
+			t.Fatalf("after its replay was dead-lettered, m-poison is in the quarantine again: %+v", e)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// stamped is a record of id on partition 0 with a route stamp of plan
+// "move", epoch 1, from side in role.
+func (b *bundle) stamped(id string, side migration.Side, role migration.Role) *kgo.Record {
+	r := b.record(id, "k-"+id, 0, 1)
+	st := migration.Stamp{Plan: "move", Epoch: 1, Slice: migration.Slice(r.Key), Side: side, Role: role}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
+	return r
 }
 
 // A fence in the middle of a batch is passed once the records before it are
