@@ -39,7 +39,14 @@ func serializationFailure(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, _ 
 // cycle is closed before tx starts waiting, and tx's deadlock_timeout is the
 // shorter one, so tx is the one PostgreSQL aborts with 40P01. The other
 // transaction gets row 1 once tx rolls back, and rolls back too.
+//
+// The previous call's other transaction must be gone first. Woken by the
+// previous tx's abort, it may still be about to take row 1, holding row 2:
+// if this tx took row 1 first, the previous one would wait for this tx, and
+// this call's other transaction for row 2; this tx waits on that one in the
+// handler, a cycle through the client that PostgreSQL cannot see.
 func deadlock(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, wg *sync.WaitGroup) error {
+	wg.Wait()
 	if _, err := tx.Exec(ctx, `SET LOCAL deadlock_timeout = '10ms'; UPDATE contended SET n = n + 1 WHERE id = 1`); err != nil {
 		return err
 	}
