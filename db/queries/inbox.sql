@@ -9,16 +9,6 @@ SELECT EXISTS (
     SELECT 1 FROM inbox WHERE consumer = @consumer AND message_id = @message_id
 );
 
--- name: InboxDeleteBefore :execrows
--- Deletes at most max_rows of the oldest rows processed before the cutoff.
-DELETE FROM inbox
-WHERE (consumer, message_id) IN (
-    SELECT consumer, message_id FROM inbox
-    WHERE processed_at < @before::timestamptz
-    ORDER BY processed_at
-    LIMIT @max_rows::int
-);
-
 -- name: InboxInsertMany :many
 -- Claims a batch of messages in one statement and returns the ids that were
 -- new. An id already present, or repeated in the batch, is returned at most

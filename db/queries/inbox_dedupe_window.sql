@@ -29,8 +29,9 @@ GROUP BY consumer
 ORDER BY consumer;
 
 -- name: InboxDeleteBeforeExcept :execrows
--- InboxDeleteBefore that keeps every row of the consumers in @keep: those
--- whose retention is shorter than their live migration's dedupe window.
+-- Deletes at most max_rows of the oldest rows processed before the cutoff,
+-- keeping every row of the consumers in @keep: those whose retention is
+-- shorter than their live migration's dedupe window.
 DELETE FROM inbox
 WHERE (consumer, message_id) IN (
     SELECT consumer, message_id FROM inbox

@@ -54,6 +54,3 @@ SELECT migration, epoch, phase, slices, seq FROM ferry_migration_step WHERE seq 
 
 -- name: MigrationStepNewest :one
 SELECT coalesce(max(seq), 0)::bigint AS seq FROM ferry_migration_step;
-
--- name: MigrationChannels :many
-SELECT name, old_channel, new_channel FROM ferry_migration;

@@ -22,30 +22,6 @@ func (q *Queries) InboxCountByConsumer(ctx context.Context, db DBTX, consumer st
 	return count, err
 }
 
-const inboxDeleteBefore = `-- name: InboxDeleteBefore :execrows
-DELETE FROM inbox
-WHERE (consumer, message_id) IN (
-    SELECT consumer, message_id FROM inbox
-    WHERE processed_at < $1::timestamptz
-    ORDER BY processed_at
-    LIMIT $2::int
-)
-`
-
-type InboxDeleteBeforeParams struct {
-	Before  time.Time
-	MaxRows int32
-}
-
-// Deletes at most max_rows of the oldest rows processed before the cutoff.
-func (q *Queries) InboxDeleteBefore(ctx context.Context, db DBTX, arg InboxDeleteBeforeParams) (int64, error) {
-	result, err := db.Exec(ctx, inboxDeleteBefore, arg.Before, arg.MaxRows)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const inboxDeleteMany = `-- name: InboxDeleteMany :execrows
 DELETE FROM inbox
 WHERE consumer = $1 AND message_id = ANY($2::text[])

@@ -83,8 +83,9 @@ type InboxDeleteBeforeExceptParams struct {
 	MaxRows int32
 }
 
-// InboxDeleteBefore that keeps every row of the consumers in @keep: those
-// whose retention is shorter than their live migration's dedupe window.
+// Deletes at most max_rows of the oldest rows processed before the cutoff,
+// keeping every row of the consumers in @keep: those whose retention is
+// shorter than their live migration's dedupe window.
 func (q *Queries) InboxDeleteBeforeExcept(ctx context.Context, db DBTX, arg InboxDeleteBeforeExceptParams) (int64, error) {
 	result, err := db.Exec(ctx, inboxDeleteBeforeExcept, arg.Before, arg.Keep, arg.MaxRows)
 	if err != nil {

@@ -48,36 +48,6 @@ func (q *Queries) MigrationActiveOther(ctx context.Context, db DBTX, migration s
 	return items, nil
 }
 
-const migrationChannels = `-- name: MigrationChannels :many
-SELECT name, old_channel, new_channel FROM ferry_migration
-`
-
-type MigrationChannelsRow struct {
-	Name       string
-	OldChannel json.RawMessage
-	NewChannel json.RawMessage
-}
-
-func (q *Queries) MigrationChannels(ctx context.Context, db DBTX) ([]*MigrationChannelsRow, error) {
-	rows, err := db.Query(ctx, migrationChannels)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*MigrationChannelsRow
-	for rows.Next() {
-		var i MigrationChannelsRow
-		if err := rows.Scan(&i.Name, &i.OldChannel, &i.NewChannel); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const migrationCreate = `-- name: MigrationCreate :exec
 INSERT INTO ferry_migration (name, old_channel, new_channel, groups, created_by)
 VALUES ($1, $2, $3, $4, $5)
