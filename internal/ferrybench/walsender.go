@@ -5,6 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -217,4 +221,70 @@ func cpuSeconds(pid int) float64 {
 	}
 	s, _ := procs.CPUSeconds(pid)
 	return s
+}
+
+// pgRecvlogical is PostgreSQL's own logical streaming client:
+// FERRY_PG_CLIENT_BIN (scripts/stack's setting) or PostgreSQL 15's Debian
+// directory, else the PATH.
+func pgRecvlogical() (string, error) {
+	for _, dir := range []string{os.Getenv("FERRY_PG_CLIENT_BIN"), "/usr/lib/postgresql/15/bin"} {
+		if dir == "" {
+			continue
+		}
+		if p := filepath.Join(dir, "pg_recvlogical"); fileExists(p) {
+			return p, nil
+		}
+	}
+	return exec.LookPath("pg_recvlogical")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// recvlogicalOnce is the walsender ceiling with PostgreSQL's own client:
+// pg_recvlogical streams slot with the relay's plugin options into
+// /dev/null and exits when it has received target (--endpos). It is timed
+// from its start until it exits; the walsender's CPU is read every 20 ms
+// while it streams (it exits with its client).
+func recvlogicalOnce(ctx context.Context, bin, url string, pool *pgxpool.Pool, slot, target string) (drained, error) {
+	args := []string{"-d", url, "--slot", slot, "--start", "--endpos", target, "--no-loop", "-f", "/dev/null"}
+	for _, a := range relayPluginArgs {
+		name, value, _ := strings.Cut(a, " ")
+		args = append(args, "-o", name+"="+strings.Trim(value, "'"))
+	}
+	var d drained
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return d, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		var active *int32
+		if err := pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err != nil {
+			_ = cmd.Process.Kill()
+			<-done
+			return d, err
+		}
+		if active != nil {
+			if d.attached == 0 {
+				d.attached = time.Since(start)
+			}
+			d.cpu = max(d.cpu, cpuSeconds(int(*active)))
+		}
+		select {
+		case err := <-done:
+			d.elapsed = time.Since(start)
+			if err != nil {
+				return d, fmt.Errorf("pg_recvlogical on slot %s: %v: %s", slot, err, strings.TrimSpace(stderr.String()))
+			}
+			return d, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

@@ -56,3 +56,30 @@ func MemMB(pid int, field string) float64 {
 	}
 	return 0
 }
+
+// MachineCPU is the machine's CPU time so far, summed over every core, in
+// seconds: busy (user, nice, system, irq, softirq, steal) and all (busy
+// plus idle and iowait). The share of the machine busy between two
+// readings is the ratio of their differences.
+func MachineCPU() (busy, all float64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, errors.New("unreadable /proc/stat")
+	}
+	var ticks [8]float64
+	for i := range ticks {
+		if ticks[i], err = strconv.ParseFloat(f[i+1], 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+	}
+	idle := ticks[3] + ticks[4]
+	for _, t := range ticks {
+		all += t
+	}
+	return (all - idle) / clockTicks, all / clockTicks, nil
+}
