@@ -57,8 +57,12 @@ func run(ctx context.Context) error {
 		"JVM options of Kafka Connect (connect-standalone.sh's heap and kafka-run-class.sh's performance options)")
 	flag.StringVar(&b.watermill, "watermill-bin", "", "the watermill-peer binary (bench/peers/watermill; scripts/bench-peers builds it)")
 	out := flag.String("out", "", "write the section between the bench-peers markers of this file (docs/benchmarks.md)")
+	runs := flag.Int("runs", 3, "rounds of every peer in turn; each figure is the median (min–max) of the rounds, each ratio paired within a round")
 	note := flag.String("note", "", "a line printed in bold at the top of the section, e.g. that other work shared the machine")
 	flag.Parse()
+	if *runs < 1 {
+		return fmt.Errorf("-runs %d: at least 1", *runs)
+	}
 	b.jvmOpts = strings.Fields(*jvm)
 
 	admin, brokers := os.Getenv(ferrytest.EnvDatabaseURL), os.Getenv(ferrytest.EnvKafkaBrokers)
@@ -73,27 +77,9 @@ func run(ctx context.Context) error {
 	}
 	log("scratch directory (logs, configuration) %s", b.dir)
 
-	var ps []peer
-	for _, name := range strings.Split(*peers, ",") {
-		switch name {
-		case "ferry":
-			ps = append(ps, &ferryPeer{b: b})
-		case "debezium":
-			if b.debeziumLib == "" {
-				return errors.New("-debezium-lib is not set: run scripts/bench-peers, which fetches the jars")
-			}
-			ps = append(ps, &debeziumPeer{b: b})
-		case "watermill":
-			if b.watermill == "" {
-				return errors.New("-watermill-bin is not set: run scripts/bench-peers, which builds it")
-			}
-			ps = append(ps, &watermillPeer{b: b})
-		default:
-			return fmt.Errorf("unknown peer %q (ferry, debezium, watermill)", name)
-		}
-	}
-	if len(ps) == 0 || ps[0].Name() != (&ferryPeer{}).Name() {
-		return errors.New("-peers must start with ferry: the ratios are to Ferry's relay")
+	names := strings.Split(*peers, ",")
+	if _, err := newPeers(b, names); err != nil {
+		return err
 	}
 	b.relayBin = filepath.Join(b.dir, "relay")
 	if out, err := exec.Command("go", "build", "-o", b.relayBin, "./cmd/relay").CombinedOutput(); err != nil {
@@ -108,15 +94,26 @@ func run(ctx context.Context) error {
 	adm := kadm.NewClient(kcl)
 
 	started := time.Now()
-	var rs []*result
-	for _, p := range ps {
-		r, err := measure(ctx, b, adm, p, o)
-		if err != nil {
-			return fmt.Errorf("%w (logs in %s)", err, b.dir)
+	base := b.suffix
+	var rounds [][]*result
+	for i := range *runs {
+		// Every round gives each peer a new database, slot and topic, and
+		// runs the peers in turn, so that each round's ratios compare
+		// processes that shared the machine's state of the moment.
+		b.suffix = fmt.Sprintf("%s_r%d", base, i)
+		ps, _ := newPeers(b, names)
+		var rs []*result
+		for _, p := range ps {
+			log("round %d of %d: %s", i+1, *runs, p.Name())
+			r, err := measure(ctx, b, adm, p, o)
+			if err != nil {
+				return fmt.Errorf("%w (logs in %s)", err, b.dir)
+			}
+			rs = append(rs, r)
 		}
-		rs = append(rs, r)
+		rounds = append(rounds, rs)
 	}
-	section := markdown(rs, o, versions(ctx, b, admin), machine(), started, time.Since(started), *note)
+	section := markdown(rounds, o, versions(ctx, b, admin), machine(), started, time.Since(started), *note)
 	fmt.Print(section)
 	if *out != "" {
 		if err := splice(*out, section); err != nil {
@@ -125,4 +122,31 @@ func run(ctx context.Context) error {
 		log("wrote %s", *out)
 	}
 	return os.RemoveAll(b.dir)
+}
+
+// newPeers makes the named peers, Ferry's relay first.
+func newPeers(b *bench, names []string) ([]peer, error) {
+	var ps []peer
+	for _, name := range names {
+		switch name {
+		case "ferry":
+			ps = append(ps, &ferryPeer{b: b})
+		case "debezium":
+			if b.debeziumLib == "" {
+				return nil, errors.New("-debezium-lib is not set: run scripts/bench-peers, which fetches the jars")
+			}
+			ps = append(ps, &debeziumPeer{b: b})
+		case "watermill":
+			if b.watermill == "" {
+				return nil, errors.New("-watermill-bin is not set: run scripts/bench-peers, which builds it")
+			}
+			ps = append(ps, &watermillPeer{b: b})
+		default:
+			return nil, fmt.Errorf("unknown peer %q (ferry, debezium, watermill)", name)
+		}
+	}
+	if len(ps) == 0 || ps[0].Name() != (&ferryPeer{}).Name() {
+		return nil, errors.New("-peers must start with ferry: the ratios are to Ferry's relay")
+	}
+	return ps, nil
 }

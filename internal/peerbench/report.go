@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ferryhq/ferry/internal/stats"
 )
 
 // The markers that bound this report's section of docs/benchmarks.md; the
@@ -108,22 +110,48 @@ func machine() [][2]string {
 		[2]string{"memory", mem}, [2]string{"kernel", kernel})
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
-func secs(d time.Duration) string {
-	return fmt.Sprintf("%.2f s", d.Seconds())
-}
-
-// markdown is the section between the markers.
-func markdown(rs []*result, o opts, vs, mach [][2]string, started time.Time, took time.Duration, note string) string {
+// markdown is the section between the markers: every figure is the median
+// (min–max) over the rounds, every ratio to Ferry's is taken within each
+// round and then summarised the same way.
+func markdown(rounds [][]*result, o opts, vs, mach [][2]string, started time.Time, took time.Duration, note string) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	row := func(label string, cell func(r *result) string) {
+	rs := rounds[0] // the peers, in order; the same in every round
+	col := func(i int, f func(r *result) float64) stats.Samples {
+		var s stats.Samples
+		for _, round := range rounds {
+			s = append(s, f(round[i]))
+		}
+		return s
+	}
+	row := func(label, verb, unit string, f func(r *result) float64) {
 		w("| %s |", label)
-		for _, r := range rs {
-			w(" %s |", cell(r))
+		for i := range rs {
+			w(" %s%s |", col(i, f).Format(verb), unit)
 		}
 		w("\n")
 	}
+	ratioRow := func(label string, f func(r *result) float64) {
+		w("| %s |", label)
+		w(" **1.00** |") // Ferry's to its own
+		for i := range rs[1:] {
+			w(" **%s** |", stats.Ratios(col(i+1, f), col(0, f)).Format("%.2f"))
+		}
+		w("\n")
+	}
+	header := func() {
+		w("| figure (median (min–max) of %d rounds) |", len(rounds))
+		for _, r := range rs {
+			w(" %s |", r.peer.Name())
+		}
+		w("\n|---|")
+		for range rs {
+			w("---|")
+		}
+		w("\n")
+	}
+	sec := func(d time.Duration) float64 { return d.Seconds() }
+	msec := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	w("## Peers: Ferry's relay, Debezium and Watermill side by side\n\n")
 	w("Written by `make bench-peers` (`scripts/bench-peers`: `go run ./internal/peerbench -out docs/benchmarks.md`) on %s, in %s.\n",
 		started.UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
@@ -135,8 +163,9 @@ func markdown(rs []*result, o opts, vs, mach [][2]string, started time.Time, too
 		"%d partitions, key = aggregate id), the same %d-byte payloads on 1,000 aggregates. Ferry's relay and Debezium read\n"+
 		"Ferry's outbox table through a logical replication slot (pgoutput) made before the backlog was written; Watermill's\n"+
 		"forwarder reads a table of its own, so its events were written through Watermill's own SQL publisher (wrapped by the\n"+
-		"forwarder's publisher): the same count, payload, key and event headers, in one transaction for the backlog.\n\n",
-		rs[0].partitions, rs[0].payloadBytes)
+		"forwarder's publisher): the same count, payload, key and event headers, in one transaction for the backlog.\n"+
+		"%d rounds ran, each of them every peer in turn on a new database, slot and topic; a ratio is taken within each round.\n\n",
+		rs[0].partitions, rs[0].payloadBytes, len(rounds))
 	w("| machine | |\n|---|---|\n")
 	for _, m := range mach {
 		w("| %s | %s |\n", m[0], m[1])
@@ -145,61 +174,37 @@ func markdown(rs []*result, o opts, vs, mach [][2]string, started time.Time, too
 	for _, v := range vs {
 		w("| %s | %s |\n", v[0], v[1])
 	}
-	ferry := rs[0]
 	w("\n### Backlog drain: %d events written before the process starts\n\n", o.events)
-	w("| figure |")
-	for _, r := range rs {
-		w(" %s |", r.peer.Name())
-	}
-	w("\n|---|")
-	for range rs {
-		w("---|")
-	}
-	w("\n")
-	row("ready after process start (its readiness probe or log line)", func(r *result) string { return secs(r.ready) })
-	row("whole backlog in Kafka, after process start", func(r *result) string { return secs(r.inKafka) })
-	row("drain rate from process start", func(r *result) string {
-		return fmt.Sprintf("%.0f events/s", float64(r.events)/r.inKafka.Seconds())
-	})
-	row("drain rate from ready", func(r *result) string {
-		return fmt.Sprintf("%.0f events/s", float64(r.events)/(r.inKafka-r.ready).Seconds())
-	})
-	row("drain time / Ferry's, from start (how many times faster Ferry drains)", func(r *result) string {
-		return fmt.Sprintf("**%.2f**", r.inKafka.Seconds()/ferry.inKafka.Seconds())
-	})
-	row("drain time / Ferry's, from ready", func(r *result) string {
-		return fmt.Sprintf("**%.2f**", (r.inKafka-r.ready).Seconds()/(ferry.inKafka-ferry.ready).Seconds())
-	})
-	row("whole backlog confirmed (slot's confirmed_flush_lsn / offsets row), after start", func(r *result) string { return secs(r.confirmed) })
-	row("CPU seconds of the process, start to confirmed", func(r *result) string { return fmt.Sprintf("%.1f s", r.drainCPU) })
-	row("CPU per event", func(r *result) string { return fmt.Sprintf("%.1f µs", r.drainCPU/float64(r.events)*1e6) })
-	row("peak RSS (VmHWM)", func(r *result) string { return fmt.Sprintf("%.0f MiB", r.drainRSS) })
-	row("confirmed position advanced, times during the drain", func(r *result) string { return fmt.Sprint(r.drainMarks) })
+	header()
+	row("ready after process start (its readiness probe or log line)", "%.2f", " s", func(r *result) float64 { return sec(r.ready) })
+	row("whole backlog in Kafka, after process start", "%.2f", " s", func(r *result) float64 { return sec(r.inKafka) })
+	row("drain rate from process start", "%.0f", " events/s", func(r *result) float64 { return float64(r.events) / sec(r.inKafka) })
+	row("drain rate from ready", "%.0f", " events/s", func(r *result) float64 { return float64(r.events) / sec(r.inKafka-r.ready) })
+	ratioRow("drain time / Ferry's, from start (how many times faster Ferry drains)", func(r *result) float64 { return sec(r.inKafka) })
+	ratioRow("drain time / Ferry's, from ready", func(r *result) float64 { return sec(r.inKafka - r.ready) })
+	row("whole backlog confirmed (slot's confirmed_flush_lsn / offsets row), after start", "%.2f", " s", func(r *result) float64 { return sec(r.confirmed) })
+	row("CPU seconds of the process, start to confirmed", "%.1f", " s", func(r *result) float64 { return r.drainCPU })
+	row("CPU per event", "%.1f", " µs", func(r *result) float64 { return r.drainCPU / float64(r.events) * 1e6 })
+	ratioRow("CPU per event / Ferry's", func(r *result) float64 { return r.drainCPU / float64(r.events) })
+	row("peak RSS (VmHWM)", "%.0f", " MiB", func(r *result) float64 { return r.drainRSS })
+	row("confirmed position advanced, times during the drain", "%.0f", "", func(r *result) float64 { return float64(r.drainMarks) })
 
 	w("\n### Latency at %d events/s for %s: commit returned to a consumer's fetch\n\n", o.rate, o.latencyFor)
 	w("Four writers, one event per transaction; a franz-go consumer at the topic's end matches each record by its id header.\n" +
 		"Measured on the same process, after its drain.\n\n")
-	w("| figure |")
-	for _, r := range rs {
-		w(" %s |", r.peer.Name())
-	}
-	w("\n|---|")
-	for range rs {
-		w("---|")
-	}
-	w("\n")
-	row("offered (achieved rate)", func(r *result) string { return fmt.Sprintf("%d (%.0f/s)", r.offered, r.achieved) })
-	row("fetched and matched", func(r *result) string { return fmt.Sprint(r.matched) })
-	row("p50", func(r *result) string { return ms(r.p50) })
-	row("p95", func(r *result) string { return ms(r.p95) })
-	row("p99", func(r *result) string { return "**" + ms(r.p99) + "**" })
-	row("max", func(r *result) string { return ms(r.max) })
-	row("CPU of the process (cores busy)", func(r *result) string { return fmt.Sprintf("%.3f", r.rateCPU) })
-	row("peak RSS (VmRSS sampled every 50 ms)", func(r *result) string { return fmt.Sprintf("%.0f MiB", r.rateRSS) })
-	row("confirmed position advanced (times)", func(r *result) string { return fmt.Sprint(r.rateMarks) })
-	row("median / longest gap between advances (sampled every 50 ms: about 50 ms means at every sample)", func(r *result) string {
-		return ms(r.markInterval) + " / " + ms(r.markIntervalHi)
-	})
+	header()
+	row("offered", "%.0f", "", func(r *result) float64 { return float64(r.offered) })
+	row("achieved rate", "%.0f", "/s", func(r *result) float64 { return r.achieved })
+	row("fetched and matched", "%.0f", "", func(r *result) float64 { return float64(r.matched) })
+	row("p50", "%.1f", " ms", func(r *result) float64 { return msec(r.p50) })
+	row("p95", "%.1f", " ms", func(r *result) float64 { return msec(r.p95) })
+	row("**p99**", "%.1f", " ms", func(r *result) float64 { return msec(r.p99) })
+	row("max", "%.1f", " ms", func(r *result) float64 { return msec(r.max) })
+	row("CPU of the process (cores busy)", "%.3f", "", func(r *result) float64 { return r.rateCPU })
+	row("peak RSS (VmRSS sampled every 50 ms)", "%.0f", " MiB", func(r *result) float64 { return r.rateRSS })
+	row("confirmed position advanced (times)", "%.0f", "", func(r *result) float64 { return float64(r.rateMarks) })
+	row("median gap between advances (sampled every 50 ms: about 50 ms means at every sample)", "%.1f", " ms", func(r *result) float64 { return msec(r.markInterval) })
+	row("longest gap between advances", "%.1f", " ms", func(r *result) float64 { return msec(r.markIntervalHi) })
 
 	w("\n### How each records its progress, and its settings\n\n")
 	for _, r := range rs {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func spliceFile(t *testing.T, content string) string {
@@ -68,5 +69,41 @@ func TestSpliceRefusesAFileWithOneMarker(t *testing.T) {
 	}
 	if got := read(t, file); got != "text\n"+endMarker+"\n" {
 		t.Fatalf("the file changed: %q", got)
+	}
+}
+
+// namedPeer is a peer for the report: only its name and texts are read.
+type namedPeer struct {
+	peer
+	name string
+}
+
+func (p namedPeer) Name() string     { return p.name }
+func (p namedPeer) Marks() string    { return "marks" }
+func (p namedPeer) Settings() string { return "settings\n" }
+
+// Each figure is the median and range of the rounds, and each ratio to
+// Ferry's is taken within a round: in the second round both peers drained
+// half as fast, which leaves the ratio where it was.
+func TestReportGivesMediansAndRatiosPairedByRound(t *testing.T) {
+	t.Parallel()
+	ferry, other := namedPeer{name: "Ferry relay"}, namedPeer{name: "Other"}
+	res := func(p peer, inKafka time.Duration) *result {
+		return &result{peer: p, events: 1000, inKafka: inKafka, confirmed: inKafka, ready: 0}
+	}
+	rounds := [][]*result{
+		{res(ferry, 1*time.Second), res(other, 5*time.Second)},
+		{res(ferry, 2*time.Second), res(other, 10*time.Second)},
+		{res(ferry, 1*time.Second), res(other, 6*time.Second)},
+	}
+	md := markdown(rounds, opts{events: 1000, rate: 10, latencyFor: time.Second}, nil, nil, time.Now(), time.Second, "")
+	for _, want := range []string{
+		"| whole backlog in Kafka, after process start | 1.00 (1.00–2.00) s | 6.00 (5.00–10.00) s |",
+		"| drain time / Ferry's, from start (how many times faster Ferry drains) | **1.00** | **5.00 (5.00–6.00)** |",
+		"median (min–max) of 3 rounds",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
 	}
 }
