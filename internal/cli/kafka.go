@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -43,7 +44,22 @@ type Kafka struct {
 	SASLUsername     string
 	SASLPassword     string // never logged
 	AutoCreateTopics bool
+	Compression      string // a key of compressionCodecs; empty: CompressionDefault
 }
+
+// compressionCodecs are the values of --kafka-compression. A batch goes out
+// compressed only when that makes it smaller.
+var compressionCodecs = map[string]kgo.CompressionCodec{
+	"none":   kgo.NoCompression(),
+	"gzip":   kgo.GzipCompression(),
+	"snappy": kgo.SnappyCompression(),
+	"lz4":    kgo.Lz4Compression(),
+	"zstd":   kgo.ZstdCompression(),
+}
+
+// CompressionDefault is franz-go's own preference: snappy, which every Kafka
+// client decodes.
+const CompressionDefault = "snappy"
 
 // Register binds the settings to f; clientID is the default client id.
 func (k *Kafka) Register(f *Flags, clientID string) {
@@ -57,6 +73,7 @@ func (k *Kafka) Register(f *Flags, clientID string) {
 	f.StringVar(&k.SASLMechanism, "kafka-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 	f.StringVar(&k.SASLUsername, "kafka-sasl-username", "", "SASL user; the password comes from "+SASLPasswordEnv+" only")
 	f.BoolVar(&k.AutoCreateTopics, "kafka-auto-create-topics", false, "let the broker create missing topics (needs auto.create.topics.enable on the broker)")
+	f.StringVar(&k.Compression, "kafka-compression", CompressionDefault, "compression of the batches produced: none, gzip, snappy, lz4 or zstd (zstd needs Kafka 2.1 and consumers that decode it)")
 	k.SASLPassword = os.Getenv(SASLPasswordEnv)
 }
 
@@ -87,6 +104,9 @@ func (k *Kafka) Validate() error {
 	}
 	if !k.TLS && (k.TLSCAFile != "" || k.TLSCertFile != "" || k.TLSSkipVerify) {
 		return Usagef("--kafka-tls-* settings need --kafka-tls")
+	}
+	if _, ok := compressionCodecs[cmp.Or(k.Compression, CompressionDefault)]; !ok {
+		return Usagef("--kafka-compression %q: want none, gzip, snappy, lz4 or zstd", k.Compression)
 	}
 	switch strings.ToUpper(k.SASLMechanism) {
 	case "":
@@ -126,6 +146,7 @@ func (k *Kafka) Opts(logger *slog.Logger) ([]kgo.Opt, error) {
 	if k.AutoCreateTopics {
 		opts = append(opts, kgo.AllowAutoTopicCreation())
 	}
+	opts = append(opts, kgo.ProducerBatchCompression(compressionCodecs[cmp.Or(k.Compression, CompressionDefault)]))
 	if logger != nil {
 		opts = append(opts, kgo.WithLogger(kslog.New(logger.With(slog.String("component", "kafka")))))
 	}

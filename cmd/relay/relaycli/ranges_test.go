@@ -25,6 +25,7 @@ func TestRangesAreRefusedByFlagName(t *testing.T) {
 		want string
 	}{
 		{with("--max-in-flight", "0"), "max-in-flight"},
+		{with("--kafka-compression", "brotli"), "--kafka-compression"},
 		{with("--max-in-flight", "-5"), "max-in-flight"},
 		{with("--max-in-flight", "2000000000"), "--max-in-flight"},
 		{with("--status-interval", "0"), "status-interval"},

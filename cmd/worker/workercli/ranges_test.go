@@ -48,6 +48,7 @@ func TestRangesAreRefusedByFlagName(t *testing.T) {
 		{with("--commit-interval", "0"), "commit-interval"},
 		{with("--inbox-retention-min", "0"), "inbox-retention-min"},
 		{with("--dlq-suffix", ""), "--dlq-suffix"},
+		{with("--kafka-compression", "brotli"), "--kafka-compression"},
 		{with("--dlq-suffix", ".dlq\x1b"), "--dlq-suffix"},
 		{cmd([]string{"prune"}, "--prune-batch-size", "0"), "prune-batch-size"},
 	}
