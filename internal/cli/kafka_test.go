@@ -103,4 +103,3 @@ func TestCompressionReachesTheProducer(t *testing.T) {
 		t.Errorf("an unknown codec: %v, want an error naming --kafka-compression", err)
 	}
 }
-
