@@ -169,6 +169,11 @@ type Config struct {
 	// are registered.
 	Registerer prometheus.Registerer
 
+	// CloudEvents, when set, makes every record also a CloudEvent in the
+	// binary mode of the CloudEvents Kafka protocol binding (see
+	// CloudEvents). Defaults to nil: Ferry's headers only.
+	CloudEvents *CloudEvents
+
 	// Prune, when set, makes Run delete outbox rows older than
 	// Prune.Retention that the slot has confirmed, every Prune.Interval.
 	// Defaults to nil: Run does not prune.
@@ -233,6 +238,9 @@ func (c Config) validate() error {
 		return err
 	}
 	if err := checkTopicTemplate(c.TopicTemplate); err != nil {
+		return err
+	}
+	if err := c.CloudEvents.validate(); err != nil {
 		return err
 	}
 	if c.Sink == nil && len(c.KafkaOpts) == 0 {

@@ -36,9 +36,9 @@ type inflight struct {
 }
 
 // fill builds the record from the row: key = aggregate id, value = payload
-// bytes unchanged, Ferry's headers then the row's own, timestamp =
-// created_at.
-func (p *inflight) fill(topic string) {
+// bytes unchanged, Ferry's headers then the row's own (then CloudEvents',
+// when ce is set), timestamp = created_at.
+func (p *inflight) fill(topic string, ce *CloudEvents) {
 	r := &p.row
 	encodeUUID(&p.id, r.ID)
 	hs := append(p.headers[:0],
@@ -49,6 +49,9 @@ func (p *inflight) fill(topic string) {
 	)
 	for _, h := range r.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
+	}
+	if ce != nil {
+		hs = ce.addHeaders(hs, p)
 	}
 	p.rec = kgo.Record{
 		Topic:     topic,
@@ -62,10 +65,11 @@ func (p *inflight) fill(topic string) {
 }
 
 // reservedHeader returns the first of the row's own header names that
-// Ferry reserves (outbox.IsReservedHeader).
-func (p *inflight) reservedHeader() (string, bool) {
+// Ferry reserves (outbox.IsReservedHeader), or that the CloudEvents mapping
+// sets when ce is set.
+func (p *inflight) reservedHeader(ce *CloudEvents) (string, bool) {
 	for _, h := range p.row.Headers {
-		if outbox.IsReservedHeader(string(h.Key)) {
+		if outbox.IsReservedHeader(string(h.Key)) || ce != nil && reservedCloudEventsHeader(string(h.Key)) {
 			return string(h.Key), true
 		}
 	}

@@ -317,14 +317,14 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 				return fmt.Errorf("outbox row %s: headers: %w", o.ID, err)
 			}
 			topic := r.namer.topic(&p.row)
-			p.fill(topic.name)
+			p.fill(topic.name, r.cfg.CloudEvents)
 			if topic.problem != "" {
 				mu.Lock()
 				refused = append(refused, refusal{p, ReasonInvalidTopic, errors.New(topic.problem)})
 				mu.Unlock()
 				continue
 			}
-			if name, ok := p.reservedHeader(); ok {
+			if name, ok := p.reservedHeader(r.cfg.CloudEvents); ok {
 				mu.Lock()
 				refused = append(refused, refusal{p, ReasonReservedHeader, fmt.Errorf("the row's headers use %q, a name Ferry reserves", name)})
 				mu.Unlock()

@@ -418,7 +418,7 @@ func (s *session) publish(p *inflight) {
 		return
 	}
 	topic := s.r.namer.topic(&p.row)
-	p.fill(topic.name)
+	p.fill(topic.name, s.cfg.CloudEvents)
 	p.out = s.own
 	s.tracker.produce(p.tx, p.size)
 	if s.hold != nil && !s.hold.admit(s.sctx, p) {
@@ -439,7 +439,7 @@ func (s *session) send(p *inflight, topicProblem string) {
 		s.quarantine(quarantined{p: p, reason: ReasonInvalidTopic, err: errors.New(topicProblem)})
 		return
 	}
-	if name, ok := p.reservedHeader(); ok {
+	if name, ok := p.reservedHeader(s.cfg.CloudEvents); ok {
 		s.quarantine(quarantined{p: p, reason: ReasonReservedHeader,
 			err: fmt.Errorf("the row's headers use %q, a name Ferry reserves (outbox.IsReservedHeader): published, it could pose as Ferry's own", name)})
 		return

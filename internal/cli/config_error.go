@@ -5,7 +5,7 @@ import "regexp"
 // configField finds the field an engine's validation error is about:
 // "Config.MaxInFlightRecords", "PruneConfig.Retention", "RecoverOpts.Margin".
 // The first one named is the subject; others may follow as its bounds.
-var configField = regexp.MustCompile(`\b[A-Za-z]*(?:Config|Opts)\.[A-Z][A-Za-z]*`)
+var configField = regexp.MustCompile(`\b[A-Za-z]*(?:Config|Opts)(?:\.[A-Z][A-Za-z]*)+`)
 
 // ConfigError returns err, an engine's refusal of its configuration, as a
 // usage error that also names the flag and environment variable that set

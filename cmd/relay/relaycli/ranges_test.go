@@ -26,6 +26,9 @@ func TestRangesAreRefusedByFlagName(t *testing.T) {
 	}{
 		{with("--max-in-flight", "0"), "max-in-flight"},
 		{with("--kafka-compression", "brotli"), "--kafka-compression"},
+		{with("--cloudevents-source", "/has space"), "--cloudevents-source"},
+		{with("--cloudevents-content-type", "application/json"), "--cloudevents-content-type"},
+		{with("--cloudevents-source", "/orders", "--cloudevents-content-type", "not a type"), "--cloudevents-content-type"},
 		{with("--max-in-flight", "-5"), "max-in-flight"},
 		{with("--max-in-flight", "2000000000"), "--max-in-flight"},
 		{with("--status-interval", "0"), "status-interval"},

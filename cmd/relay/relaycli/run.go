@@ -19,22 +19,24 @@ const HTTPAddrDefault = ":9187"
 // configFlags name the flag of each relay.Config and relay.PruneConfig
 // field, for the errors of their validation (see cli.ConfigError).
 var configFlags = map[string]string{
-	"Config.DatabaseURL":        "database-url",
-	"Config.Slot":               "slot",
-	"Config.Publication":        "publication",
-	"Config.TopicTemplate":      "topic-template",
-	"Config.KafkaOpts":          "kafka-brokers",
-	"Config.MaxInFlightRecords": "max-in-flight",
-	"Config.StatusInterval":     "status-interval",
-	"Config.ServerTimeout":      "server-timeout",
-	"Config.UnknownTopicWait":   "unknown-topic-wait",
-	"Config.HealthTimeout":      "health-timeout",
-	"Config.ShutdownTimeout":    "shutdown-timeout",
-	"Config.QuarantineOrder":    "quarantine-order",
-	"PruneConfig.Retention":     "outbox-retention",
-	"PruneConfig.BatchSize":     "prune-batch-size",
-	"PruneConfig.Interval":      "prune-interval",
-	"PruneConfig.ConfirmWait":   "prune-confirm-wait",
+	"Config.DatabaseURL":             "database-url",
+	"Config.Slot":                    "slot",
+	"Config.Publication":             "publication",
+	"Config.TopicTemplate":           "topic-template",
+	"Config.KafkaOpts":               "kafka-brokers",
+	"Config.MaxInFlightRecords":      "max-in-flight",
+	"Config.StatusInterval":          "status-interval",
+	"Config.ServerTimeout":           "server-timeout",
+	"Config.UnknownTopicWait":        "unknown-topic-wait",
+	"Config.HealthTimeout":           "health-timeout",
+	"Config.ShutdownTimeout":         "shutdown-timeout",
+	"Config.QuarantineOrder":         "quarantine-order",
+	"Config.CloudEvents.Source":      "cloudevents-source",
+	"Config.CloudEvents.ContentType": "cloudevents-content-type",
+	"PruneConfig.Retention":          "outbox-retention",
+	"PruneConfig.BatchSize":          "prune-batch-size",
+	"PruneConfig.Interval":           "prune-interval",
+	"PruneConfig.ConfirmWait":        "prune-confirm-wait",
 }
 
 // engine are the settings of a relay that publishes: `relay run` and
@@ -51,6 +53,8 @@ type engine struct {
 	unknown     *time.Duration
 	health      *time.Duration
 	shutdown    *time.Duration
+	ceSource    *string
+	ceType      *string
 }
 
 func (e *engine) register(f *cli.Flags) {
@@ -65,6 +69,8 @@ func (e *engine) register(f *cli.Flags) {
 	e.unknown = f.PositiveDuration("unknown-topic-wait", relay.UnknownTopicWaitDefault, "how long the records of a topic that does not exist are held (other topics flow) before they are quarantined as unknown_topic")
 	e.health = f.PositiveDuration("health-timeout", relay.HealthTimeoutDefault, "/healthz fails when the relay's loops made no progress for this long")
 	e.shutdown = f.PositiveDuration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
+	e.ceSource = f.String("cloudevents-source", "", "make every record also a CloudEvent (Kafka binding, binary mode: ce_id, ce_type, ce_source, ...) with this ce_source, a URI reference such as /orders; empty: off")
+	e.ceType = f.String("cloudevents-content-type", "", "with --cloudevents-source: the content-type of records whose row has none, e.g. application/json")
 }
 
 // parse parses args, checks that Kafka takes the connection's security
@@ -74,6 +80,9 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 	logger, err := e.Parse(f, args, stderr)
 	if err != nil {
 		return nil, nil, err
+	}
+	if *e.ceType != "" && *e.ceSource == "" {
+		return nil, nil, cli.Usagef("--cloudevents-content-type needs --cloudevents-source")
 	}
 	kopts, err := e.kafka.Opts(logger)
 	if err != nil {
@@ -95,8 +104,17 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 		HealthTimeout:      *e.health,
 		ShutdownTimeout:    *e.shutdown,
 		KafkaOpts:          kopts,
+		CloudEvents:        e.cloudEvents(),
 		Logger:             logger,
 	}, nil
+}
+
+// cloudEvents is the CloudEvents mapping the flags ask for; nil when off.
+func (e *engine) cloudEvents() *relay.CloudEvents {
+	if *e.ceSource == "" {
+		return nil
+	}
+	return &relay.CloudEvents{Source: *e.ceSource, ContentType: *e.ceType}
 }
 
 func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
