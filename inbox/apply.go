@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
@@ -25,6 +26,7 @@ type delivery struct {
 	permanent error                         // a Permanent error the handler returned inside a batch
 	route     *migration.Stamp              // a live migration's authoritative copy; nil outside one
 	copyRow   *dbsqlc.InboxCopyInsertParams // its ferry_inbox_copy row, written in the transaction
+	span      trace.Span                    // its consumer span, from its first handler call until it is settled (tracing.go)
 }
 
 // outcome is how one transaction ended.
@@ -136,7 +138,9 @@ func (p *partition) settle(d *delivery) bool {
 		return p.deadLetterDelivery(d, ReasonRetriesExhausted, d.lastErr)
 	case d.failures > 0:
 		p.metrics.retry()
-		if !p.sleep(backoff.Delay(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)) {
+		wait := backoff.Delay(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)
+		d.retrying(spanEventRetry, wait)
+		if !p.sleep(wait) {
 			return false
 		}
 	}
@@ -156,6 +160,7 @@ func (p *partition) settle(d *delivery) bool {
 			p.w.dbAnswered()
 			p.metrics.addProcessed(1)
 			p.finish(d.rec)
+			d.endSpan(outcomeAppliedName, nil)
 			return true
 		case outcomeDuplicate:
 			p.w.dbAnswered()
@@ -164,6 +169,7 @@ func (p *partition) settle(d *delivery) bool {
 				p.w.metrics.migrationDuplicates.WithLabelValues(p.g.name, string(d.route.Side)).Inc()
 			}
 			p.finish(d.rec)
+			d.endSpan(outcomeAppliedName, nil) // by an earlier call whose commit seemed to fail
 			return true
 		case outcomeStopped:
 			return false
@@ -180,6 +186,7 @@ func (p *partition) settle(d *delivery) bool {
 			p.log.Warn("handler failed; retrying", slog.String("id", d.m.ID), slog.Int64("offset", d.rec.Offset),
 				slog.Int("attempt", d.m.Attempt), slog.Duration("retry_in", wait), slog.String("error", errorText(err)))
 			p.metrics.retry()
+			d.retrying(spanEventRetry, wait)
 			if !p.sleep(wait) {
 				return false
 			}
@@ -189,6 +196,7 @@ func (p *partition) settle(d *delivery) bool {
 			wait := backoff.Delay(dbFailures, cfg.RetryBackoff, cfg.RetryBackoffMax)
 			p.log.Warn(databaseFailure(err)+"; retrying without counting an attempt", slog.String("id", d.m.ID),
 				slog.Int64("offset", d.rec.Offset), slog.Duration("retry_in", wait), slog.String("error", errorText(err)))
+			d.retrying(spanEventDatabaseRetry, wait)
 			if !p.sleep(wait) {
 				return false
 			}
@@ -228,7 +236,7 @@ func (p *partition) applyOne(d *delivery) (outcome, error) {
 		}
 		return outcomeDuplicate, nil
 	}
-	if err := p.call(ctx, tx, d.m); err != nil {
+	if err := p.call(ctx, tx, d); err != nil {
 		if ctx.Err() != nil {
 			return outcomeStopped, err
 		}
@@ -291,6 +299,7 @@ func (p *partition) applyBatch(ds []*delivery) bool {
 		for i, d := range ds {
 			if res.inBatch[i] {
 				p.finish(d.rec)
+				d.endSpan(outcomeAppliedName, nil)
 			}
 		}
 		return p.applyEach(res.retry)
@@ -368,7 +377,7 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 			return res, p.dbOutcome(), err
 		}
 		inSavepoint = true
-		herr := p.call(ctx, tx, d.m)
+		herr := p.call(ctx, tx, d)
 		if herr == nil {
 			res.applied++
 			res.inBatch[i] = true
@@ -426,8 +435,9 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 }
 
 // call runs the handler with its timeout, turning a panic into an error.
-func (p *partition) call(ctx context.Context, tx pgx.Tx, m *Message) (err error) {
-	hctx, cancel := context.WithTimeout(ctx, p.w.cfg.HandlerTimeout)
+func (p *partition) call(ctx context.Context, tx pgx.Tx, d *delivery) (err error) {
+	m := d.m
+	hctx, cancel := context.WithTimeout(p.span(ctx, d), p.w.cfg.HandlerTimeout)
 	defer cancel()
 	m.Attempt++
 	start := time.Now()
@@ -438,6 +448,9 @@ func (p *partition) call(ctx context.Context, tx pgx.Tx, m *Message) (err error)
 		p.metrics.handlerSeconds.Observe(time.Since(start).Seconds())
 		if err != nil && ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("%w after %s: %w", errHandlerTimeout, p.w.cfg.HandlerTimeout, err)
+		}
+		if err != nil {
+			d.failed(err)
 		}
 	}()
 	return p.handler(hctx, tx, m)

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -196,6 +198,20 @@ type Config struct {
 	// Prune.Interval; DB must then also run statements (outbox.DBTX), as a
 	// *pgxpool.Pool does. Defaults to nil: Run does not prune.
 	Prune *PruneConfig
+
+	// TracerProvider makes the consumer span in which each message's
+	// handler runs (OpenTelemetry messaging conventions: system kafka,
+	// destination, partition, offset, consumer group, message id), a child
+	// of the trace context the message's headers carry; retries and the
+	// dead-letter decision are its events. Events a handler writes with
+	// outbox.Write and the handler's context continue the same trace.
+	// Defaults to nil: OpenTelemetry's global provider, a no-op until the
+	// application sets one.
+	TracerProvider trace.TracerProvider
+
+	// Propagator reads the trace context from each message's headers.
+	// Defaults to nil: OpenTelemetry's global propagator.
+	Propagator propagation.TextMapPropagator
 
 	// Logger receives the worker's logs. Defaults to a logger that discards.
 	Logger *slog.Logger

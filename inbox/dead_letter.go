@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
@@ -71,12 +72,14 @@ func (p *partition) deadLetterDelivery(d *delivery, reason string, cause error) 
 	if !p.deadLetter(d.rec, d.m.ID, reason, cause, d.m.Attempt) {
 		return false
 	}
+	d.event(spanEventDeadLetter, attribute.String(attrReason, reason), attribute.String(attrDeadLetterTopic, p.w.cfg.DeadLetterTopic(d.rec.Topic)))
 	if d.copyRow != nil && !p.retryDB("record the dead-lettered copy of a live migration", func(ctx context.Context, tx pgx.Tx) error {
 		return p.w.queries.InboxCopyInsert(ctx, tx, *d.copyRow)
 	}) {
 		return false
 	}
 	p.finish(d.rec)
+	d.endSpan(outcomeDeadLetteredStr, cause)
 	return true
 }
 

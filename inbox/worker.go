@@ -27,6 +27,7 @@ type Worker struct {
 	cfg     Config
 	metrics *metrics
 	queries *dbsqlc.Queries
+	tracing tracing
 	// slots bounds the transactions in flight: a transaction holds a slot
 	// index, and since[index] is when it began (0 when free), for Healthy.
 	slots chan int
@@ -69,6 +70,7 @@ func New(cfg *Config) (*Worker, error) {
 		cfg:       c,
 		metrics:   newMetrics(c.Registerer),
 		queries:   dbsqlc.New(),
+		tracing:   newTracing(&c),
 		slots:     make(chan int, c.Concurrency),
 		since:     make([]atomic.Int64, c.Concurrency),
 		handlers:  make(map[string]map[string]Handler),

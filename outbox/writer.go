@@ -8,12 +8,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sqlc-dev/pqtype"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 )
@@ -66,6 +69,15 @@ type Config struct {
 	// lower it likewise, or larger events end in the relay's quarantine.
 	// Defaults to MaxPayloadBytesDefault (1,032,204 bytes).
 	MaxPayloadBytes int
+
+	// Propagator records the caller's trace context (the span in the
+	// context given to Write) in each event's headers, W3C traceparent and
+	// tracestate with OpenTelemetry's TraceContext, so that the relay
+	// carries it to Kafka and the worker continues the trace. A header the
+	// event already has is left as it is. Defaults to nil: OpenTelemetry's
+	// global propagator, which writes nothing until the application sets
+	// one (otel.SetTextMapPropagator), as OpenTelemetry libraries do.
+	Propagator propagation.TextMapPropagator
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -116,7 +128,7 @@ func WriteSQL(ctx context.Context, tx SQLExecer, events ...Event) ([]uuid.UUID, 
 // the order given. When any event is invalid it returns an *EventError and
 // writes nothing.
 func (w *Writer) Write(ctx context.Context, tx DBTX, events ...Event) ([]uuid.UUID, error) {
-	rows, err := w.prepare(events)
+	rows, err := w.prepare(ctx, events)
 	if err != nil || len(events) == 0 {
 		return nil, err
 	}
@@ -132,7 +144,7 @@ func (w *Writer) Write(ctx context.Context, tx DBTX, events ...Event) ([]uuid.UU
 // headers as one JSON array. When any event is invalid it returns an
 // *EventError and writes nothing.
 func (w *Writer) WriteSQL(ctx context.Context, tx SQLExecer, events ...Event) ([]uuid.UUID, error) {
-	rows, err := w.prepare(events)
+	rows, err := w.prepare(ctx, events)
 	if err != nil || len(events) == 0 {
 		return nil, err
 	}
@@ -182,14 +194,16 @@ func jsonArray(objects []json.RawMessage) json.RawMessage {
 	return append(b, ']')
 }
 
-// prepare validates every event, then makes ids and encodes headers. It
-// allocates the columns once for the whole call.
-func (w *Writer) prepare(events []Event) (dbsqlc.OutboxInsertManyParams, error) {
+// prepare validates every event, then makes ids and encodes headers with
+// the trace context of ctx. It allocates the columns once for the whole
+// call.
+func (w *Writer) prepare(ctx context.Context, events []Event) (dbsqlc.OutboxInsertManyParams, error) {
 	for i := range events {
 		if err := validate(i, &events[i], w.cfg.MaxPayloadBytes); err != nil {
 			return dbsqlc.OutboxInsertManyParams{}, err
 		}
 	}
+	trace := w.traceHeaders(ctx)
 	n := len(events)
 	p := dbsqlc.OutboxInsertManyParams{
 		Ids:            make([]uuid.UUID, n),
@@ -209,9 +223,9 @@ func (w *Writer) prepare(events []Event) (dbsqlc.OutboxInsertManyParams, error) 
 			}
 		}
 		headers := []byte("{}")
-		if len(ev.Headers) > 0 {
+		if hs := withTrace(ev.Headers, trace); len(hs) > 0 {
 			var err error
-			if headers, err = json.Marshal(ev.Headers); err != nil {
+			if headers, err = json.Marshal(hs); err != nil {
 				return dbsqlc.OutboxInsertManyParams{}, &EventError{Index: i, Field: "headers", Err: errors.Join(ErrInvalidHeader, err)}
 			}
 		}
@@ -254,3 +268,42 @@ func arrayLiteral(elems []string) string {
 	b.WriteByte('}')
 	return b.String()
 }
+
+// traceHeaders is what the propagator writes for the trace context of ctx;
+// nil when it writes nothing (no propagator set, or no span in ctx).
+func (w *Writer) traceHeaders(ctx context.Context) propagation.MapCarrier {
+	prop := w.cfg.Propagator
+	if prop == nil {
+		prop = otel.GetTextMapPropagator()
+	}
+	var c lazyCarrier
+	prop.Inject(ctx, &c)
+	return c.m
+}
+
+// withTrace adds the trace headers an event does not set itself; the
+// event's own map is never modified.
+func withTrace(headers map[string]string, trace propagation.MapCarrier) map[string]string {
+	if len(trace) == 0 {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+len(trace))
+	maps.Copy(out, trace)
+	maps.Copy(out, headers)
+	return out
+}
+
+// lazyCarrier is a propagation.TextMapCarrier that allocates only when the
+// propagator writes.
+type lazyCarrier struct{ m propagation.MapCarrier }
+
+func (c *lazyCarrier) Get(key string) string { return c.m.Get(key) }
+
+func (c *lazyCarrier) Set(key, value string) {
+	if c.m == nil {
+		c.m = propagation.MapCarrier{}
+	}
+	c.m.Set(key, value)
+}
+
+func (c *lazyCarrier) Keys() []string { return c.m.Keys() }

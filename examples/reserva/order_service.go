@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -182,7 +183,12 @@ func (s *Service) Handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return mux
+	// A server span per request (OpenTelemetry's global provider and
+	// propagator: no-ops until main sets them), so that outbox.Write in
+	// PlaceOrder records it and the consumers' spans descend from it.
+	return otelhttp.NewHandler(mux, "reserva", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		return cmp.Or(r.Pattern, r.Method+" "+r.URL.Path) // the route, as "POST /orders"
+	}))
 }
 
 // The API server's timeouts. A request is small (MaxRequestBytes), so a
