@@ -166,6 +166,15 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		inbox.UnsafeNoMigrationQuarantine(cfg)
 		logger.Warn("NEGATIVE CONTROL: --unsafe-no-migration-quarantine leaves a migration's lost events unaccounted")
 	}
+	stopTracing, err := cli.StartTracing(ctx, name, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = stopTracing(ctx)
+	}()
 	w, err := inbox.New(cfg)
 	if err != nil {
 		return cli.ConfigError(err, configFlags)

@@ -31,6 +31,7 @@ import (
 	"github.com/ferryhq/ferry/examples/reserva"
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/otlprecv"
 	"github.com/ferryhq/ferry/internal/procs"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -124,6 +125,10 @@ type demo struct {
 	pace           pace
 	dups           dupCounter
 	kafkaStart     int64
+	// traces receives the spans of the API and the workers, exported with
+	// OTLP over HTTP (the OTEL_* variables they are started with), for the
+	// summary's trace of one order.
+	traces otlprecv.Receiver
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
@@ -235,11 +240,15 @@ func (d *demo) startProcesses(ctx context.Context) error {
 			bins[b] = filepath.Join(d.o.binDir, b)
 		}
 	}
-	env := []string{"FERRY_DATABASE_URL=" + d.url, "FERRY_KAFKA_BROKERS=" + d.o.brokers, "FERRY_LOG_FORMAT=json"}
+	traces, err := d.serveTraces()
+	if err != nil {
+		return err
+	}
+	env := []string{"FERRY_DATABASE_URL=" + d.url, "FERRY_KAFKA_BROKERS=" + d.o.brokers, "FERRY_LOG_FORMAT=json",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + traces, "OTEL_BSP_SCHEDULE_DELAY=200"}
 	start := func(name, bin string, args ...string) (*procs.Proc, error) {
 		return procs.Start(procs.Spec{Name: name, Path: bin, Args: args, Env: env, LogFile: filepath.Join(d.dir, name+".log")})
 	}
-	var err error
 	if d.relay, err = start("relay", bins["relay"], "run", "--http-addr", d.o.relayAddr); err != nil {
 		return err
 	}
@@ -565,6 +574,9 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	row("backlog (placed, not yet decided)", fmt.Sprintf("max %d orders, at %.1fs; %d at the end", peak, peakAt.Sub(d.start).Seconds(), st.backlog))
 	if len(d.faults) > 0 {
 		row("faults injected", strings.Join(d.faults, "; "))
+	}
+	if tree := d.orderTrace(ctx); tree != "" {
+		fmt.Fprintf(w, "  %s\n%s", "the median order's trace (OTLP from the API and the workers):", tree)
 	}
 	row("metrics", fmt.Sprintf("relay http://%s/metrics · workers http://%s/metrics http://%s/metrics", d.o.relayAddr, d.o.workerAddrs[0], d.o.workerAddrs[1]))
 	row("logs", d.dir)
