@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config.
@@ -173,6 +175,21 @@ type Config struct {
 	// binary mode of the CloudEvents Kafka protocol binding (see
 	// CloudEvents). Defaults to nil: Ferry's headers only.
 	CloudEvents *CloudEvents
+
+	// TraceEvents makes a producer span per event ("send <topic>", with the
+	// OpenTelemetry messaging attributes), a child of the trace context the
+	// row's headers carry (outbox.Write records the writer's span there),
+	// from the moment the relay publishes it until Kafka acknowledges it;
+	// the record then carries the relay span's context, so the consumer's
+	// span descends from it. Defaults to false: the row's trace headers go
+	// to Kafka unchanged, and the trace goes from the writer straight to
+	// the consumer.
+	TraceEvents bool
+
+	// TracerProvider and Propagator serve TraceEvents. Default to nil:
+	// OpenTelemetry's global provider and propagator.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 
 	// Prune, when set, makes Run delete outbox rows older than
 	// Prune.Retention that the slot has confirmed, every Prune.Interval.

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -33,6 +34,7 @@ type inflight struct {
 	out     *channelOut        // the channel it is written to
 	shadow  bool               // a migration's shadow copy: outside the aggregate hold
 	copies  prometheus.Counter // a migration's copy: its counter of ferry_relay_migration_copies_total
+	span    trace.Span         // its producer span with Config.TraceEvents (tracing.go); nil otherwise
 }
 
 // fill builds the record from the row: key = aggregate id, value = payload

@@ -113,6 +113,7 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 // order-keeping mode through the session's aggregateHold, which quarantines
 // the records of its aggregate waiting behind it after it.
 func (s *session) quarantine(q quarantined) {
+	q.p.endSpan(q.err)
 	if s.hold != nil && !q.p.shadow {
 		s.hold.refused(q)
 		return

@@ -280,6 +280,7 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 	)
 	promise := func(rec *kgo.Record, err error) {
 		p := rec.Context.(*inflight)
+		p.endSpan(err)
 		mu.Lock()
 		switch reason, permanent := permanentReason(err); {
 		case err == nil:
@@ -336,6 +337,7 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 				wg.Wait()
 				return ctx.Err()
 			}
+			r.tracing.start(p)
 			wg.Add(1)
 			sink.Produce(ctx, &p.rec, promise)
 		}

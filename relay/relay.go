@@ -41,6 +41,7 @@ type Relay struct {
 	// replication connection are copies of it.
 	dbConfig *pgxpool.Config
 	namer    *topicNamer
+	tracing  *eventTracing // nil unless Config.TraceEvents
 	metrics  *metrics
 	queries  *dbsqlc.Queries
 	state    atomic.Int32
@@ -113,6 +114,7 @@ func New(cfg *Config) (*Relay, error) {
 		cfg:      c,
 		dbConfig: dbConfig,
 		namer:    newTopicNamer(c.TopicTemplate),
+		tracing:  newEventTracing(&c),
 		metrics:  newMetrics(c.Registerer),
 		queries:  dbsqlc.New(),
 		outs:     map[string]*kafkaSink{},

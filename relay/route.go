@@ -463,6 +463,7 @@ func (s *session) publishRouted(p *inflight) {
 		topic := out.namer.topic(&q.row)
 		peer := rt.outs[other(c.Side)].namer.topic(&q.row).name
 		q.fill(topic.name, s.cfg.CloudEvents)
+		s.r.tracing.start(q)
 		q.out, q.shadow = out, c.Role == migration.Shadow
 		q.copies = s.r.metrics.copies.WithLabelValues(string(c.Side), string(c.Role))
 		stamp := migration.Stamp{Plan: rt.plan.Name, Epoch: st.Epoch, Slice: slice, Side: c.Side, Role: c.Role}

@@ -419,6 +419,7 @@ func (s *session) publish(p *inflight) {
 	}
 	topic := s.r.namer.topic(&p.row)
 	p.fill(topic.name, s.cfg.CloudEvents)
+	s.r.tracing.start(p)
 	p.out = s.own
 	s.tracker.produce(p.tx, p.size)
 	if s.hold != nil && !s.hold.admit(s.sctx, p) {
@@ -474,6 +475,7 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		s.r.metrics.published.Inc()
 		s.r.metrics.nPublished.Add(1)
 		s.r.metrics.bytes.Add(float64(len(rec.Value)))
+		p.endSpan(nil)
 		s.r.metrics.commitToAck.Observe(now.Sub(p.commit).Seconds())
 		if !p.heard.IsZero() {
 			s.r.metrics.receiveToAck.Observe(now.Sub(p.heard).Seconds())
@@ -495,6 +497,7 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		p.out.gate.refuse(p, class, err)
 		return
 	}
+	p.endSpan(err)
 	s.fail(fmt.Errorf("kafka refused record for topic %s: %w", rec.Topic, err))
 }
 

@@ -55,6 +55,18 @@ type engine struct {
 	shutdown    *time.Duration
 	ceSource    *string
 	ceType      *string
+	traceEvents *bool
+	stopTracing func(context.Context) error // set by parse; see close
+}
+
+// close flushes the spans the engine's run buffered (cli.StartTracing).
+func (e *engine) close(ctx context.Context) {
+	if e.stopTracing == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = e.stopTracing(ctx)
 }
 
 func (e *engine) register(f *cli.Flags) {
@@ -70,6 +82,7 @@ func (e *engine) register(f *cli.Flags) {
 	e.health = f.PositiveDuration("health-timeout", relay.HealthTimeoutDefault, "/healthz fails when the relay's loops made no progress for this long")
 	e.shutdown = f.PositiveDuration("shutdown-timeout", relay.ShutdownTimeoutDefault, "how long SIGTERM waits for Kafka's acknowledgements")
 	e.ceSource = f.String("cloudevents-source", "", "make every record also a CloudEvent (Kafka binding, binary mode: ce_id, ce_type, ce_source, ...) with this ce_source, a URI reference such as /orders; empty: off")
+	e.traceEvents = f.Bool("trace-events", false, "a producer span per event (OpenTelemetry; exported when the OTEL_* variables say where), child of the writer's span, whose context the record then carries")
 	e.ceType = f.String("cloudevents-content-type", "", "with --cloudevents-source: the content-type of records whose row has none, e.g. application/json")
 }
 
@@ -91,6 +104,9 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 	if err := e.kafka.Check(ctx, logger); err != nil {
 		return nil, nil, err
 	}
+	if e.stopTracing, err = cli.StartTracing(ctx, "ferry-relay", logger); err != nil {
+		return nil, nil, err
+	}
 	return logger, &relay.Config{
 		DatabaseURL:        e.DB.URL,
 		Slot:               e.slot,
@@ -105,6 +121,7 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 		ShutdownTimeout:    *e.shutdown,
 		KafkaOpts:          kopts,
 		CloudEvents:        e.cloudEvents(),
+		TraceEvents:        *e.traceEvents,
 		Logger:             logger,
 	}, nil
 }
@@ -133,6 +150,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer e.close(ctx)
 	reg := cli.NewRegistry()
 	cfg.Registerer = reg
 	cfg.Prune = p.config()
