@@ -1,0 +1,71 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestKneeIsWhereARisingCurveStopsGainingMoreThanTheTolerance(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ys   []float64
+		dir  int
+		want int
+	}{
+		{[]float64{100, 200, 400, 420, 430}, +1, 2}, // 400 -> 420 is +5%
+		{[]float64{100, 200, 400, 800}, +1, -1},     // never flattens
+		{[]float64{100, 105, 300}, +1, 0},           // flat from the start
+		{[]float64{100, 50, 25, 24, 10}, -1, 2},     // stops falling at 25
+		{[]float64{100, 300, 200}, +1, 1},           // a fall is not a gain
+	} {
+		if got := knee(c.ys, c.dir, 0.10); got != c.want {
+			t.Errorf("knee(%v, %d) = %d, want %d", c.ys, c.dir, got, c.want)
+		}
+	}
+}
+
+func TestFirstMoveIsWhereAFlatCurveStartsMovingMoreThanTheTolerance(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ys   []float64
+		dir  int
+		want int
+	}{
+		{[]float64{10, 10.5, 11, 30, 90}, +1, 2},
+		{[]float64{10, 10.5, 11}, +1, -1},
+		{[]float64{80, 78, 60, 20}, -1, 1},
+		{[]float64{80, 100, 120}, -1, -1},
+	} {
+		if got := firstMove(c.ys, c.dir, 0.10); got != c.want {
+			t.Errorf("firstMove(%v, %d) = %d, want %d", c.ys, c.dir, got, c.want)
+		}
+	}
+}
+
+func TestKneeSentenceNamesTheKneeAndAFallAfterThePeak(t *testing.T) {
+	t.Parallel()
+	xs := []float64{1, 2, 4, 8, 16}
+	s := kneeSentence("Throughput", []float64{1000, 2000, 3000, 3100, 2000}, xs, count, msgs)
+	for _, want := range []string{"up to 4 (3,000 msg/s, 3.0x", "peaks at 8 (3,100 msg/s) and falls to 2,000 msg/s at 16"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("%q does not say %q", s, want)
+		}
+	}
+	if s := kneeSentence("Throughput", []float64{1, 2, 4, 8, 16}, xs, count, msgs); !strings.Contains(s, "no bend in this range") {
+		t.Errorf("a curve that keeps rising: %q", s)
+	}
+}
+
+func TestCountAndBytesLabels(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 81759.4: "81,759", 1_000_000: "1,000,000", -12345: "-12,345"} {
+		if got := count(v); got != want {
+			t.Errorf("count(%g) = %q, want %q", v, got, want)
+		}
+	}
+	for v, want := range map[float64]string{100: "100 B", 1024: "1 KiB", 16384: "16 KiB", 262144: "256 KiB", 1_048_588: "1 MiB"} {
+		if got := bytesLabel(v); got != want {
+			t.Errorf("bytesLabel(%g) = %q, want %q", v, got, want)
+		}
+	}
+}
