@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,9 +26,10 @@ import (
 )
 
 type curveOpts struct {
-	scale  float64 // multiplies every sweep's event and message counts
-	charts string  // directory the SVG charts are written to; "" writes none
-	link   string  // how the markdown refers to that directory
+	scale  float64  // multiplies every sweep's event and message counts
+	charts string   // directory the SVG charts are written to; "" writes none
+	link   string   // how the markdown refers to that directory
+	only   []string // run only these curves (their chart names); all when empty
 }
 
 // bendTolerance is the step, as a share, below which a curve counts as
@@ -66,25 +68,42 @@ func (c *curve) markdown(o curveOpts) string {
 func benchCurves(ctx context.Context, e *env, o curveOpts) (string, error) {
 	started := time.Now()
 	var cs []*curve
-	rc, err := newRelayCurves(ctx, e)
-	if err != nil {
-		return "", err
-	}
-	for _, sweep := range []func(context.Context, *relayCurves, float64) (*curve, error){
-		payloadCurve, perTxCurve, topicsCurve, inFlightCurve,
-	} {
-		c, err := sweep(ctx, rc, o.scale)
-		if err != nil {
+	want := func(name string) bool { return len(o.only) == 0 || slices.Contains(o.only, name) }
+	relaySweeps := []struct {
+		name string
+		run  func(context.Context, *relayCurves, float64) (*curve, error)
+	}{{"relay-payload", payloadCurve}, {"relay-events-per-tx", perTxCurve}, {"relay-topics", topicsCurve}, {"relay-max-in-flight", inFlightCurve}}
+	var rc *relayCurves
+	defer func() {
+		if rc != nil {
 			rc.close()
+		}
+	}()
+	for _, sweep := range relaySweeps {
+		if !want(sweep.name) {
+			continue
+		}
+		if rc == nil {
+			var err error
+			if rc, err = newRelayCurves(ctx, e); err != nil {
+				return "", err
+			}
+		}
+		c, err := sweep.run(ctx, rc, o.scale)
+		if err != nil {
 			return "", err
 		}
 		cs = append(cs, c)
 	}
-	rc.close()
-	for _, sweep := range []func(context.Context, *env, float64) (*curve, error){
-		partitionsCurve, concurrencyCurve, keyConcurrencyCurve, batchCurve,
-	} {
-		c, err := sweep(ctx, e, o.scale)
+	workerSweeps := []struct {
+		name string
+		run  func(context.Context, *env, float64) (*curve, error)
+	}{{"worker-partitions", partitionsCurve}, {"worker-concurrency", concurrencyCurve}, {"worker-key-concurrency", keyConcurrencyCurve}, {"worker-batch-size", batchCurve}}
+	for _, sweep := range workerSweeps {
+		if !want(sweep.name) {
+			continue
+		}
+		c, err := sweep.run(ctx, e, o.scale)
 		if err != nil {
 			return "", err
 		}
@@ -211,13 +230,30 @@ func (r *relayCurves) point(ctx context.Context, b backlog, extra ...string) (p 
 	}
 	log("curves: backlog of %d events, %d per transaction, %d-byte payloads, %d topics written in %s",
 		b.events, b.perTx, b.payload, b.topics, time.Since(start).Round(time.Millisecond))
+	// The insert position, not pg_current_wal_lsn (the write position):
+	// with the backlog's commits not waiting for their flush, the last ones
+	// may still lie beyond what is written.
 	var target string
-	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&target); err != nil {
+	if err := r.pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&target); err != nil {
 		return p, err
 	}
 	d, w, err := drainOnce(ctx, r.e, r.bin, r.url, r.pool, slot, prefix+"{aggregate_type}", target, extra...)
 	if err != nil {
 		return p, err
+	}
+	// Every event is in Kafka, once: a drain that skipped some would
+	// look fast.
+	ends, err := r.adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return p, fmt.Errorf("end offsets: %w", err)
+	}
+	var inKafka int64
+	ends.Each(func(o kadm.ListedOffset) { inKafka += o.Offset })
+	if inKafka != int64(b.events) {
+		return p, fmt.Errorf("%d events drained, %d records in Kafka (relay log %s)", b.events, inKafka, filepath.Join(r.e.dir, slot+".log"))
 	}
 	secs := d.elapsed.Seconds()
 	p.rate = float64(b.events) / secs

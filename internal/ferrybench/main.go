@@ -91,7 +91,11 @@ func main() {
 	case "curves":
 		curveFlags()
 		fs.StringVar(&co.charts, "charts", "", "write the SVG charts into this directory; the markdown links to them there")
+		only := fs.String("only", "", "run only these curves, by chart name: relay-payload,worker-batch-size,...")
 		_ = fs.Parse(os.Args[2:])
+		if *only != "" {
+			co.only = strings.Split(*only, ",")
+		}
 		co.link = filepath.ToSlash(co.charts)
 		err = withEnv(func(e *env) error {
 			md, err := benchCurves(ctx, e, co)
