@@ -426,7 +426,7 @@ func perTxCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, err
 		c.rows = append(c.rows, append(row, fmt.Sprintf("%.0f MB", ps[i].spillMB)))
 	}
 	rate, cpu := field(ps, rateOf), field(ps, cpuOf)
-	c.bends = append(c.bends, kneeSentence("The drain rate", rate, xs, count, func(v float64) string { return count(v) + " events/s" }))
+	c.bends = append(c.bends, kneeSentence("The drain rate", rate, xs, counted("events per transaction"), counted("events/s")))
 	if k := knee(cpu, -1, bendTolerance); k >= 0 {
 		c.bends = append(c.bends, fmt.Sprintf("CPU per event stops falling by more than 10%% per step at %s events per transaction (%.1f µs, from %.1f µs at %s).",
 			count(xs[k]), cpu[k], cpu[0], count(xs[0])))
@@ -452,7 +452,7 @@ func perTxCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, err
 }
 
 func topicsCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, error) {
-	events := scaled(100_000, scale)
+	events := scaled(50_000, scale)
 	xs := []float64{1, 10, 100, 1_000}
 	ps, rows, err := relayCurve(ctx, r, xs, count, func(x float64) (relayPoint, error) {
 		return r.point(ctx, backlog{events: events, perTx: 100, payload: 200, topics: int(x), partitions: 1})
@@ -475,6 +475,13 @@ func topicsCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, er
 	if i := firstMove(cpu, +1, bendTolerance); i >= 0 {
 		c.bends = append(c.bends, fmt.Sprintf("CPU per event grows by more than 10%% per step from %s topics on (%.1f µs there, %.1f µs at %s).",
 			count(xs[i]), cpu[i], cpu[len(cpu)-1], count(xs[len(xs)-1])))
+	}
+	for i, p := range ps {
+		if p.window >= relay.MaxInFlightRecordsDefault {
+			c.bends = append(c.bends, fmt.Sprintf("From %s topics on, the window of unacknowledged records reached its limit (%s): the relay waited on Kafka's acknowledgements, not on PostgreSQL.",
+				count(xs[i]), count(relay.MaxInFlightRecordsDefault)))
+			break
+		}
 	}
 	c.why = "every point starts a relay that knows no topic, and a topic's first record waits twice: for the relay's DescribeConfigs of its " +
 		"max.message.bytes (a round trip in the send path) and for franz-go's metadata on the topic (a record to a topic the client has no metadata " +
@@ -506,7 +513,7 @@ func inFlightCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, 
 				{name: "peak RSS", unit: "MB", ys: field(ps, func(p relayPoint) float64 { return p.rss }), right: true},
 			}}}
 	rate := field(ps, rateOf)
-	c.bends = append(c.bends, kneeSentence("The drain rate", rate, xs, count, func(v float64) string { return count(v) + " events/s" }))
+	c.bends = append(c.bends, kneeSentence("The drain rate", rate, xs, counted("in flight"), counted("events/s")))
 	c.bends = append(c.bends, fmt.Sprintf("Peak RSS goes from %.0f MB at %s to %.0f MB at %s.", ps[0].rss, count(xs[0]), ps[len(ps)-1].rss, count(xs[len(xs)-1])))
 	for i, p := range ps {
 		if p.window < 0.9*xs[i] {
@@ -609,7 +616,7 @@ func partitionsCurve(ctx context.Context, e *env, scale float64) (*curve, error)
 		setup:   fmt.Sprintf("%s messages per point, one UPDATE each, the worker at inbox.Config's defaults (concurrency %d, key concurrency 1, batch size %d).", count(float64(n)), workerDefaults.concurrency, workerDefaults.batch),
 		columns: []string{"partitions", "worker msg/s"}, rows: workerRows(xs, count, rates),
 		chart: workerChart("Worker throughput against partitions", "partitions", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, count, msgs))
+	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counted("partitions"), msgs))
 	c.why = fmt.Sprintf("one partition is applied in offset order, one transaction at a time (key concurrency 1), so partitions are the worker's "+
 		"parallelism up to its concurrency (%d): past it more partitions only queue. Before that, PostgreSQL's commits are the bound: every transaction "+
 		"waits for its WAL flush, and concurrent ones share a flush (group commit) only as far as two cores and one disk allow.", workerDefaults.concurrency)
@@ -629,7 +636,7 @@ func concurrencyCurve(ctx context.Context, e *env, scale float64) (*curve, error
 		setup:   fmt.Sprintf("%s messages per point on %d partitions (so that partitions never limit it), batch size %d, key concurrency 1.", count(float64(n)), base.partitions, base.batch),
 		columns: []string{"concurrency", "worker msg/s"}, rows: workerRows(xs, count, rates),
 		chart: workerChart("Worker throughput against concurrency", "concurrency (transactions in flight)", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, count, msgs))
+	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counted("transactions in flight"), msgs))
 	c.why = "each transaction in flight spends most of its time waiting: on PostgreSQL's round trips and on its commit's WAL flush. More of them " +
 		"overlap those waits and share flushes (group commit) until the machine's two cores are busy with the statements themselves " +
 		"(PostgreSQL's backends, the Go worker and the broker all on them); past that more transactions only queue for the CPU and for locks."
@@ -659,8 +666,8 @@ func keyConcurrencyCurve(ctx context.Context, e *env, scale float64) (*curve, er
 			series{name: count(workerAccounts) + " keys", unit: "messages/s", ys: many},
 			series{name: strconv.Itoa(fewKeys) + " keys", unit: "messages/s", ys: few})}
 	c.bends = append(c.bends,
-		kneeSentence(fmt.Sprintf("With %s keys, throughput", count(workerAccounts)), many, xs, count, msgs),
-		kneeSentence(fmt.Sprintf("With %d keys, it", fewKeys), few, xs, count, msgs))
+		kneeSentence(fmt.Sprintf("With %s keys, throughput", count(workerAccounts)), many, xs, counted("lanes"), msgs),
+		kneeSentence(fmt.Sprintf("With %d keys, it", fewKeys), few, xs, counted("lanes"), msgs))
 	c.why = fmt.Sprintf("lanes are picked by a hash of the key, and a lane applies its messages in order, so a partition runs at most as many "+
 		"transactions at once as it has busy lanes: with many keys every lane has work and key concurrency acts like more partitions, up to the "+
 		"worker's concurrency (%d) and the commit rate; with %d keys at most %d lanes have work, fewer where two keys hash to one lane, so "+
@@ -679,14 +686,19 @@ func batchCurve(ctx context.Context, e *env, scale float64) (*curve, error) {
 		setup:   fmt.Sprintf("%s messages per point, %d partitions, concurrency %d, key concurrency 1; a batch holds what was fetched and not applied yet, a savepoint per message.", count(float64(n)), workerDefaults.partitions, workerDefaults.concurrency),
 		columns: []string{"batch size", "worker msg/s"}, rows: workerRows(xs, count, rates),
 		chart: workerChart("Worker throughput against batch size", "batch size (messages per transaction)", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, count, msgs))
+	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counted("messages per batch"), msgs))
 	c.why = "a batch shares one transaction's BEGIN, inbox insert (one statement for the batch) and commit flush among its messages, so the per-message " +
 		"cost falls towards what each message still pays alone: its savepoint, the handler's UPDATE and their round trips. Once that dominates, " +
 		"larger batches save little, and a batch can hold only what one partition has fetched and not yet applied."
 	return c, nil
 }
 
-func msgs(v float64) string { return count(v) + " msg/s" }
+var msgs = counted("msg/s")
+
+// counted prints a count followed by its unit.
+func counted(unit string) func(float64) string {
+	return func(v float64) string { return count(v) + " " + unit }
+}
 
 // scaled is n times scale, at least 1.
 func scaled(n int, scale float64) int { return max(1, int(math.Round(float64(n)*scale))) }
