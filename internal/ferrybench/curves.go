@@ -377,12 +377,7 @@ func payloadCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, e
 				{name: "relay CPU", unit: "µs per event", ys: field(ps, cpuOf), right: true},
 			}}}
 	rate, mbps, cpu := field(ps, rateOf), c.chart.series[0].ys, c.chart.series[1].ys
-	if i := firstMove(rate, -1, bendTolerance); i < 0 {
-		c.bends = append(c.bends, "Events/s holds within 10% per step across the range.")
-	} else {
-		c.bends = append(c.bends, fmt.Sprintf("Events/s holds within 10%% per step up to %s (%s events/s) and falls from there, to %s events/s at %s.",
-			bytesLabel(xs[i]), count(rate[i]), count(rate[len(rate)-1]), bytesLabel(xs[len(xs)-1])))
-	}
+	c.bends = append(c.bends, holdsSentence("Events/s", rate, xs, bytesLabel, counted("events/s")))
 	c.bends = append(c.bends, kneeSentence("Payload MB/s", mbps, xs, bytesLabel, func(v float64) string { return fmt.Sprintf("%.1f MB/s", v) }))
 	if i := firstMove(cpu, +1, bendTolerance); i >= 0 {
 		c.bends = append(c.bends, fmt.Sprintf("CPU per event grows by more than 10%% per step from %s on (%.1f µs there, %.1f µs at %s).",
@@ -426,7 +421,7 @@ func perTxCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, err
 		c.rows = append(c.rows, append(row, fmt.Sprintf("%.0f MB", ps[i].spillMB)))
 	}
 	rate, cpu := field(ps, rateOf), field(ps, cpuOf)
-	c.bends = append(c.bends, kneeSentence("The drain rate", rate, xs, counted("events per transaction"), counted("events/s")))
+	c.bends = append(c.bends, kneeSentence("The drain rate", rate, xs, counts("event per transaction", "events per transaction"), counted("events/s")))
 	if k := knee(cpu, -1, bendTolerance); k >= 0 {
 		c.bends = append(c.bends, fmt.Sprintf("CPU per event stops falling by more than 10%% per step at %s events per transaction (%.1f µs, from %.1f µs at %s).",
 			count(xs[k]), cpu[k], cpu[0], count(xs[0])))
@@ -466,12 +461,7 @@ func topicsCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, er
 		columns: append([]string{"topics"}, relayColumns...), rows: rows,
 		chart: rateAndCPU("Relay drain rate and CPU per event against the number of topics", "topics (one partition each)", xs, count, ps)}
 	rate, cpu := field(ps, rateOf), field(ps, cpuOf)
-	if i := firstMove(rate, -1, bendTolerance); i < 0 {
-		c.bends = append(c.bends, "The drain rate holds within 10% per step across the range.")
-	} else {
-		c.bends = append(c.bends, fmt.Sprintf("The drain rate holds within 10%% per step up to %s topics (%s events/s) and falls from there, to %s events/s at %s.",
-			count(xs[i]), count(rate[i]), count(rate[len(rate)-1]), count(xs[len(xs)-1])))
-	}
+	c.bends = append(c.bends, holdsSentence("The drain rate", rate, xs, counts("topic", "topics"), counted("events/s")))
 	if i := firstMove(cpu, +1, bendTolerance); i >= 0 {
 		c.bends = append(c.bends, fmt.Sprintf("CPU per event grows by more than 10%% per step from %s topics on (%.1f µs there, %.1f µs at %s).",
 			count(xs[i]), cpu[i], cpu[len(cpu)-1], count(xs[len(xs)-1])))
@@ -486,7 +476,8 @@ func topicsCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, er
 	c.why = "every point starts a relay that knows no topic, and a topic's first record waits twice: for the relay's DescribeConfigs of its " +
 		"max.message.bytes (a round trip in the send path) and for franz-go's metadata on the topic (a record to a topic the client has no metadata " +
 		"for waits for a metadata request). With the events round-robin over the topics, at 1,000 topics the first 1,000 events each open one: " +
-		"a start-up cost, which a long-running relay pays once per topic, not per event. Past it, franz-go keeps a batch per partition: " +
+		"a start-up cost, which a long-running relay pays once per topic, not per event (this sweep does not separate the two: " +
+		"each point is a fresh process). Past it, franz-go keeps a batch per partition: " +
 		"the same events over more partitions make more, smaller batches, more batch headers per produce request and more logs for the broker to append to."
 	return c, nil
 }
@@ -616,7 +607,7 @@ func partitionsCurve(ctx context.Context, e *env, scale float64) (*curve, error)
 		setup:   fmt.Sprintf("%s messages per point, one UPDATE each, the worker at inbox.Config's defaults (concurrency %d, key concurrency 1, batch size %d).", count(float64(n)), workerDefaults.concurrency, workerDefaults.batch),
 		columns: []string{"partitions", "worker msg/s"}, rows: workerRows(xs, count, rates),
 		chart: workerChart("Worker throughput against partitions", "partitions", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counted("partitions"), msgs))
+	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counts("partition", "partitions"), msgs))
 	c.why = fmt.Sprintf("one partition is applied in offset order, one transaction at a time (key concurrency 1), so partitions are the worker's "+
 		"parallelism up to its concurrency (%d): past it more partitions only queue. Before that, PostgreSQL's commits are the bound: every transaction "+
 		"waits for its WAL flush, and concurrent ones share a flush (group commit) only as far as two cores and one disk allow.", workerDefaults.concurrency)
@@ -636,7 +627,7 @@ func concurrencyCurve(ctx context.Context, e *env, scale float64) (*curve, error
 		setup:   fmt.Sprintf("%s messages per point on %d partitions (so that partitions never limit it), batch size %d, key concurrency 1.", count(float64(n)), base.partitions, base.batch),
 		columns: []string{"concurrency", "worker msg/s"}, rows: workerRows(xs, count, rates),
 		chart: workerChart("Worker throughput against concurrency", "concurrency (transactions in flight)", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counted("transactions in flight"), msgs))
+	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counts("transaction in flight", "transactions in flight"), msgs))
 	c.why = "each transaction in flight spends most of its time waiting: on PostgreSQL's round trips and on its commit's WAL flush. More of them " +
 		"overlap those waits and share flushes (group commit) until the machine's two cores are busy with the statements themselves " +
 		"(PostgreSQL's backends, the Go worker and the broker all on them); past that more transactions only queue for the CPU and for locks."
@@ -666,8 +657,8 @@ func keyConcurrencyCurve(ctx context.Context, e *env, scale float64) (*curve, er
 			series{name: count(workerAccounts) + " keys", unit: "messages/s", ys: many},
 			series{name: strconv.Itoa(fewKeys) + " keys", unit: "messages/s", ys: few})}
 	c.bends = append(c.bends,
-		kneeSentence(fmt.Sprintf("With %s keys, throughput", count(workerAccounts)), many, xs, counted("lanes"), msgs),
-		kneeSentence(fmt.Sprintf("With %d keys, it", fewKeys), few, xs, counted("lanes"), msgs))
+		kneeSentence(fmt.Sprintf("With %s keys, throughput", count(workerAccounts)), many, xs, counts("lane", "lanes"), msgs),
+		kneeSentence(fmt.Sprintf("With %d keys, it", fewKeys), few, xs, counts("lane", "lanes"), msgs))
 	c.why = fmt.Sprintf("lanes are picked by a hash of the key, and a lane applies its messages in order, so a partition runs at most as many "+
 		"transactions at once as it has busy lanes: with many keys every lane has work and key concurrency acts like more partitions, up to the "+
 		"worker's concurrency (%d) and the commit rate; with %d keys at most %d lanes have work, fewer where two keys hash to one lane, so "+
@@ -686,7 +677,7 @@ func batchCurve(ctx context.Context, e *env, scale float64) (*curve, error) {
 		setup:   fmt.Sprintf("%s messages per point, %d partitions, concurrency %d, key concurrency 1; a batch holds what was fetched and not applied yet, a savepoint per message.", count(float64(n)), workerDefaults.partitions, workerDefaults.concurrency),
 		columns: []string{"batch size", "worker msg/s"}, rows: workerRows(xs, count, rates),
 		chart: workerChart("Worker throughput against batch size", "batch size (messages per transaction)", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counted("messages per batch"), msgs))
+	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counts("message per batch", "messages per batch"), msgs))
 	c.why = "a batch shares one transaction's BEGIN, inbox insert (one statement for the batch) and commit flush among its messages, so the per-message " +
 		"cost falls towards what each message still pays alone: its savepoint, the handler's UPDATE and their round trips. Once that dominates, " +
 		"larger batches save little, and a batch can hold only what one partition has fetched and not yet applied."
@@ -698,6 +689,34 @@ var msgs = counted("msg/s")
 // counted prints a count followed by its unit.
 func counted(unit string) func(float64) string {
 	return func(v float64) string { return count(v) + " " + unit }
+}
+
+// counts prints a count followed by its unit, singular for one.
+func counts(one, many string) func(float64) string {
+	return func(v float64) string {
+		if count(v) == "1" {
+			return "1 " + one
+		}
+		return count(v) + " " + many
+	}
+}
+
+// holdsSentence says up to where a curve holds within bendTolerance per
+// step before it falls by more.
+func holdsSentence(what string, ys, xs []float64, xTick, value func(float64) string) string {
+	last := len(ys) - 1
+	switch i := firstMove(ys, -1, bendTolerance); {
+	case len(ys) < 2:
+		return ""
+	case i < 0:
+		return fmt.Sprintf("%s holds within 10%% per step across the range, %s at %s and %s at %s.", what, value(ys[0]), xTick(xs[0]), value(ys[last]), xTick(xs[last]))
+	case i == 0:
+		return fmt.Sprintf("%s falls by more than 10%% from the first step on: %s at %s, %s at %s, %s at %s.", what,
+			value(ys[0]), xTick(xs[0]), value(ys[1]), xTick(xs[1]), value(ys[last]), xTick(xs[last]))
+	default:
+		return fmt.Sprintf("%s holds within 10%% per step up to %s (%s) and falls from there, to %s at %s.", what,
+			xTick(xs[i]), value(ys[i]), value(ys[last]), xTick(xs[last]))
+	}
 }
 
 // scaled is n times scale, at least 1.

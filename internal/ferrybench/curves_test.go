@@ -56,6 +56,24 @@ func TestKneeSentenceNamesTheKneeAndAFallAfterThePeak(t *testing.T) {
 	}
 }
 
+func TestHoldsSentenceSaysWhereAFlatCurveStartsFalling(t *testing.T) {
+	t.Parallel()
+	xs := []float64{1, 10, 100, 1000}
+	topics := counts("topic", "topics")
+	for _, c := range []struct {
+		ys   []float64
+		want string
+	}{
+		{[]float64{100, 95, 40, 10}, "holds within 10% per step up to 10 topics (95 events/s) and falls from there, to 10 events/s at 1,000 topics"},
+		{[]float64{100, 50, 40, 10}, "falls by more than 10% from the first step on: 100 events/s at 1 topic, 50 events/s at 10 topics"},
+		{[]float64{100, 95, 90, 85}, "holds within 10% per step across the range"},
+	} {
+		if s := holdsSentence("The drain rate", c.ys, xs, topics, counted("events/s")); !strings.Contains(s, c.want) {
+			t.Errorf("%v: %q does not say %q", c.ys, s, c.want)
+		}
+	}
+}
+
 func TestCountAndBytesLabels(t *testing.T) {
 	t.Parallel()
 	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 81759.4: "81,759", 1_000_000: "1,000,000", -12345: "-12,345"} {
