@@ -596,42 +596,54 @@ func workerChart(title, xLabel string, xs []float64, ss ...series) chart {
 // workerDefaults is inbox.Config's defaults, on the benchmark's accounts.
 var workerDefaults = workerShape{partitions: 8, concurrency: 8, keyConcurrency: 1, batch: 16, keys: workerAccounts}
 
-func partitionsCurve(ctx context.Context, e *env, scale float64) (*curve, error) {
-	n := scaled(10_000, scale)
-	xs := []float64{1, 2, 4, 8, 16}
-	rates, err := sweepWorker(ctx, e, n, workerDefaults, xs, func(s *workerShape, x int) { s.partitions = x })
+// oneSetting is a worker sweep of one setting of base, drawn as one
+// series: where its throughput stops rising is the bend.
+type oneSetting struct {
+	name, setting, unitOne, unitMany, setup, why string
+	n                                            int // messages per point
+	base                                         workerShape
+	xs                                           []float64
+	set                                          func(*workerShape, int)
+}
+
+func (o oneSetting) curve(ctx context.Context, e *env) (*curve, error) {
+	rates, err := sweepWorker(ctx, e, o.n, o.base, o.xs, o.set)
 	if err != nil {
 		return nil, err
 	}
-	c := &curve{name: "worker-partitions", heading: "Worker: partitions",
-		setup:   fmt.Sprintf("%s messages per point, one UPDATE each, the worker at inbox.Config's defaults (concurrency %d, key concurrency 1, batch size %d).", count(float64(n)), workerDefaults.concurrency, workerDefaults.batch),
-		columns: []string{"partitions", "worker msg/s"}, rows: workerRows(xs, count, rates),
-		chart: workerChart("Worker throughput against partitions", "partitions", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counts("partition", "partitions"), msgs))
-	c.why = fmt.Sprintf("one partition is applied in offset order, one transaction at a time (key concurrency 1), so partitions are the worker's "+
-		"parallelism up to its concurrency (%d): past it more partitions only queue. Before that, PostgreSQL's commits are the bound: every transaction "+
-		"waits for its WAL flush, and concurrent ones share a flush (group commit) only as far as two cores and one disk allow.", workerDefaults.concurrency)
-	return c, nil
+	xLabel := o.setting
+	if o.unitMany != o.setting {
+		xLabel += " (" + o.unitMany + ")"
+	}
+	return &curve{name: o.name, heading: "Worker: " + o.setting,
+		setup:   fmt.Sprintf("%s messages per point, %s.", count(float64(o.n)), o.setup),
+		columns: []string{o.setting, "worker msg/s"}, rows: workerRows(o.xs, count, rates),
+		chart: workerChart("Worker throughput against "+o.setting, xLabel, o.xs, series{name: "worker", unit: "messages/s", ys: rates}),
+		bends: []string{kneeSentence("Throughput", rates, o.xs, counts(o.unitOne, o.unitMany), msgs)},
+		why:   o.why}, nil
+}
+
+func partitionsCurve(ctx context.Context, e *env, scale float64) (*curve, error) {
+	return oneSetting{name: "worker-partitions", setting: "partitions", unitOne: "partition", unitMany: "partitions",
+		n: scaled(10_000, scale), base: workerDefaults, xs: []float64{1, 2, 4, 8, 16}, set: func(s *workerShape, x int) { s.partitions = x },
+		setup: fmt.Sprintf("one UPDATE each, the worker at inbox.Config's defaults (concurrency %d, key concurrency 1, batch size %d)",
+			workerDefaults.concurrency, workerDefaults.batch),
+		why: fmt.Sprintf("one partition is applied in offset order, one transaction at a time (key concurrency 1), so partitions are the worker's "+
+			"parallelism up to its concurrency (%d): past it more partitions only queue. Before that, PostgreSQL's commits are the bound: every transaction "+
+			"waits for its WAL flush, and concurrent ones share a flush (group commit) only as far as two cores and one disk allow.", workerDefaults.concurrency),
+	}.curve(ctx, e)
 }
 
 func concurrencyCurve(ctx context.Context, e *env, scale float64) (*curve, error) {
-	n := scaled(10_000, scale)
-	xs := []float64{1, 2, 4, 8, 16, 32}
 	base := workerDefaults
 	base.partitions = 32
-	rates, err := sweepWorker(ctx, e, n, base, xs, func(s *workerShape, x int) { s.concurrency = x })
-	if err != nil {
-		return nil, err
-	}
-	c := &curve{name: "worker-concurrency", heading: "Worker: concurrency",
-		setup:   fmt.Sprintf("%s messages per point on %d partitions (so that partitions never limit it), batch size %d, key concurrency 1.", count(float64(n)), base.partitions, base.batch),
-		columns: []string{"concurrency", "worker msg/s"}, rows: workerRows(xs, count, rates),
-		chart: workerChart("Worker throughput against concurrency", "concurrency (transactions in flight)", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counts("transaction in flight", "transactions in flight"), msgs))
-	c.why = "each transaction in flight spends most of its time waiting: on PostgreSQL's round trips and on its commit's WAL flush. More of them " +
-		"overlap those waits and share flushes (group commit) until the machine's two cores are busy with the statements themselves " +
-		"(PostgreSQL's backends, the Go worker and the broker all on them); past that more transactions only queue for the CPU and for locks."
-	return c, nil
+	return oneSetting{name: "worker-concurrency", setting: "concurrency", unitOne: "transaction in flight", unitMany: "transactions in flight",
+		n: scaled(10_000, scale), base: base, xs: []float64{1, 2, 4, 8, 16, 32}, set: func(s *workerShape, x int) { s.concurrency = x },
+		setup: fmt.Sprintf("%d partitions (so that partitions never limit it), batch size %d, key concurrency 1", base.partitions, base.batch),
+		why: "each transaction in flight spends most of its time waiting: on PostgreSQL's round trips and on its commit's WAL flush. More of them " +
+			"overlap those waits and share flushes (group commit) until the machine's two cores are busy with the statements themselves " +
+			"(PostgreSQL's backends, the Go worker and the broker all on them); past that more transactions only queue for the CPU and for locks.",
+	}.curve(ctx, e)
 }
 
 func keyConcurrencyCurve(ctx context.Context, e *env, scale float64) (*curve, error) {
@@ -667,21 +679,14 @@ func keyConcurrencyCurve(ctx context.Context, e *env, scale float64) (*curve, er
 }
 
 func batchCurve(ctx context.Context, e *env, scale float64) (*curve, error) {
-	n := scaled(20_000, scale)
-	xs := []float64{1, 4, 16, 64, 256}
-	rates, err := sweepWorker(ctx, e, n, workerDefaults, xs, func(s *workerShape, x int) { s.batch = x })
-	if err != nil {
-		return nil, err
-	}
-	c := &curve{name: "worker-batch-size", heading: "Worker: batch size",
-		setup:   fmt.Sprintf("%s messages per point, %d partitions, concurrency %d, key concurrency 1; a batch holds what was fetched and not applied yet, a savepoint per message.", count(float64(n)), workerDefaults.partitions, workerDefaults.concurrency),
-		columns: []string{"batch size", "worker msg/s"}, rows: workerRows(xs, count, rates),
-		chart: workerChart("Worker throughput against batch size", "batch size (messages per transaction)", xs, series{name: "worker", unit: "messages/s", ys: rates})}
-	c.bends = append(c.bends, kneeSentence("Throughput", rates, xs, counts("message per batch", "messages per batch"), msgs))
-	c.why = "a batch shares one transaction's BEGIN, inbox insert (one statement for the batch) and commit flush among its messages, so the per-message " +
-		"cost falls towards what each message still pays alone: its savepoint, the handler's UPDATE and their round trips. Once that dominates, " +
-		"larger batches save little, and a batch can hold only what one partition has fetched and not yet applied."
-	return c, nil
+	return oneSetting{name: "worker-batch-size", setting: "batch size", unitOne: "message per transaction", unitMany: "messages per transaction",
+		n: scaled(20_000, scale), base: workerDefaults, xs: []float64{1, 4, 16, 64, 256}, set: func(s *workerShape, x int) { s.batch = x },
+		setup: fmt.Sprintf("%d partitions, concurrency %d, key concurrency 1; a batch holds what was fetched and not applied yet, a savepoint per message",
+			workerDefaults.partitions, workerDefaults.concurrency),
+		why: "a batch shares one transaction's BEGIN, inbox insert (one statement for the batch) and commit flush among its messages, so the per-message " +
+			"cost falls towards what each message still pays alone: its savepoint, the handler's UPDATE and their round trips. Once that dominates, " +
+			"larger batches save little, and a batch can hold only what one partition has fetched and not yet applied.",
+	}.curve(ctx, e)
 }
 
 var msgs = counted("msg/s")
