@@ -124,7 +124,8 @@ func benchCurves(ctx context.Context, e *env, o curveOpts) (string, error) {
 		"One setting swept at a time, everything else as in the sections above; written by `ferrybench curves` "+
 		"(part of `make bench`: `-curves-scale` sizes it, `-curves=false` skips it) in %s at scale %g. "+
 		"**One sample per point**: a curve's shape is the finding, a single point's figure moves with the machine's load "+
-		"as the medians above do. A curve bends where a step stops (or starts) moving it by more than %.0f%%.\n",
+		"as the medians above do. A rising curve bends at its first point that no later point beats by more than %.0f%% (a falling one likewise); "+
+		"a flat one where a step first moves it by more than that.\n",
 		time.Since(started).Round(time.Second), o.scale, bendTolerance*100)
 	for _, c := range cs {
 		b.WriteString(c.markdown(o))
@@ -423,7 +424,7 @@ func perTxCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, err
 	rate, cpu := field(ps, rateOf), field(ps, cpuOf)
 	c.bends = append(c.bends, kneeSentence("The drain rate", rate, xs, counts("event per transaction", "events per transaction"), counted("events/s")))
 	if k := knee(cpu, -1, bendTolerance); k >= 0 {
-		c.bends = append(c.bends, fmt.Sprintf("CPU per event stops falling by more than 10%% per step at %s events per transaction (%.1f µs, from %.1f µs at %s).",
+		c.bends = append(c.bends, fmt.Sprintf("CPU per event falls until %s events per transaction (%.1f µs, from %.1f µs at %s), and no later point is more than 10%% below it.",
 			count(xs[k]), cpu[k], cpu[0], count(xs[0])))
 	}
 	spilled := -1
@@ -737,11 +738,16 @@ func moves(a, b float64, dir int, tol float64) bool {
 }
 
 // knee is the index of the point where a curve stops moving in direction
-// dir: the first point from which the next one moves by tol or less. -1
-// when every step moves more.
+// dir: the first point that no later point beats by more than tol (a share
+// of it), so that one noisy dip does not pass for the bend. -1 when even the
+// last step moves more.
 func knee(ys []float64, dir int, tol float64) int {
 	for i := 0; i+1 < len(ys); i++ {
-		if !moves(ys[i], ys[i+1], dir, tol) {
+		beaten := false
+		for _, y := range ys[i+1:] {
+			beaten = beaten || moves(ys[i], y, dir, tol)
+		}
+		if !beaten {
 			return i
 		}
 	}
@@ -760,8 +766,8 @@ func firstMove(ys []float64, dir int, tol float64) int {
 	return -1
 }
 
-// kneeSentence says where a rising curve stops rising by more than
-// bendTolerance per step, and where it peaks when it falls after.
+// kneeSentence says where a rising curve stops rising (its knee), and
+// where it peaks when it falls after.
 func kneeSentence(what string, ys, xs []float64, xTick func(float64) string, value func(float64) string) string {
 	k := knee(ys, +1, bendTolerance)
 	var s string
@@ -769,12 +775,12 @@ func kneeSentence(what string, ys, xs []float64, xTick func(float64) string, val
 	case len(ys) == 0:
 		return ""
 	case k < 0:
-		return fmt.Sprintf("%s rises by more than 10%% at every step, from %s at %s to %s at %s: no bend in this range.",
+		return fmt.Sprintf("%s still rises by more than 10%% at the last step, from %s at %s to %s at %s: no bend in this range.",
 			what, value(ys[0]), xTick(xs[0]), value(ys[len(ys)-1]), xTick(xs[len(xs)-1]))
 	case k == 0:
-		s = fmt.Sprintf("%s gains less than 10%% already from %s (%s) to the next step", what, xTick(xs[0]), value(ys[0]))
+		s = fmt.Sprintf("%s never gains more than 10%% on its first point, %s at %s", what, value(ys[0]), xTick(xs[0]))
 	default:
-		s = fmt.Sprintf("%s rises by more than 10%% per step up to %s (%s, %.1fx the %s at %s), then by less", what, xTick(xs[k]), value(ys[k]),
+		s = fmt.Sprintf("%s rises up to %s (%s, %.1fx the %s at %s), and no later point is more than 10%% above it", what, xTick(xs[k]), value(ys[k]),
 			ys[k]/ys[0], value(ys[0]), xTick(xs[0]))
 	}
 	peak := 0

@@ -5,18 +5,20 @@ import (
 	"testing"
 )
 
-func TestKneeIsWhereARisingCurveStopsGainingMoreThanTheTolerance(t *testing.T) {
+func TestKneeIsTheFirstPointNoLaterPointBeatsByMoreThanTheTolerance(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		ys   []float64
 		dir  int
 		want int
 	}{
-		{[]float64{100, 200, 400, 420, 430}, +1, 2}, // 400 -> 420 is +5%
-		{[]float64{100, 200, 400, 800}, +1, -1},     // never flattens
-		{[]float64{100, 105, 300}, +1, 0},           // flat from the start
-		{[]float64{100, 50, 25, 24, 10}, -1, 2},     // stops falling at 25
-		{[]float64{100, 300, 200}, +1, 1},           // a fall is not a gain
+		{[]float64{100, 200, 400, 420, 430}, +1, 2},            // nothing beats 400 by 10%
+		{[]float64{100, 200, 400, 800}, +1, -1},                // never flattens
+		{[]float64{100, 105, 108}, +1, 0},                      // flat from the start
+		{[]float64{100, 105, 300}, +1, -1},                     // a late jump is no bend
+		{[]float64{3242, 3836, 3087, 4431, 3096, 3015}, +1, 3}, // a dip at 3087 is not the knee
+		{[]float64{100, 50, 25, 24, 23}, -1, 2},                // stops falling at 25
+		{[]float64{100, 300, 200}, +1, 1},                      // a fall is not a gain
 	} {
 		if got := knee(c.ys, c.dir, 0.10); got != c.want {
 			t.Errorf("knee(%v, %d) = %d, want %d", c.ys, c.dir, got, c.want)
@@ -46,7 +48,7 @@ func TestKneeSentenceNamesTheKneeAndAFallAfterThePeak(t *testing.T) {
 	t.Parallel()
 	xs := []float64{1, 2, 4, 8, 16}
 	s := kneeSentence("Throughput", []float64{1000, 2000, 3000, 3100, 2000}, xs, count, msgs)
-	for _, want := range []string{"up to 4 (3,000 msg/s, 3.0x", "peaks at 8 (3,100 msg/s) and falls to 2,000 msg/s at 16"} {
+	for _, want := range []string{"rises up to 4 (3,000 msg/s, 3.0x", "peaks at 8 (3,100 msg/s) and falls to 2,000 msg/s at 16"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("%q does not say %q", s, want)
 		}
