@@ -89,3 +89,22 @@ func TestCountAndBytesLabels(t *testing.T) {
 		}
 	}
 }
+
+func TestCurveMarkdownLinksItsChartNextToItsTable(t *testing.T) {
+	t.Parallel()
+	c := &curve{name: "relay-payload", heading: "Relay: payload size", setup: "setup", columns: []string{"payload", "events/s"},
+		rows: [][]string{{"100 B", "64,020"}, {"1 KiB", "27,060"}}, chart: chart{title: "Relay drain against payload"},
+		bends: []string{"It bends."}, why: "because."}
+	md := c.markdown(curveOpts{charts: "docs/bench", link: "bench"})
+	for _, want := range []string{
+		"![Relay drain against payload](bench/relay-payload.svg)\n\n| payload | events/s |\n|---|---|\n| 100 B | 64,020 |\n| 1 KiB | 27,060 |\n",
+		"Where it bends: It bends.", "Why: because.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown does not hold %q:\n%s", want, md)
+		}
+	}
+	if md := c.markdown(curveOpts{}); strings.Contains(md, "![") {
+		t.Errorf("a chart linked although none was written:\n%s", md)
+	}
+}
