@@ -426,6 +426,9 @@ func perTxCurve(ctx context.Context, r *relayCurves, scale float64) (*curve, err
 	if k := knee(cpu, -1, bendTolerance); k >= 0 {
 		c.bends = append(c.bends, fmt.Sprintf("CPU per event falls until %s events per transaction (%.1f µs, from %.1f µs at %s), and no later point is more than 10%% below it.",
 			count(xs[k]), cpu[k], cpu[0], count(xs[0])))
+	} else if len(cpu) > 1 {
+		c.bends = append(c.bends, fmt.Sprintf("CPU per event still falls by more than 10%% at the last step, from %.1f µs at %s to %.1f µs at %s.",
+			cpu[0], count(xs[0]), cpu[len(cpu)-1], count(xs[len(xs)-1])))
 	}
 	spilled := -1
 	for i, p := range ps {
