@@ -66,7 +66,7 @@ soak: ## the long fault-injection run (1,000,000 events, about 25 min) on a stac
 	scripts/faults run -soak -control -report docs/soak.md
 
 .PHONY: bench
-bench: ## measure the writer, relay and worker next to their ceilings in one run; writes docs/benchmarks.md
+bench: ## measure the writer, relay and worker next to their ceilings, and how their costs grow, in one run; writes docs/benchmarks.md and docs/bench/*.svg
 	scripts/bench
 
 .PHONY: bench-peers

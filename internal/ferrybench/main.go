@@ -6,6 +6,7 @@
 //	go run ./internal/ferrybench worker [-one-per-tx 20000] [-batched 200000] [-worker-runs 3]
 //	go run ./internal/ferrybench writer [-events 200000]
 //	go run ./internal/ferrybench latency [-rate 1000] [-runs 3]   (end to end; see latency.go)
+//	go run ./internal/ferrybench curves [-curves-scale 1] [-charts docs/bench]   (how cost grows; see curves.go)
 //	go run ./internal/ferrybench all    [-out docs/benchmarks.md]   (what make bench runs)
 package main
 
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -24,7 +26,7 @@ import (
 	"github.com/ferryhq/ferry/internal/ferrytest"
 )
 
-const usage = `usage: ferrybench relay|worker|writer|latency|all [flags]   (ferrybench <command> -h for the flags)`
+const usage = `usage: ferrybench relay|worker|writer|latency|curves|all [flags]   (ferrybench <command> -h for the flags)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -52,6 +54,10 @@ func main() {
 	var writerEvents int
 	writerFlags := func() {
 		fs.IntVar(&writerEvents, "writer-events", 200_000, "events written through outbox.Write in 100-event transactions (a tenth of them one per transaction)")
+	}
+	var co curveOpts
+	curveFlags := func() {
+		fs.Float64Var(&co.scale, "curves-scale", 1, "multiplies the event and message counts of every point of the curves (how cost grows)")
 	}
 	var err error
 	switch os.Args[1] {
@@ -82,13 +88,38 @@ func main() {
 		})
 	case "latency":
 		err = runLatency(ctx, fs, os.Args[2:])
+	case "curves":
+		curveFlags()
+		fs.StringVar(&co.charts, "charts", "", "write the SVG charts into this directory; the markdown links to them there")
+		only := fs.String("only", "", "run only these curves, by chart name: relay-payload,worker-batch-size,...")
+		_ = fs.Parse(os.Args[2:])
+		if *only != "" {
+			co.only = strings.Split(*only, ",")
+		}
+		co.link = filepath.ToSlash(co.charts)
+		err = withEnv(func(e *env) error {
+			md, err := benchCurves(ctx, e, co)
+			if err == nil {
+				fmt.Print(md)
+			}
+			return err
+		})
 	case "all":
 		relayFlags()
 		workerFlags()
 		writerFlags()
+		curveFlags()
+		curves := fs.Bool("curves", true, "measure how cost grows (a few minutes; charts into bench/ beside -out)")
 		out := fs.String("out", "", "also write the report to this file (make bench: docs/benchmarks.md)")
 		_ = fs.Parse(os.Args[2:])
-		err = withEnv(func(e *env) error { return benchAll(ctx, e, ro, wo, writerEvents, *out) })
+		var cop *curveOpts
+		if *curves {
+			if *out != "" {
+				co.charts, co.link = filepath.Join(filepath.Dir(*out), "bench"), "bench"
+			}
+			cop = &co
+		}
+		err = withEnv(func(e *env) error { return benchAll(ctx, e, ro, wo, writerEvents, cop, *out) })
 	default:
 		err = fmt.Errorf("unknown benchmark %q\n%s", os.Args[1], usage)
 	}
@@ -155,7 +186,9 @@ func writerMarkdown(ws []writerResult, drain float64) string {
 	return b.String()
 }
 
-func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, out string) error {
+// benchAll runs every benchmark and writes the report; co nil skips the
+// curves.
+func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, out string) error {
 	pool, err := pgxpool.New(ctx, e.admin)
 	if err != nil {
 		return err
@@ -175,6 +208,12 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	if err != nil {
 		return err
 	}
+	var curves string
+	if co != nil {
+		if curves, err = benchCurves(ctx, e, *co); err != nil {
+			return err
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`go run ./internal/ferrybench all -out docs/benchmarks.md`) on %s, in %s.\n",
@@ -192,6 +231,7 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	fmt.Fprintf(&b, "\n## Worker\n\nThe worker (in-process `inbox.Worker`) from Kafka to committed inbox row plus effect, next to the same SQL statements\n"+
 		"sent straight to PostgreSQL by as many clients as the worker's concurrency, sampled in turn with the worker from the same table state.\n\n")
 	b.WriteString(workerMarkdown(wr))
+	b.WriteString(curves)
 	fmt.Fprint(os.Stdout, b.String())
 	if out == "" {
 		return nil

@@ -396,10 +396,11 @@ func (p *relayProc) stop() error {
 // the slot's confirmed_flush_lsn reaches target. It also watches the
 // process: its peak RSS, its share of one core, and how often its
 // back-pressure held it (the window of unconfirmed records at
-// relay.MaxInFlightRecordsDefault, so it read no further).
-func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string) (d drained, w watched, err error) {
+// relay.MaxInFlightRecordsDefault, so it read no further). extra are more
+// `relay run` flags.
+func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string, extra ...string) (d drained, w watched, err error) {
 	start := time.Now()
-	p, err := startRelay(e, bin, url, slot, topic)
+	p, err := startRelay(e, bin, url, slot, topic, extra...)
 	if err != nil {
 		return d, w, err
 	}

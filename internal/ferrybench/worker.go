@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,19 @@ const (
 	savepointFirst = "SAVEPOINT ferry_message"
 	savepointNext  = "RELEASE SAVEPOINT ferry_message; SAVEPOINT ferry_message"
 )
+
+// workerShape lays out a worker run: the topic's partitions, the worker's
+// settings, and how many distinct keys (accounts) the messages spread over,
+// message i going to partition i % partitions with key i % keys.
+type workerShape struct {
+	partitions, concurrency, keyConcurrency, batch, keys int
+}
+
+// shapeOf is the worker benchmark's shape with batch messages per
+// transaction.
+func shapeOf(batch int) workerShape {
+	return workerShape{partitions: workerPartitions, concurrency: workerConcurrency, keyConcurrency: 1, batch: batch, keys: workerAccounts}
+}
 
 type workerOpts struct {
 	onePerTx, batched int // messages in the one-per-transaction and batched runs
@@ -64,52 +78,13 @@ func benchWorkers(ctx context.Context, e *env, o workerOpts) ([]workerResult, er
 
 func benchWorker(ctx context.Context, e *env, batch, n, runs int) (workerResult, error) {
 	res := workerResult{batch: batch, n: n}
-	url, drop, err := ferrytest.MainDB("bench_worker")
+	s := shapeOf(batch)
+	wt, err := newWorkerTopic(ctx, e, s, n, s.concurrency+2)
 	if err != nil {
 		return res, err
 	}
-	defer drop()
-	pcfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return res, err
-	}
-	pcfg.MaxConns = workerConcurrency + 2
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return res, err
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, `CREATE TABLE bench_accounts (id int PRIMARY KEY, balance bigint NOT NULL, version int NOT NULL)`); err != nil {
-		return res, err
-	}
-
-	// One topic holds the n messages; every worker sample reads it whole as
-	// a consumer group of its own.
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(1<<20))
-	if err != nil {
-		return res, err
-	}
-	defer kcl.Close()
-	adm := kadm.NewClient(kcl)
-	topic := "bench.worker." + ferrytest.Suffix()
-	if _, err := adm.CreateTopic(ctx, workerPartitions, 1, nil, topic); err != nil {
-		return res, err
-	}
-	defer func() { _, _ = adm.DeleteTopics(context.Background(), topic) }()
-	recs := make([]*kgo.Record, 0, 5000)
-	for i := range n {
-		recs = append(recs, &kgo.Record{
-			Topic: topic, Partition: int32(i % workerPartitions), Key: []byte(strconv.Itoa(i % workerAccounts)),
-			Value:   []byte(`{"amount":1}`),
-			Headers: []kgo.RecordHeader{{Key: outbox.HeaderID, Value: []byte(messageID(i))}},
-		})
-		if len(recs) == cap(recs) || i == n-1 {
-			if err := kcl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-				return res, err
-			}
-			recs = recs[:0]
-		}
-	}
+	defer wt.close()
+	pool := wt.pool
 
 	// A warm-up that opens every connection, as the worker's own start
 	// does.
@@ -134,7 +109,7 @@ func benchWorker(ctx context.Context, e *env, batch, n, runs int) (workerResult,
 		if err := resetWorkerTables(ctx, pool); err != nil {
 			return res, err
 		}
-		r, err := workerOnce(ctx, e, pool, topic, consumer, n, batch)
+		r, err := workerOnce(ctx, e, pool, wt.topic, consumer, n, s)
 		if err != nil {
 			return res, err
 		}
@@ -142,6 +117,72 @@ func benchWorker(ctx context.Context, e *env, batch, n, runs int) (workerResult,
 		log("worker batch %d, sample %d: ceiling %.0f msg/s, worker %.0f msg/s (%.2f)", batch, i+1, c, r, r/c)
 	}
 	return res, nil
+}
+
+// workerTopic is a database of its own with the benchmark's accounts table,
+// and a topic holding n messages laid out by a shape's partitions and keys,
+// which every sample reads whole as a consumer group of its own.
+type workerTopic struct {
+	pool  *pgxpool.Pool
+	topic string
+	close func()
+}
+
+func newWorkerTopic(ctx context.Context, e *env, s workerShape, n, conns int) (_ *workerTopic, err error) {
+	wt := &workerTopic{topic: "bench.worker." + ferrytest.Suffix()}
+	var undo []func()
+	wt.close = func() {
+		for _, f := range slices.Backward(undo) {
+			f()
+		}
+	}
+	defer func() {
+		if err != nil {
+			wt.close()
+		}
+	}()
+	url, drop, err := ferrytest.MainDB("bench_worker")
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, drop)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = int32(conns)
+	if wt.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, err
+	}
+	undo = append(undo, wt.pool.Close)
+	if _, err := wt.pool.Exec(ctx, `CREATE TABLE bench_accounts (id int PRIMARY KEY, balance bigint NOT NULL, version int NOT NULL)`); err != nil {
+		return nil, err
+	}
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, kcl.Close)
+	adm := kadm.NewClient(kcl)
+	if _, err := adm.CreateTopic(ctx, int32(s.partitions), 1, nil, wt.topic); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { _, _ = adm.DeleteTopics(context.Background(), wt.topic) })
+	recs := make([]*kgo.Record, 0, 5000)
+	for i := range n {
+		recs = append(recs, &kgo.Record{
+			Topic: wt.topic, Partition: int32(i % s.partitions), Key: []byte(strconv.Itoa(i % s.keys)),
+			Value:   []byte(`{"amount":1}`),
+			Headers: []kgo.RecordHeader{{Key: outbox.HeaderID, Value: []byte(messageID(i))}},
+		})
+		if len(recs) == cap(recs) || i == n-1 {
+			if err := kcl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				return nil, err
+			}
+			recs = recs[:0]
+		}
+	}
+	return wt, nil
 }
 
 func messageID(i int) string { return "w-" + strconv.Itoa(i) }
@@ -164,15 +205,16 @@ func resetWorkerTables(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// workerOnce runs an inbox.Worker as consumer over topic's n messages and
-// returns messages/s from the moment its group is joined to the last
+// workerOnce runs an inbox.Worker shaped by s as consumer over topic's n
+// messages and returns messages/s from the moment its group is joined to the last
 // commit.
-func workerOnce(ctx context.Context, e *env, pool *pgxpool.Pool, topic, consumer string, n, batch int) (float64, error) {
+func workerOnce(ctx context.Context, e *env, pool *pgxpool.Pool, topic, consumer string, n int, s workerShape) (float64, error) {
 	w, err := inbox.New(&inbox.Config{
-		DB:          pool,
-		KafkaOpts:   []kgo.Opt{kgo.SeedBrokers(e.brokers...)},
-		Concurrency: workerConcurrency,
-		BatchSize:   batch,
+		DB:             pool,
+		KafkaOpts:      []kgo.Opt{kgo.SeedBrokers(e.brokers...)},
+		Concurrency:    s.concurrency,
+		KeyConcurrency: s.keyConcurrency,
+		BatchSize:      s.batch,
 	})
 	if err != nil {
 		return 0, err
