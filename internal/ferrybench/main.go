@@ -223,7 +223,7 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 		"belong to this machine, and to whatever else ran on it at the time.\n\n")
 	b.WriteString(m.markdown())
 	fmt.Fprintf(&b, "\n## Writing events\n\nWhat applications can commit; the relay keeps up with them when its drain rate is above it (ratio > 1).\n\n")
-	b.WriteString(writerMarkdown(ws, rr.drain.median()))
+	b.WriteString(writerMarkdown(ws, rr.drain.Median()))
 	fmt.Fprintf(&b, "\n## Relay\n\nThe relay drains a backlog written before it starts (a real `relay run` process), next to the ceilings it sits between:\n"+
 		"the walsender streaming the same WAL with the same options to PostgreSQL's own client, `pg_recvlogical`, writing to `/dev/null` (the path the relay reads, with nothing downstream),\n"+
 		"sampled in turn with the relay; and, as second lines, PostgreSQL decoding the same WAL server-side (peek) and franz-go producing the same records with nothing upstream.\n\n")

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/procs"
+	"github.com/ferryhq/ferry/internal/stats"
 	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
 )
@@ -261,35 +262,35 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 func (r *relayResult) markdown() string {
 	var b strings.Builder
 	o, lat := r.o, r.lat
-	drain := r.drain.median()
+	drain := r.drain.Median()
 	fmt.Fprintf(&b, "| relay figure (%d-event backlog, %d-byte payloads; median (min–max) of %d rounds: two walsender ceilings, relay, peek, produce) | value | target |\n|---|---|---|\n",
 		o.events, o.payload, o.runs)
 	fmt.Fprintf(&b, "| **ceiling: the walsender streaming the backlog to PostgreSQL's own client, `pg_recvlogical -f /dev/null`** | %s events/s, walsender at %s%% of a core (%s µs per event) | |\n",
-		r.recv.format("%.0f"), scale(r.recvBusy, 100).format("%.0f"), perEvent(r.recvBusy, r.recv).format("%.1f"))
+		r.recv.Format("%.0f"), scale(r.recvBusy, 100).Format("%.0f"), perEvent(r.recvBusy, r.recv).Format("%.1f"))
 	fmt.Fprintf(&b, "| relay drain rate, backlog to Kafka acks, confirmed in the slot | %s events/s, walsender at %s%% of a core (%s µs per event), relay at %s%% (%s µs CPU per event) | |\n",
-		r.drain.format("%.0f"), scale(r.drainBusy, 100).format("%.0f"), perEvent(r.drainBusy, r.drain).format("%.1f"), scale(r.relayBusy, 100).format("%.0f"), r.relayCost.format("%.1f"))
+		r.drain.Format("%.0f"), scale(r.drainBusy, 100).Format("%.0f"), perEvent(r.drainBusy, r.drain).Format("%.1f"), scale(r.relayBusy, 100).Format("%.0f"), r.relayCost.Format("%.1f"))
 	fmt.Fprintf(&b, "| **drain / walsender ceiling** (ratio of medians; range of the rounds' ratios) | **%.2f** (%s) | >= 0.90 |\n",
-		drain/r.recv.median(), rangeOf(ratios(r.drain, r.recv), "%.2f"))
+		drain/r.recv.Median(), stats.Ratios(r.drain, r.recv).Range("%.2f"))
 	fmt.Fprintf(&b, "| the machine (%d cores) busy during the ceiling / during the relay's drain | %s%% / %s%% | |\n",
-		runtime.NumCPU(), scale(r.recvBox, 100).format("%.0f"), scale(r.drainBox, 100).format("%.0f"))
+		runtime.NumCPU(), scale(r.recvBox, 100).Format("%.0f"), scale(r.drainBox, 100).Format("%.0f"))
 	fmt.Fprintf(&b, "| CPU per event during the relay's drain, every process on the machine (walsender, relay, Kafka broker, ...); of which the broker | %s µs; broker %s µs (%d cores at 100%% drain at most %.0f events/s at this cost) | |\n",
-		r.drainAll.format("%.1f"), r.drainKafka.format("%.1f"), runtime.NumCPU(), float64(runtime.NumCPU())*1e6/r.drainAll.median())
+		r.drainAll.Format("%.1f"), r.drainKafka.Format("%.1f"), runtime.NumCPU(), float64(runtime.NumCPU())*1e6/r.drainAll.Median())
 	fmt.Fprintf(&b, "| second line: the walsender streaming to a minimal Go client (pglogrepl) that discards every change and confirms as the relay does | %s events/s, walsender at %s%% of a core (%s µs per event); drain / this %.2f (%s) | |\n",
-		r.walsender.format("%.0f"), scale(r.wsBusy, 100).format("%.0f"), perEvent(r.wsBusy, r.walsender).format("%.1f"), drain/r.walsender.median(), rangeOf(ratios(r.drain, r.walsender), "%.2f"))
+		r.walsender.Format("%.0f"), scale(r.wsBusy, 100).Format("%.0f"), perEvent(r.wsBusy, r.walsender).Format("%.1f"), drain/r.walsender.Median(), stats.Ratios(r.drain, r.walsender).Range("%.2f"))
 	fmt.Fprintf(&b, "| start to streaming (until the slot's walsender is active, polled every 20 ms, inside the times above): ceiling / relay (process start) | %s / %s ms | |\n",
-		r.wsStart.format("%.0f"), r.relayStart.format("%.0f"))
+		r.wsStart.Format("%.0f"), r.relayStart.Format("%.0f"))
 	fmt.Fprintf(&b, "| relay held by its back-pressure: share of 100 ms samples of its gauge `ferry_relay_unconfirmed_records` (set at each status update) at its limit, %d (waiting on Kafka's acks, not reading) | %s%%, largest window %s | |\n",
-		relay.MaxInFlightRecordsDefault, scale(r.relayHeld, 100).format("%.0f"), r.relayPeak.format("%.0f"))
+		relay.MaxInFlightRecordsDefault, scale(r.relayHeld, 100).Format("%.0f"), r.relayPeak.Format("%.0f"))
 	fmt.Fprintf(&b, "| second line: server-side pgoutput decode (`pg_logical_slot_peek_binary_changes`, same options), not the path the relay reads | %s events/s | |\n",
-		r.decode.format("%.0f"))
-	fmt.Fprintf(&b, "| drain / peek | %.2f (%s) | |\n", drain/r.decode.median(), rangeOf(ratios(r.drain, r.decode), "%.2f"))
-	fmt.Fprintf(&b, "| ceiling: raw franz-go produce of the same records (relay's producer settings) | %s events/s | |\n", r.produce.format("%.0f"))
-	fmt.Fprintf(&b, "| drain / produce ceiling | %.2f (%s) | |\n", drain/r.produce.median(), rangeOf(ratios(r.drain, r.produce), "%.2f"))
+		r.decode.Format("%.0f"))
+	fmt.Fprintf(&b, "| drain / peek | %.2f (%s) | |\n", drain/r.decode.Median(), stats.Ratios(r.drain, r.decode).Range("%.2f"))
+	fmt.Fprintf(&b, "| ceiling: raw franz-go produce of the same records (relay's producer settings) | %s events/s | |\n", r.produce.Format("%.0f"))
+	fmt.Fprintf(&b, "| drain / produce ceiling | %.2f (%s) | |\n", drain/r.produce.Median(), stats.Ratios(r.drain, r.produce).Range("%.2f"))
 	fmt.Fprintf(&b, "| commit-to-ack p50 at %d events/s (relay histogram) | %.1f ms | |\n", o.rate, lat.histP50*1000)
 	fmt.Fprintf(&b, "| commit-to-ack p99 at %d events/s (relay histogram) | **%.1f ms** | <= 20 ms |\n", o.rate, lat.histP99*1000)
 	fmt.Fprintf(&b, "| commit-to-consumer p50 / p99 (writer's commit returned to a consumer's fetch) | %.1f / %.1f ms | |\n", lat.e2eP50*1000, lat.e2eP99*1000)
 	fmt.Fprintf(&b, "| achieved offered rate | %.0f events/s | |\n", lat.achieved)
-	fmt.Fprintf(&b, "| relay peak RSS while draining | **%s MB** | <= 150 MB |\n", r.drainRSS.format("%.1f"))
+	fmt.Fprintf(&b, "| relay peak RSS while draining | **%s MB** | <= 150 MB |\n", r.drainRSS.Format("%.1f"))
 	fmt.Fprintf(&b, "| relay peak RSS at %d events/s | %.1f MB | |\n", o.rate, lat.rss)
 	fmt.Fprintf(&b, "\nThe walsender ceiling: `pg_recvlogical` streams a slot of its own, created at the relay's LSN, with the relay's pgoutput options "+
 		"(`%s`) into `/dev/null`, timed from its start until it exits at the backlog's end (`--endpos`); the relay is timed from its process start until the slot's `confirmed_flush_lsn` reaches the same position. "+
@@ -305,11 +306,6 @@ func scale(s samples, k float64) samples {
 		out[i] = x * k
 	}
 	return out
-}
-
-// rangeOf prints "min–max".
-func rangeOf(s samples, verb string) string {
-	return fmt.Sprintf(verb+"–"+verb, s.min(), s.max())
 }
 
 // produceOnce produces events records shaped like the relay's (key,

@@ -17,6 +17,7 @@ import (
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/stats"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -70,7 +71,7 @@ func benchWorkers(ctx context.Context, e *env, o workerOpts) ([]workerResult, er
 		if err != nil {
 			return nil, err
 		}
-		log("worker batch %d: %s msg/s, ceiling %s msg/s", c.batch, r.rate.format("%.0f"), r.ceiling.format("%.0f"))
+		log("worker batch %d: %s msg/s, ceiling %s msg/s", c.batch, r.rate.Format("%.0f"), r.ceiling.Format("%.0f"))
 		out = append(out, r)
 	}
 	return out, nil
@@ -333,7 +334,7 @@ func workerMarkdown(rs []workerResult) string {
 			what = fmt.Sprintf("batches of %d messages, a savepoint each", r.batch)
 		}
 		fmt.Fprintf(&b, "| %s, %d messages | %s msg/s | %s msg/s | **%.2f** (%s) | >= 0.80 |\n", what, r.n,
-			r.rate.format("%.0f"), r.ceiling.format("%.0f"), r.rate.median()/r.ceiling.median(), rangeOf(ratios(r.rate, r.ceiling), "%.2f"))
+			r.rate.Format("%.0f"), r.ceiling.Format("%.0f"), r.rate.Median()/r.ceiling.Median(), stats.Ratios(r.rate, r.ceiling).Range("%.2f"))
 	}
 	fmt.Fprintf(&b, "\nThe SQL-only ceiling: %d clients, each owning one partition's messages, send the worker's own statements for the same messages and consumer "+
 		"(InboxInsert, or InboxInsertMany then a savepoint per message, and the handler's UPDATE, in one transaction) straight to PostgreSQL, with no Kafka; "+
