@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/otlprecv"
 	"github.com/ferryhq/ferry/internal/procs"
 	"github.com/ferryhq/ferry/internal/stats"
 	"github.com/ferryhq/ferry/outbox"
@@ -40,7 +42,8 @@ type relayOpts struct {
 type env struct {
 	admin   string
 	brokers []string
-	dir     string // scratch directory with the relay binary
+	dir     string   // scratch directory with the relay binary
+	environ []string // more of the relay process's environment
 }
 
 func stackEnv() (*env, error) {
@@ -72,27 +75,30 @@ func log(format string, args ...any) {
 // samples of each, taken in rounds: walsender ceiling, relay drain, peek,
 // produce.
 type relayResult struct {
-	o          relayOpts
-	walsender  samples // the walsender streaming the backlog to a client that discards it, events/s
-	wsBusy     samples // its walsender's share of one core
-	recv       samples // the walsender streaming the backlog to pg_recvlogical writing /dev/null, events/s
-	recvBusy   samples // its walsender's share of one core
-	recvBox    samples // the machine's share busy meanwhile, all cores
-	drainBox   samples // the machine's share busy during the relay's drain
-	drainAll   samples // the machine's CPU microseconds per event during the drain, every process
-	drainKafka samples // the Kafka broker's CPU microseconds per event during the drain
-	drain      samples // the relay, backlog to confirmed, events/s
-	drainBusy  samples // its walsender's share of one core
-	relayBusy  samples // the relay process's share of one core
-	relayCost  samples // its CPU microseconds per event
-	wsStart    samples // ms from connecting until the ceiling's walsender streams
-	relayStart samples // ms from the relay's process start until its walsender streams
-	relayHeld  samples // share of the drain with the relay's unconfirmed window at its limit
-	relayPeak  samples // the largest window seen
-	decode     samples // server-side pgoutput decode (peek), events/s
-	produce    samples // raw franz-go produce of the same records, events/s
-	drainRSS   samples // peak RSS while draining, MB
-	lat        latency
+	o           relayOpts
+	walsender   samples // the walsender streaming the backlog to a client that discards it, events/s
+	wsBusy      samples // its walsender's share of one core
+	recv        samples // the walsender streaming the backlog to pg_recvlogical writing /dev/null, events/s
+	recvBusy    samples // its walsender's share of one core
+	recvBox     samples // the machine's share busy meanwhile, all cores
+	drainBox    samples // the machine's share busy during the relay's drain
+	drainAll    samples // the machine's CPU microseconds per event during the drain, every process
+	drainKafka  samples // the Kafka broker's CPU microseconds per event during the drain
+	traced      samples // the relay with --trace-events, exporting its spans, events/s
+	tracedCost  samples // its CPU microseconds per event
+	tracedSpans samples // spans its exporter delivered
+	drain       samples // the relay, backlog to confirmed, events/s
+	drainBusy   samples // its walsender's share of one core
+	relayBusy   samples // the relay process's share of one core
+	relayCost   samples // its CPU microseconds per event
+	wsStart     samples // ms from connecting until the ceiling's walsender streams
+	relayStart  samples // ms from the relay's process start until its walsender streams
+	relayHeld   samples // share of the drain with the relay's unconfirmed window at its limit
+	relayPeak   samples // the largest window seen
+	decode      samples // server-side pgoutput decode (peek), events/s
+	produce     samples // raw franz-go produce of the same records, events/s
+	drainRSS    samples // peak RSS while draining, MB
+	lat         latency
 }
 
 func benchRelay(ctx context.Context, o relayOpts, out io.Writer) error {
@@ -142,6 +148,8 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 	slot := func(i int) string { return fmt.Sprintf("bench_%s_%d", suffix, i) }
 	wsSlot := func(i int) string { return fmt.Sprintf("bench_%s_ws_%d", suffix, i) }
 	recvSlot := func(i int) string { return fmt.Sprintf("bench_%s_recv_%d", suffix, i) }
+	traceSlot := func(i int) string { return fmt.Sprintf("bench_%s_trace_%d", suffix, i) }
+	traceTopic := func(i int) string { return fmt.Sprintf("bench.%s.%d.traced", suffix, i) }
 	peekSlot := "bench_" + suffix + "_peek"
 	topic := func(i int) string { return fmt.Sprintf("bench.%s.%d.load", suffix, i) }
 	produceTopic := func(i int) string { return fmt.Sprintf("bench.%s.%d.produce", suffix, i) }
@@ -154,8 +162,8 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		if i > 0 {
 			slots = append(slots, slot(i))
 		}
-		slots = append(slots, wsSlot(i), recvSlot(i))
-		for _, t := range []string{topic(i), produceTopic(i)} {
+		slots = append(slots, wsSlot(i), recvSlot(i), traceSlot(i))
+		for _, t := range []string{topic(i), produceTopic(i), traceTopic(i)} {
 			if _, err := adm.CreateTopic(ctx, 4, 1, nil, t); err != nil {
 				return nil, err
 			}
@@ -234,6 +242,15 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%, streaming after %s, held by back-pressure %.0f%% of the time, peak window %.0f), peak RSS %.1f MB",
 			i+1, rate, d.walsenderBusy()*100, w.busy*100, d.attached.Round(time.Millisecond), w.held()*100, w.windowPeak, w.peakRSS)
 
+		traced, err := tracedDrain(ctx, e, relayBin, url, pool, traceSlot(i), traceTopic(i), target)
+		if err != nil {
+			return nil, err
+		}
+		rate = float64(o.events) / traced.d.elapsed.Seconds()
+		res.traced, res.tracedCost = append(res.traced, rate), append(res.tracedCost, traced.w.busy*traced.d.elapsed.Seconds()/float64(o.events)*1e6)
+		res.tracedSpans = append(res.tracedSpans, float64(traced.spans))
+		log("round %d: relay drain with --trace-events %.0f events/s (relay %.0f%% of a core), %d spans exported", i+1, rate, traced.w.busy*100, traced.spans)
+
 		start := time.Now()
 		var n int64
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
@@ -277,6 +294,8 @@ func (r *relayResult) markdown() string {
 		r.drainAll.Format("%.1f"), r.drainKafka.Format("%.1f"), runtime.NumCPU(), float64(runtime.NumCPU())*1e6/r.drainAll.Median())
 	fmt.Fprintf(&b, "| second line: the walsender streaming to a minimal Go client (pglogrepl) that discards every change and confirms as the relay does | %s events/s, walsender at %s%% of a core (%s µs per event); drain / this %.2f (%s) | |\n",
 		r.walsender.Format("%.0f"), scale(r.wsBusy, 100).Format("%.0f"), perEvent(r.wsBusy, r.walsender).Format("%.1f"), drain/r.walsender.Median(), stats.Ratios(r.drain, r.walsender).Range("%.2f"))
+	fmt.Fprintf(&b, "| relay drain with `--trace-events`: a producer span per event, exported with OTLP over HTTP to a receiver on this machine (batches of %d, queue %d) | %s events/s, relay %s µs CPU per event, %s spans exported; / the drain without: %.2f (%s) | |\n",
+		tracedBatch, tracedQueue, r.traced.Format("%.0f"), r.tracedCost.Format("%.1f"), r.tracedSpans.Format("%.0f"), r.traced.Median()/drain, stats.Ratios(r.traced, r.drain).Range("%.2f"))
 	fmt.Fprintf(&b, "| start to streaming (until the slot's walsender is active, polled every 20 ms, inside the times above): ceiling / relay (process start) | %s / %s ms | |\n",
 		r.wsStart.Format("%.0f"), r.relayStart.Format("%.0f"))
 	fmt.Fprintf(&b, "| relay held by its back-pressure: share of 100 ms samples of its gauge `ferry_relay_unconfirmed_records` (set at each status update) at its limit, %d (waiting on Kafka's acks, not reading) | %s%%, largest window %s | |\n",
@@ -367,7 +386,7 @@ func startRelay(e *env, bin, url, slot, topicTemplate string, extra ...string) (
 	}
 	args := append([]string{"run", "--slot", slot, "--topic-template", topicTemplate, "--http-addr", addr, "--log-format", "json"}, extra...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "FERRY_DATABASE_URL="+url, "FERRY_KAFKA_BROKERS="+strings.Join(e.brokers, ","))
+	cmd.Env = append(append(os.Environ(), e.environ...), "FERRY_DATABASE_URL="+url, "FERRY_KAFKA_BROKERS="+strings.Join(e.brokers, ","))
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -700,4 +719,32 @@ func perEvent(busy, rate samples) samples {
 		}
 	}
 	return out
+}
+
+// The span exporter's settings in tracedDrain: large enough batches and
+// queue that every span of the backlog is exported, none dropped.
+const (
+	tracedBatch = 4096
+	tracedQueue = 65536
+)
+
+// traced is how the relay drained with --trace-events.
+type traced struct {
+	d     drained
+	w     watched
+	spans int // delivered to the receiver by the end of the drain
+}
+
+// tracedDrain is drainOnce with --trace-events, the relay exporting its
+// spans over OTLP/HTTP (its OTEL_* variables) to a receiver in this
+// process that counts them, as a collector on the machine would.
+func tracedDrain(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string) (traced, error) {
+	recv := &otlprecv.Receiver{CountOnly: true}
+	srv := httptest.NewServer(recv)
+	defer srv.Close()
+	te := *e
+	te.environ = append(slices.Clone(e.environ), "OTEL_EXPORTER_OTLP_ENDPOINT="+srv.URL, "OTEL_SERVICE_NAME=ferry-relay-bench",
+		"OTEL_BSP_MAX_EXPORT_BATCH_SIZE="+strconv.Itoa(tracedBatch), "OTEL_BSP_MAX_QUEUE_SIZE="+strconv.Itoa(tracedQueue))
+	d, w, err := drainOnce(ctx, &te, bin, url, pool, slot, topic, target, "--trace-events")
+	return traced{d: d, w: w, spans: recv.Count()}, err
 }

@@ -30,10 +30,14 @@ type Span struct {
 	Attributes                map[string]string
 }
 
-// Receiver keeps every span posted to it.
+// Receiver keeps every span posted to it; with CountOnly it only counts
+// them (a benchmark's million spans would not fit).
 type Receiver struct {
+	CountOnly bool
+
 	mu    sync.Mutex
 	spans []Span
+	count int
 }
 
 // maxBody bounds one export request.
@@ -54,6 +58,19 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var got []Span
+	if r.CountOnly {
+		n := 0
+		for _, rs := range export.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				n += len(ss.Spans)
+			}
+		}
+		r.mu.Lock()
+		r.count += n
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		return
+	}
 	for _, rs := range export.ResourceSpans {
 		service := value(rs.GetResource().GetAttributes(), "service.name")
 		for _, ss := range rs.ScopeSpans {
@@ -71,13 +88,21 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.spans = append(r.spans, got...)
+	r.count += len(got)
 	r.mu.Unlock()
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
 	_, _ = w.Write(out)
 }
 
-// Spans returns every span received so far.
+// Count is how many spans were received so far.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
+}
+
+// Spans returns every span received so far (none with CountOnly).
 func (r *Receiver) Spans() []Span {
 	r.mu.Lock()
 	defer r.mu.Unlock()
