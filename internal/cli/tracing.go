@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -24,9 +25,9 @@ import (
 // propagator (traceparent, baggage) are set, so that outbox.Write records
 // the trace and the worker continues it. OTEL_SDK_DISABLED=true or
 // OTEL_TRACES_EXPORTER=none leave tracing off. stop flushes what is
-// buffered; it is a no-op when tracing is off.
-func StartTracing(ctx context.Context, service string, logger *slog.Logger) (stop func(context.Context) error, err error) {
-	noop := func(context.Context) error { return nil }
+// buffered, for at most stopTimeout; it is a no-op when tracing is off.
+func StartTracing(ctx context.Context, service string, logger *slog.Logger) (stop func(), err error) {
+	noop := func() {}
 	on, err := tracingRequested()
 	if err != nil || !on {
 		return noop, err
@@ -46,8 +47,15 @@ func StartTracing(ctx context.Context, service string, logger *slog.Logger) (sto
 		logger.Warn("trace export failed", slog.String("error", err.Error()))
 	}))
 	logger.Info("traces exported with OTLP over HTTP", slog.String("service", serviceName(res, service)))
-	return tp.Shutdown, nil
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		_ = tp.Shutdown(ctx)
+	}, nil
 }
+
+// stopTimeout bounds the flush of the spans still buffered at exit.
+const stopTimeout = 10 * time.Second
 
 // tracingRequested reads the variables that say whether to export traces.
 func tracingRequested() (bool, error) {

@@ -22,7 +22,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer e.close(ctx)
+	defer e.close()
 	r, err := relay.New(cfg)
 	if err != nil {
 		return cli.ConfigError(err, configFlags)

@@ -56,17 +56,14 @@ type engine struct {
 	ceSource    *string
 	ceType      *string
 	traceEvents *bool
-	stopTracing func(context.Context) error // set by parse; see close
+	stopTracing func() // set by parse; see close
 }
 
 // close flushes the spans the engine's run buffered (cli.StartTracing).
-func (e *engine) close(ctx context.Context) {
-	if e.stopTracing == nil {
-		return
+func (e *engine) close() {
+	if e.stopTracing != nil {
+		e.stopTracing()
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	_ = e.stopTracing(ctx)
 }
 
 func (e *engine) register(f *cli.Flags) {
@@ -150,7 +147,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer e.close(ctx)
+	defer e.close()
 	reg := cli.NewRegistry()
 	cfg.Registerer = reg
 	cfg.Prune = p.config()

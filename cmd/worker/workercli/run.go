@@ -170,11 +170,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = stopTracing(ctx)
-	}()
+	defer stopTracing()
 	w, err := inbox.New(cfg)
 	if err != nil {
 		return cli.ConfigError(err, configFlags)

@@ -92,11 +92,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = stopTracing(ctx)
-	}()
+	defer stopTracing()
 	pool, err := base.DB.Pool(ctx)
 	if err != nil {
 		return err
