@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -186,12 +185,12 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	ferrytest.CreateTopicConfig(t, "outbox.event."+refused, 1, map[string]*string{"max.message.bytes": &small})
 
 	relayAddr, workerAddr := freeAddr(t), freeAddr(t)
-	var logs lockedBuffer
-	serve(t, ctx, "relay", &logs, func(ctx context.Context) int {
+	var logs ferrytest.Buffer
+	relayExited := serve(t, ctx, "relay", &logs, func(ctx context.Context) int {
 		return relaycli.Main(ctx, []string{"run", "--database-url", db.URL, "--kafka-brokers", brokers, "--slot", "deploytest_" + suffix,
 			"--http-addr", relayAddr, "--log-format", "json", "--prune-interval", "0"}, io.Discard, &logs)
 	})
-	waitReady(t, ctx, relayAddr, &logs)
+	waitReady(t, ctx, relayAddr, relayExited, &logs)
 
 	register := func(w *inbox.Worker) error {
 		for _, agg := range []string{applied, stuck} {
@@ -207,12 +206,12 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		}
 		return nil
 	}
-	serve(t, ctx, "worker", &logs, func(ctx context.Context) int {
+	workerExited := serve(t, ctx, "worker", &logs, func(ctx context.Context) int {
 		return workercli.Main(ctx, []string{"run", "--database-url", db.URL, "--kafka-brokers", brokers, "--http-addr", workerAddr,
 			"--log-format", "json", "--prune-interval", "0", "--retry-backoff", "10ms", "--retry-backoff-max", "200ms"},
 			io.Discard, &logs, &workercli.App{Name: "deploytest-worker", Register: register})
 	})
-	waitReady(t, ctx, workerAddr, &logs)
+	waitReady(t, ctx, workerAddr, workerExited, &logs)
 
 	// Random, so that compression cannot bring it under the limit.
 	random := make([]byte, 4096)
@@ -268,30 +267,40 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	}
 }
 
-// serve runs main until the test ends and checks that it exits 0 then.
-func serve(t *testing.T, ctx context.Context, name string, logs *lockedBuffer, main func(context.Context) int) {
+// serve runs main until the test ends and checks that it exits 0 then. The
+// channel it returns closes if main returns before.
+func serve(t *testing.T, ctx context.Context, name string, logs *ferrytest.Buffer, main func(context.Context) int) <-chan struct{} {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan int, 1)
-	go func() { done <- main(ctx) }()
+	exited := make(chan struct{})
+	code := 0
+	go func() {
+		defer close(exited)
+		code = main(ctx)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if code := <-done; code != 0 {
+		if <-exited; code != 0 {
 			t.Errorf("%s exited %d:\n%s", name, code, logs.String())
 		}
 	})
+	return exited
 }
 
-// waitReady waits until addr's /readyz answers 200.
-func waitReady(t *testing.T, ctx context.Context, addr string, logs *lockedBuffer) {
+// waitReady waits until addr's /readyz answers 200, failing if the process
+// serving it exits first.
+func waitReady(t *testing.T, ctx context.Context, addr string, exited <-chan struct{}, logs *ferrytest.Buffer) {
 	t.Helper()
 	for {
 		if status, _ := get(ctx, "http://"+addr+"/readyz"); status == http.StatusOK {
 			return
 		}
-		if ctx.Err() != nil {
+		select {
+		case <-exited:
+			t.Fatalf("the process serving %s exited before it was ready:\n%s", addr, logs.String())
+		case <-ctx.Done():
 			t.Fatalf("%s/readyz never answered 200:\n%s", addr, logs.String())
+		case <-time.After(50 * time.Millisecond):
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -339,21 +348,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
