@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -33,14 +32,7 @@ func TestReadyAndSlotActiveGauges(t *testing.T) {
 	cfg.Registerer = regActive
 	b.start(t, cfg)
 	cfg.Registerer = regStandby
-	standby, err := relay.New(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- standby.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	standby := b.startStandby(t, cfg)
 
 	want := []struct {
 		reg  *prometheus.Registry
