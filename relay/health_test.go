@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/ferryhq/ferry/relay"
 )
 
 // wedgedSink never returns from Produce: a client call that hangs.
@@ -65,21 +63,7 @@ func TestReadyAndActiveForActiveAndStandby(t *testing.T) {
 	b := setup(t)
 	b.topic(t, "order", 1)
 	active := b.start(t, b.cfg)
-	standby, err := relay.New(&b.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- standby.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(time.Minute)
-	for standby.State() != relay.StateStandby {
-		if time.Now().After(deadline) {
-			t.Fatalf("second relay is %s, want standby", standby.State())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	standby := b.startStandby(t, b.cfg)
 	if err := active.Ready(); err != nil {
 		t.Errorf("active relay not ready: %v", err)
 	}

@@ -98,6 +98,28 @@ func (b *bundle) start(t testing.TB, cfg relay.Config) *relay.Relay {
 	return r
 }
 
+// startStandby runs a second relay on the slot until the test ends and
+// returns it once it stands by, waiting for the first to let the slot go.
+func (b *bundle) startStandby(t testing.TB, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(time.Minute)
+	for r.State() != relay.StateStandby {
+		if time.Now().After(deadline) {
+			t.Fatalf("second relay is %s, want standby", r.State())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return r
+}
+
 // write commits events in one transaction.
 func (b *bundle) write(t testing.TB, events ...outbox.Event) []string {
 	t.Helper()

@@ -15,6 +15,8 @@ type metrics struct {
 	inFlight     prometheus.Gauge
 	unconfirmed  prometheus.Gauge
 	retainedWAL  prometheus.Gauge
+	slotActive   prometheus.Gauge
+	ready        prometheus.GaugeFunc
 	confirmedLSN prometheus.Gauge
 	commitToAck  prometheus.Histogram
 	// The two halves of commitToAck, for the latency breakdown
@@ -36,7 +38,9 @@ type metrics struct {
 	lastConfirmed  atomic.Uint64
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the relay's series on reg (nil: none); ready is
+// the readiness probe ferry_relay_ready reads at every scrape.
+func newMetrics(reg prometheus.Registerer, ready func() error) *metrics {
 	m := &metrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_relay_events_published_total", Help: "Outbox events acknowledged by Kafka.",
@@ -56,6 +60,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		retainedWAL: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_relay_retained_wal_bytes", Help: "WAL the replication slot keeps from being recycled.",
 		}),
+		slotActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_relay_slot_active", Help: "1 while a process holds the replication slot (this relay, or the active one when this one stands by), as pg_replication_slots.active says; read with the retained WAL.",
+		}),
+		ready: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_relay_ready", Help: "1 while /readyz answers 200: streaming with Kafka taking every topic, or standing by; 0 while starting, reconnecting or stalled (/readyz says why).",
+		}, func() float64 { return boolGauge(ready() == nil) }),
 		confirmedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_relay_confirmed_lsn", Help: "WAL position last confirmed to PostgreSQL, as a number.",
 		}),
@@ -97,11 +107,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"side", "role"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL,
+		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL, m.slotActive, m.ready,
 			m.confirmedLSN, m.commitToAck, m.commitToReceive, m.receiveToAck, m.sessions, m.standby, m.pruned, m.heldTopics,
 			m.migrationEpoch, m.fences, m.copies)
 	}
 	return m
+}
+
+// boolGauge is a gauge's value for b: 1 or 0.
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // latencyBuckets are the buckets of the latency histograms, fine where a

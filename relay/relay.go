@@ -110,15 +110,16 @@ func New(cfg *Config) (*Relay, error) {
 		// connection attempt (and Healthy) for as long as TCP allows.
 		dbConfig.ConnConfig.ConnectTimeout = connectTimeoutDefault
 	}
-	return &Relay{
+	r := &Relay{
 		cfg:      c,
 		dbConfig: dbConfig,
 		namer:    newTopicNamer(c.TopicTemplate),
 		tracing:  newEventTracing(&c),
-		metrics:  newMetrics(c.Registerer),
 		queries:  dbsqlc.New(),
 		outs:     map[string]*kafkaSink{},
-	}, nil
+	}
+	r.metrics = newMetrics(c.Registerer, r.Ready)
+	return r, nil
 }
 
 // State reports what the relay is doing.
@@ -362,6 +363,7 @@ func (r *Relay) monitorWAL(ctx context.Context, pool *pgxpool.Pool, stop context
 		st, err := Status(ctx, pool, r.cfg.Slot)
 		if err == nil {
 			r.metrics.retainedWAL.Set(float64(st.RetainedWALBytes))
+			r.metrics.slotActive.Set(boolGauge(st.Active))
 			if st.WALStatus == "lost" {
 				err := slotLostError(r.cfg.Slot)
 				log.Error("replication slot lost", slog.String("error", err.Error()))

@@ -1,7 +1,6 @@
 package bridge_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -41,7 +40,7 @@ type bundle struct {
 	oldTopic string // on cluster A
 	newTopic string // on cluster B
 	cfg      bridge.Config
-	logs     *lockedBuffer
+	logs     *ferrytest.Buffer
 }
 
 type opts struct {
@@ -54,7 +53,7 @@ func setup(t *testing.T, o opts) *bundle {
 	ctx := ferrytest.Context(t, 2*time.Minute)
 	db := ferrytest.NewMigratedDB(t)
 	b := &bundle{t: t, ctx: ctx, ctl: &migration.Controller{DB: db.Pool, Evidence: passing{}},
-		plan: "bridge-" + ferrytest.Suffix(), oldTopic: ferrytest.Topic(t, cmpOr(o.oldPartitions, 3)), logs: &lockedBuffer{}}
+		plan: "bridge-" + ferrytest.Suffix(), oldTopic: ferrytest.Topic(t, cmpOr(o.oldPartitions, 3)), logs: &ferrytest.Buffer{}}
 	newBrokers := o.newBrokers
 	if newBrokers == nil {
 		newBrokers = ferrytest.BrokersB(t)
@@ -680,7 +679,7 @@ func TestTwoBridgesShareAGroupWithoutLoss(t *testing.T) {
 	first := b.start(b.cfg)
 	b.waitFor("the first bridge copying", func() bool { return first.Stats().Published > 0 })
 	cfg := b.cfg
-	secondLogs := &lockedBuffer{}
+	secondLogs := &ferrytest.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(secondLogs, nil))
 	second := b.start(cfg)
 	b.waitFor("the second bridge to get partitions", func() bool { return strings.Contains(secondLogs.String(), "partitions assigned") })
@@ -691,21 +690,4 @@ func TestTwoBridgesShareAGroupWithoutLoss(t *testing.T) {
 	}
 	dups := inKeyOrder(t, b.readB(int(b.onB())), keys, perKey)
 	t.Logf("first consumed %d, second %d, %d duplicates", first.Stats().Consumed, second.Stats().Consumed, dups)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

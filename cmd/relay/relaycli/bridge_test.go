@@ -111,7 +111,7 @@ func TestBridgeCommandCopies(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var logs lockedBuffer
+	var logs ferrytest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- relaycli.Main(runCtx, []string{"bridge", "--database-url", db.URL, "--plan", name, "--topics", oldTopic,

@@ -1,13 +1,11 @@
 package relaycli_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,26 +16,9 @@ import (
 	"github.com/ferryhq/ferry/outbox"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func run(t *testing.T, ctx context.Context, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb lockedBuffer
+	var out, errb ferrytest.Buffer
 	code = relaycli.Main(ctx, args, &out, &errb)
 	return code, out.String(), errb.String()
 }
@@ -139,7 +120,7 @@ func TestMigrateRunStatus(t *testing.T) {
 	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", sec.Password)
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderrBuf lockedBuffer
+	var stderrBuf ferrytest.Buffer
 	done := make(chan int)
 	go func() {
 		done <- relaycli.Main(ctx, append([]string{"run", "--http-addr", addr, "--log-format", "json", "--log-level", "debug"}, secure...),

@@ -70,7 +70,7 @@ func endToEnd(t *testing.T, kafka []string) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var relayLogs, workerLogs lockedBuffer
+	var relayLogs, workerLogs ferrytest.Buffer
 	relayDone, workerDone := make(chan int, 1), make(chan int, 1)
 	go func() {
 		relayDone <- relaycli.Main(runCtx, append([]string{"run", "--database-url", db.URL, "--slot", slot,
