@@ -125,6 +125,19 @@ func NewMigratedDB(t testing.TB) *DB {
 	return d
 }
 
+// NewPartitionedDB is NewMigratedDB with the outbox partitioned by day
+// (migrate.PartitionOutbox).
+func NewPartitionedDB(t testing.TB) *DB {
+	t.Helper()
+	d := NewMigratedDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := migrate.PartitionOutbox(ctx, d.SQL(t), migrate.PartitionDaily); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // CreateDatabase creates database name next to the one admin points at and
 // returns its URL.
 func CreateDatabase(ctx context.Context, admin, name string) (string, error) {
