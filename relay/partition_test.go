@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
@@ -121,5 +123,36 @@ func TestPartitionPruneDropsOnlyConfirmedExpiredPartitions(t *testing.T) {
 	}
 	if !exists("outbox_default") {
 		t.Fatal("retention dropped the default partition")
+	}
+}
+
+// A publication that would send a partitioned outbox's rows as its
+// partitions' (which the relay does not read: every event would be
+// skipped) is refused under NoCreate with the statement that fixes it, and
+// fixed by Setup otherwise.
+func TestSetupPublishesAPartitionedOutboxAsTheOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewPartitionedDB(t)
+	if _, err := db.Pool.Exec(ctx, `CREATE PUBLICATION leafs FOR TABLE outbox, ferry_migration_step WITH (publish = 'insert')`); err != nil {
+		t.Fatal(err)
+	}
+	slot := "ferry_" + ferrytest.Suffix()
+	cfg := relay.Config{DatabaseURL: db.URL, Slot: slot, Publication: "leafs", NoCreate: true,
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(ferrytest.Brokers(t)...)}}
+	r, err := relay.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(ctx)
+	if !errors.Is(err, relay.ErrPublicationMissing) || !strings.Contains(err.Error(), "publish_via_partition_root = true") {
+		t.Fatalf("relay on a publication without publish_via_partition_root and NoCreate: %v, want ErrPublicationMissing with the fix", err)
+	}
+	if err := relay.Setup(ctx, db.Pool, slot, "leafs", nil); err != nil {
+		t.Fatal(err)
+	}
+	var viaRoot bool
+	if err := db.Pool.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = 'leafs'`).Scan(&viaRoot); err != nil || !viaRoot {
+		t.Fatalf("after Setup the publication's publish_via_partition_root is %v (%v), want true", viaRoot, err)
 	}
 }
