@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/relay"
@@ -91,46 +89,27 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	slot := f.String("slot", relay.SlotDefault, "logical replication slot")
 	publication := f.String("publication", relay.PublicationDefault, "publication on the outbox table")
 	noSlot := f.FlagSet.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
-	partitioning := f.String("outbox-partitioning", "", "daily: make the (empty) outbox a table partitioned by day, "+
-		"which retention empties by dropping whole partitions; unset leaves the layout as it is")
+	// Before the publication: a new one then starts with the partitioned
+	// outbox, an existing one is moved to it.
+	m.RegisterPartitioning(f, "outbox", migrate.PartitionOutbox)
 	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
 	action := f.Arg(0)
-	up := action == "" || action == "up"
-	switch {
-	case *partitioning != "" && *partitioning != string(migrate.PartitionDaily):
-		return cli.Usagef("--outbox-partitioning (%s): %q: want %s, or leave it unset", cli.EnvName("outbox-partitioning"), *partitioning, migrate.PartitionDaily)
-	case *partitioning != "" && !up:
-		return cli.Usagef("--outbox-partitioning (%s) applies to migrate up only, not %s", cli.EnvName("outbox-partitioning"), action)
-	}
 	if err := m.Migrate(ctx, action, stdout, logger); err != nil {
 		return err
 	}
-	if !up || (*noSlot && *partitioning == "") {
+	if *noSlot || (action != "" && action != "up") {
 		return nil
 	}
+	// The slot keeps every transaction that commits after it exists: made
+	// now, before the application's first event, nothing is ever missed.
 	pool, err := m.DB.Pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if *partitioning != "" {
-		// Before the publication: a new one then starts with the
-		// partitioned outbox, an existing one is moved to it.
-		db := stdlib.OpenDBFromPool(pool)
-		defer db.Close()
-		if err := migrate.PartitionOutbox(ctx, db, migrate.Partitioning(*partitioning)); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "outbox is partitioned %s\n", *partitioning)
-	}
-	if *noSlot {
-		return nil
-	}
-	// The slot keeps every transaction that commits after it exists: made
-	// now, before the application's first event, nothing is ever missed.
 	if err := relay.Setup(ctx, pool, *slot, *publication, logger); err != nil {
 		return err
 	}
