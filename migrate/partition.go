@@ -18,8 +18,9 @@ type Partitioning string
 // partition whole instead of deleting its rows one by one.
 const PartitionDaily Partitioning = "daily"
 
-// ErrNotEmpty is returned, wrapped, by PartitionOutbox for an outbox that
-// holds rows: Ferry converts only an empty table, and changes nothing.
+// ErrNotEmpty is returned, wrapped, by PartitionOutbox and PartitionInbox
+// for a table that holds rows: Ferry converts only an empty table, and
+// changes nothing.
 var ErrNotEmpty = partition.ErrNotEmpty
 
 // PartitionOutbox lays the outbox out as a table partitioned by day on
@@ -39,12 +40,32 @@ var ErrNotEmpty = partition.ErrNotEmpty
 // db must have been opened with the pgx driver (sql.Open("pgx", url) or
 // stdlib.OpenDBFromPool).
 func PartitionOutbox(ctx context.Context, db *sql.DB, p Partitioning) error {
+	return partitionTable(ctx, db, partition.Outbox, p)
+}
+
+// PartitionInbox lays the inbox out as a table partitioned by day on
+// processed_at, as PartitionOutbox does the outbox (the same conditions,
+// the same refusal). Its primary key becomes (consumer, message_id,
+// processed_at), so the worker no longer claims a message with ON
+// CONFLICT, which would not see a claim in another day's partition: it
+// locks the (consumer, message id) for its transaction and then inserts
+// the claim only if no partition holds it, which keeps every message
+// applied once per consumer; it needs the worker's transactions to be READ
+// COMMITTED (the default), and checks. Worker retention (inbox.Prune) then
+// creates the partitions ahead and drops a day's partition once the whole
+// day is older than the retention, or than the longest dedupe window of a
+// live migration of any consumer sharing the table, whichever is longer.
+func PartitionInbox(ctx context.Context, db *sql.DB, p Partitioning) error {
+	return partitionTable(ctx, db, partition.Inbox, p)
+}
+
+func partitionTable(ctx context.Context, db *sql.DB, t partition.Table, p Partitioning) error {
 	if p != PartitionDaily {
 		return fmt.Errorf("migrate: partitioning %q: want %q", p, PartitionDaily)
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("migrate: partition the outbox: %w", err)
+		return fmt.Errorf("migrate: partition the %s: %w", t.Name, err)
 	}
 	defer conn.Close()
 	err = conn.Raw(func(dc any) error {
@@ -52,10 +73,10 @@ func PartitionOutbox(ctx context.Context, db *sql.DB, p Partitioning) error {
 		if !ok {
 			return fmt.Errorf("the database was not opened with the pgx driver (%T)", dc)
 		}
-		return partition.Convert(ctx, c.Conn(), partition.Outbox, time.Now())
+		return partition.Convert(ctx, c.Conn(), t, time.Now())
 	})
 	if err != nil {
-		return fmt.Errorf("migrate: partition the outbox: %w", err)
+		return fmt.Errorf("migrate: partition the %s: %w", t.Name, err)
 	}
 	return nil
 }

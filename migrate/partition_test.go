@@ -1,6 +1,8 @@
 package migrate_test
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -10,30 +12,41 @@ import (
 	"github.com/ferryhq/ferry/migrate"
 )
 
-// An outbox holding a row is not converted: the error says why, and the
+// A table holding a row is not converted: the error says why, and the
 // table and its row are as they were.
-func TestPartitionOutboxRefusesANonEmptyTable(t *testing.T) {
+func TestPartitionRefusesANonEmptyTable(t *testing.T) {
 	t.Parallel()
-	ctx := ferrytest.Context(t, time.Minute)
-	d := ferrytest.NewMigratedDB(t)
-	if _, err := d.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
-		VALUES (gen_random_uuid(), 'order', '1', 'Placed', '')`); err != nil {
-		t.Fatal(err)
-	}
-	err := migrate.PartitionOutbox(ctx, d.SQL(t), migrate.PartitionDaily)
-	if !errors.Is(err, migrate.ErrNotEmpty) || !strings.Contains(err.Error(), "outbox holds rows") {
-		t.Fatalf("PartitionOutbox of an outbox with a row: %v, want ErrNotEmpty saying the outbox holds rows", err)
-	}
-	var kind string
-	var rows int
-	if err := d.Pool.QueryRow(ctx, `SELECT relkind::text, (SELECT count(*) FROM outbox) FROM pg_class WHERE oid = 'outbox'::regclass`).Scan(&kind, &rows); err != nil {
-		t.Fatal(err)
-	}
-	if kind != "r" || rows != 1 {
-		t.Fatalf("after the refusal the outbox has relkind %q and %d rows, want a plain table (r) with its 1 row", kind, rows)
-	}
-	if err := migrate.PartitionOutbox(ctx, d.SQL(t), "weekly"); err == nil || !strings.Contains(err.Error(), `"weekly"`) {
-		t.Fatalf("PartitionOutbox weekly: %v, want a refusal naming it", err)
+	for _, tc := range []struct {
+		table, insert string
+		partition     func(context.Context, *sql.DB, migrate.Partitioning) error
+	}{
+		{"outbox", `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'order', '1', 'Placed', '')`, migrate.PartitionOutbox},
+		{"inbox", `INSERT INTO inbox (consumer, message_id) VALUES ('c', 'm')`, migrate.PartitionInbox},
+	} {
+		t.Run(tc.table, func(t *testing.T) {
+			t.Parallel()
+			ctx := ferrytest.Context(t, time.Minute)
+			d := ferrytest.NewMigratedDB(t)
+			if _, err := d.Pool.Exec(ctx, tc.insert); err != nil {
+				t.Fatal(err)
+			}
+			err := tc.partition(ctx, d.SQL(t), migrate.PartitionDaily)
+			if !errors.Is(err, migrate.ErrNotEmpty) || !strings.Contains(err.Error(), tc.table+" holds rows") {
+				t.Fatalf("partitioning an %s with a row: %v, want ErrNotEmpty saying it holds rows", tc.table, err)
+			}
+			var kind string
+			var rows int
+			if err := d.Pool.QueryRow(ctx, `SELECT relkind::text, (SELECT count(*) FROM `+tc.table+`) FROM pg_class WHERE oid = $1::regclass`,
+				tc.table).Scan(&kind, &rows); err != nil {
+				t.Fatal(err)
+			}
+			if kind != "r" || rows != 1 {
+				t.Fatalf("after the refusal the %s has relkind %q and %d rows, want a plain table (r) with its 1 row", tc.table, kind, rows)
+			}
+			if err := tc.partition(ctx, d.SQL(t), "weekly"); err == nil || !strings.Contains(err.Error(), `"weekly"`) {
+				t.Fatalf("partitioning weekly: %v, want a refusal naming it", err)
+			}
+		})
 	}
 }
 

@@ -51,11 +51,7 @@ func TestPartitionPruneDropsOnlyConfirmedExpiredPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -10)
-	old := "outbox_p" + day.Format("20060102")
-	if _, err := b.db.Pool.Exec(b.ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF outbox FOR VALUES FROM ('%s') TO ('%s')`,
-		old, day.Format(time.RFC3339), day.AddDate(0, 0, 1).Format(time.RFC3339))); err != nil {
-		t.Fatal(err)
-	}
+	old := ferrytest.DayPartition(t, b.db, "outbox", day)
 	insertOld := `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, created_at)
 		SELECT gen_random_uuid(), 'order', 'old', 'Changed', '', $1 FROM generate_series(1, 5) RETURNING id::text`
 	var ids []string

@@ -125,17 +125,34 @@ func NewMigratedDB(t testing.TB) *DB {
 	return d
 }
 
-// NewPartitionedDB is NewMigratedDB with the outbox partitioned by day
-// (migrate.PartitionOutbox).
+// NewPartitionedDB is NewMigratedDB with the outbox and the inbox
+// partitioned by day (migrate.PartitionOutbox, migrate.PartitionInbox).
 func NewPartitionedDB(t testing.TB) *DB {
 	t.Helper()
 	d := NewMigratedDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := migrate.PartitionOutbox(ctx, d.SQL(t), migrate.PartitionDaily); err != nil {
-		t.Fatal(err)
+	for _, partition := range []func(context.Context, *sql.DB, migrate.Partitioning) error{migrate.PartitionOutbox, migrate.PartitionInbox} {
+		if err := partition(ctx, d.SQL(t), migrate.PartitionDaily); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return d
+}
+
+// DayPartition creates the partition of table for the UTC day of day,
+// named as retention names it, which the partitioned layout does not
+// create for a past day; it returns the name.
+func DayPartition(t testing.TB, d *DB, table string, day time.Time) string {
+	t.Helper()
+	from := day.UTC().Truncate(24 * time.Hour)
+	name := table + "_p" + from.Format("20060102")
+	_, err := d.Pool.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+		name, table, from.Format(time.RFC3339), from.AddDate(0, 0, 1).Format(time.RFC3339)))
+	if err != nil {
+		t.Fatalf("create partition %s: %v", name, err)
+	}
+	return name
 }
 
 // CreateDatabase creates database name next to the one admin points at and

@@ -1,4 +1,4 @@
-// Package partition lays Ferry's outbox out as a table partitioned by day,
+// Package partition lays Ferry's outbox and inbox out as tables partitioned by day,
 // so that retention drops whole partitions instead of deleting rows (whose
 // WAL, vacuum work and bloat grow with the rows), and does the DDL of its
 // upkeep: partitions created ahead, expired ones fenced and dropped. Which
@@ -53,6 +53,13 @@ type Table struct {
 // UUIDv7 and never repeat; an Event.ID chosen by hand and used again on
 // another day is not refused.
 var Outbox = Table{Name: "outbox", Key: "created_at", PK: []string{"id"}}
+
+// Inbox is the workers' inbox, partitioned on processed_at. Its primary
+// key becomes (consumer, message_id, processed_at), which cannot tell that
+// a message was applied on another day: the worker claims a message in a
+// partitioned inbox under a lock of its own instead of ON CONFLICT
+// (inbox/claim.go).
+var Inbox = Table{Name: "inbox", Key: "processed_at", PK: []string{"consumer", "message_id"}}
 
 // Partition is one day's partition.
 type Partition struct {
