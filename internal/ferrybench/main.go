@@ -24,7 +24,7 @@ import (
 	"github.com/ferryhq/ferry/internal/ferrytest"
 )
 
-const usage = `usage: ferrybench relay|worker|writer|latency|all [flags]   (ferrybench <command> -h for the flags)`
+const usage = `usage: ferrybench relay|worker|writer|latency|retention|all [flags]   (ferrybench <command> -h for the flags)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -82,6 +82,8 @@ func main() {
 		})
 	case "latency":
 		err = runLatency(ctx, fs, os.Args[2:])
+	case "retention":
+		err = runRetention(ctx, fs, os.Args[2:])
 	case "all":
 		relayFlags()
 		workerFlags()

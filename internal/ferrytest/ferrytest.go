@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/partition"
 	"github.com/ferryhq/ferry/migrate"
 )
 
@@ -132,25 +133,23 @@ func NewPartitionedDB(t testing.TB) *DB {
 	d := NewMigratedDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, partition := range []func(context.Context, *sql.DB, migrate.Partitioning) error{migrate.PartitionOutbox, migrate.PartitionInbox} {
-		if err := partition(ctx, d.SQL(t), migrate.PartitionDaily); err != nil {
+	for _, part := range []func(context.Context, *sql.DB, migrate.Partitioning) error{migrate.PartitionOutbox, migrate.PartitionInbox} {
+		if err := part(ctx, d.SQL(t), migrate.PartitionDaily); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return d
 }
 
-// DayPartition creates the partition of table for the UTC day of day,
-// named as retention names it, which the partitioned layout does not
-// create for a past day; it returns the name.
+// DayPartition creates the partition of table ("outbox", "inbox") for the
+// UTC day of day, which the partitioned layout does not create for a past
+// day, and returns its name.
 func DayPartition(t testing.TB, d *DB, table string, day time.Time) string {
 	t.Helper()
-	from := day.UTC().Truncate(24 * time.Hour)
-	name := table + "_p" + from.Format("20060102")
-	_, err := d.Pool.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
-		name, table, from.Format(time.RFC3339), from.AddDate(0, 0, 1).Format(time.RFC3339)))
+	tables := map[string]partition.Table{"outbox": partition.Outbox, "inbox": partition.Inbox}
+	name, err := partition.CreateDay(context.Background(), d.Pool, tables[table], day)
 	if err != nil {
-		t.Fatalf("create partition %s: %v", name, err)
+		t.Fatal(err)
 	}
 	return name
 }

@@ -192,9 +192,7 @@ func ensure(ctx context.Context, db Beginner, t Table, now time.Time, bounded bo
 		if covered(parts, from, to) {
 			continue
 		}
-		create := fmt.Sprintf("CREATE TABLE %s PARTITION OF %s FOR VALUES FROM (%s) TO (%s)",
-			ident(t.dayName(from)), ident(t.Name), literal(from), literal(to))
-		err := ddl(ctx, db, bounded, create)
+		err := createDay(ctx, db, t, from, bounded)
 		switch {
 		case pgerr.DuplicateTable(err): // another relay created it first
 		case pgerr.CheckViolation(err):
@@ -209,6 +207,22 @@ func ensure(ctx context.Context, db Beginner, t Table, now time.Time, bounded bo
 		}
 	}
 	return created, nil
+}
+
+// CreateDay creates the partition of the UTC day of day, which Ensure
+// does not for a day past (tests and benchmarks backdate rows), and
+// returns its name.
+func CreateDay(ctx context.Context, db Beginner, t Table, day time.Time) (string, error) {
+	from := day.UTC().Truncate(24 * time.Hour)
+	if err := createDay(ctx, db, t, from, true); err != nil {
+		return "", fmt.Errorf("create partition %s: %w", t.dayName(from), err)
+	}
+	return t.dayName(from), nil
+}
+
+func createDay(ctx context.Context, db Beginner, t Table, from time.Time, bounded bool) error {
+	return ddl(ctx, db, bounded, fmt.Sprintf("CREATE TABLE %s PARTITION OF %s FOR VALUES FROM (%s) TO (%s)",
+		ident(t.dayName(from)), ident(t.Name), literal(from), literal(from.AddDate(0, 0, 1))))
 }
 
 func covered(parts []Partition, from, to time.Time) bool {
