@@ -152,6 +152,12 @@ type PruneResult struct {
 // a *DedupeWindowError (wrapping ErrRetentionTooShort) per consumer kept.
 // So does a pass of Run, which logs it. When the window cannot be read
 // (the role lacks SELECT on ferry_inbox_copy), nothing is deleted.
+//
+// A partitioned inbox (migrate.PartitionInbox) is pruned by partition
+// instead: the partitions of the week ahead are created, and a day's
+// partition is dropped once the whole day is older than the longest of
+// InboxRetention and every consumer's dedupe window (PruneResult.Retention),
+// never the default partition.
 func Prune(ctx context.Context, db outbox.DBTX, cfg *PruneConfig) (*PruneResult, error) {
 	var c PruneConfig
 	if cfg != nil {

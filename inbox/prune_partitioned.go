@@ -23,15 +23,11 @@ func prunePartitioned(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *me
 	for _, r := range refusals {
 		res.Retention = max(res.Retention, r.Window)
 	}
-	b, ok := db.(tablepart.Beginner)
-	if !ok {
-		return res, fmt.Errorf("inbox: prune: the inbox is partitioned, and its upkeep needs a pool, a connection or a transaction, not a %T", db)
+	round, err := tablepart.StartRound(ctx, db, tablepart.Inbox, now)
+	if round != nil {
+		res.PartitionsCreated, res.DefaultHasRows = round.Created, round.DefaultHasRows
 	}
-	var err error
-	if res.PartitionsCreated, err = tablepart.Ensure(ctx, b, tablepart.Inbox, now); err != nil {
-		return res, fmt.Errorf("inbox: prune: %w", err)
-	}
-	if res.DefaultHasRows, err = tablepart.DefaultHasRows(ctx, db, tablepart.Inbox); err != nil {
+	if err != nil {
 		return res, fmt.Errorf("inbox: prune: %w", err)
 	}
 	expired, err := tablepart.Expired(ctx, db, tablepart.Inbox, now.Add(-res.Retention))
@@ -39,7 +35,7 @@ func prunePartitioned(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *me
 		return res, fmt.Errorf("inbox: prune: %w", err)
 	}
 	for _, p := range expired {
-		if err := tablepart.Drop(ctx, b, p); err != nil {
+		if err := tablepart.Drop(ctx, round.DB, p); err != nil {
 			return res, fmt.Errorf("inbox: prune: %w", err)
 		}
 		res.PartitionsDropped++

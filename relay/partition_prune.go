@@ -25,18 +25,15 @@ import (
 // their rows), and Prune returns ErrUnconfirmed like the row-wise prune.
 func prunePartitions(ctx context.Context, db outbox.DBTX, slot string, c *PruneConfig, m *metrics) (*PruneResult, error) {
 	res := &PruneResult{Partitioned: true}
-	b, ok := db.(partition.Beginner)
-	if !ok {
-		return res, fmt.Errorf("relay: prune: the outbox is partitioned, and its upkeep needs a pool, a connection or a transaction, not a %T", db)
-	}
 	now := time.Now()
-	var err error
-	if res.PartitionsCreated, err = partition.Ensure(ctx, b, partition.Outbox, now); err != nil {
+	round, err := partition.StartRound(ctx, db, partition.Outbox, now)
+	if round != nil {
+		res.PartitionsCreated, res.DefaultHasRows = round.Created, round.DefaultHasRows
+	}
+	if err != nil {
 		return res, fmt.Errorf("relay: prune: %w", err)
 	}
-	if res.DefaultHasRows, err = partition.DefaultHasRows(ctx, db, partition.Outbox); err != nil {
-		return res, fmt.Errorf("relay: prune: %w", err)
-	}
+	b := round.DB
 	expired, err := partition.Expired(ctx, db, partition.Outbox, now.Add(-c.Retention))
 	if err != nil || len(expired) == 0 {
 		return res, err

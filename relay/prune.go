@@ -96,6 +96,12 @@ type PruneResult struct {
 // waits up to cfg.ConfirmWait for the slot, then returns ErrUnconfirmed
 // with what it deleted so far. The result is nil only when the settings
 // are refused, before anything runs.
+//
+// A partitioned outbox (migrate.PartitionOutbox) is pruned by partition
+// instead (BatchSize does not apply): the partitions of the week ahead are
+// created, and a day's partition is dropped only once the whole day is
+// older than Retention and the slot confirmed every row in it, with the
+// same ErrUnconfirmed while it has not; the default partition never.
 func Prune(ctx context.Context, db outbox.DBTX, slot string, cfg *PruneConfig) (*PruneResult, error) {
 	var c PruneConfig
 	if cfg != nil {

@@ -288,6 +288,30 @@ func Drop(ctx context.Context, db Beginner, p Partition) error {
 	return nil
 }
 
+// Round is the start of a retention round: the partitions ahead created,
+// the default partition looked at.
+type Round struct {
+	DB             Beginner // db, which the round's DDL needs to begin transactions on
+	Created        int      // partitions created ahead
+	DefaultHasRows bool
+}
+
+// StartRound starts a retention round of t on db: it creates the
+// partitions ahead (Ensure) and looks for rows in the default partition.
+func StartRound(ctx context.Context, db dbsqlc.DBTX, t Table, now time.Time) (*Round, error) {
+	b, ok := db.(Beginner)
+	if !ok {
+		return nil, fmt.Errorf("the %s is partitioned, and its upkeep needs a pool, a connection or a transaction, not a %T", t.Name, db)
+	}
+	r := &Round{DB: b}
+	var err error
+	if r.Created, err = Ensure(ctx, b, t, now); err != nil {
+		return r, err
+	}
+	r.DefaultHasRows, err = DefaultHasRows(ctx, db, t)
+	return r, err
+}
+
 // DefaultHasRows reports whether t's default partition holds a row.
 func DefaultHasRows(ctx context.Context, db dbsqlc.DBTX, t Table) (bool, error) {
 	var found bool
