@@ -31,8 +31,10 @@ func TestPartitionedOutboxPublishesEachEventOnce(t *testing.T) {
 		t.Fatalf("%d records for %d events, %d duplicates; want each event once", len(c.records), len(ids), d)
 	}
 	for _, r := range c.records {
-		if header(r, outbox.HeaderEventType) != "Changed" || header(r, "seq") == "" || !strings.Contains(string(r.Value), header(r, "seq")) {
-			t.Fatalf("record %s: headers %v, value %s; want event_type Changed and the row's seq header", header(r, outbox.HeaderID), r.Headers, r.Value)
+		if header(r, outbox.HeaderEventType) != "Changed" || header(r, outbox.HeaderAggregateID) != string(r.Key) ||
+			header(r, "seq") == "" || !strings.Contains(string(r.Value), header(r, "seq")) {
+			t.Fatalf("record %s: key %q, headers %v, value %s; want the aggregate id as key, event_type Changed and the row's seq header",
+				header(r, outbox.HeaderID), r.Key, r.Headers, r.Value)
 		}
 	}
 	c.checkFirstArrivalOrder(t)
