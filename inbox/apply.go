@@ -220,7 +220,7 @@ func (p *partition) applyOne(d *delivery) (outcome, error) {
 			rollback(tx)
 		}
 	}()
-	n, err := q.InboxInsert(ctx, tx, dbsqlc.InboxInsertParams{Consumer: d.m.Consumer, MessageID: d.m.ID})
+	claimed, err := p.w.claimOne(ctx, tx, d.m.Consumer, d.m.ID)
 	if err != nil {
 		return p.dbOutcome(), err
 	}
@@ -229,7 +229,7 @@ func (p *partition) applyOne(d *delivery) (outcome, error) {
 			return p.dbOutcome(), err
 		}
 	}
-	if n == 0 {
+	if !claimed {
 		done = true
 		if err := tx.Commit(ctx); err != nil {
 			return p.dbOutcome(), err
@@ -333,7 +333,7 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 	for i, d := range ds {
 		ids[i] = d.m.ID
 	}
-	claimedIDs, err := q.InboxInsertMany(ctx, tx, dbsqlc.InboxInsertManyParams{Consumer: consumer, MessageIds: ids})
+	claimedIDs, err := p.w.claim(ctx, tx, consumer, ids)
 	if err != nil {
 		return res, p.dbOutcome(), err
 	}

@@ -22,6 +22,7 @@ type metrics struct {
 	assigned         *prometheus.GaugeVec
 	pruned           *prometheus.CounterVec
 	pruneRefused     *prometheus.CounterVec
+	droppedParts     *prometheus.CounterVec
 	pauses           *prometheus.CounterVec
 	parked           *prometheus.CounterVec
 	stuck            *prometheus.GaugeVec
@@ -109,6 +110,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_pruned_rows_total", Help: "Rows deleted by retention.",
 		}, []string{"table"}),
+		droppedParts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_dropped_partitions_total", Help: "Partitions of a partitioned table dropped by retention.",
+		}, []string{"table"}),
 		pruneRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_prune_refused_total", Help: "Prune passes that kept a consumer's whole inbox: its retention is below the dedupe window its live migration's copies require.",
 		}, []string{"consumer"}),
@@ -116,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duplicates, m.retries, m.deadLettered, m.deadLetterErrors,
 			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses, m.parked, m.stuck,
-			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates, m.migrationLateness, m.pruneRefused)
+			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates, m.migrationLateness, m.pruneRefused, m.droppedParts)
 	}
 	return m
 }

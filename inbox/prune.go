@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	tablepart "github.com/ferryhq/ferry/internal/partition"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -127,6 +128,18 @@ func (c PruneConfig) validate() error {
 type PruneResult struct {
 	InboxDeleted int64
 	Batches      int // DELETE statements run
+
+	// Partitioned: the inbox is partitioned (migrate.PartitionInbox) and
+	// was pruned by partition. Retention is the window applied: the
+	// longer of InboxRetention and the dedupe window of every consumer
+	// that needs more (they share the partitions). The counts are the
+	// partitions dropped and created ahead; DefaultHasRows tells that the
+	// default partition holds rows, which retention never drops.
+	Partitioned       bool
+	Retention         time.Duration
+	PartitionsDropped int
+	PartitionsCreated int
+	DefaultHasRows    bool
 }
 
 // Prune deletes inbox rows older than the dedupe window, BatchSize rows per
@@ -139,6 +152,12 @@ type PruneResult struct {
 // a *DedupeWindowError (wrapping ErrRetentionTooShort) per consumer kept.
 // So does a pass of Run, which logs it. When the window cannot be read
 // (the role lacks SELECT on ferry_inbox_copy), nothing is deleted.
+//
+// A partitioned inbox (migrate.PartitionInbox) is pruned by partition
+// instead: the partitions of the week ahead are created, and a day's
+// partition is dropped once the whole day is older than the longest of
+// InboxRetention and every consumer's dedupe window (PruneResult.Retention),
+// never the default partition.
 func Prune(ctx context.Context, db outbox.DBTX, cfg *PruneConfig) (*PruneResult, error) {
 	var c PruneConfig
 	if cfg != nil {
@@ -161,6 +180,13 @@ func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*Pr
 	}
 	if c.unsafeIgnoreWindow {
 		refusals = nil
+	}
+	partitioned, err := tablepart.IsPartitioned(ctx, db, tablepart.Inbox)
+	if err != nil {
+		return res, fmt.Errorf("inbox: prune: %w", err)
+	}
+	if partitioned {
+		return prunePartitioned(ctx, db, c, m, refusals, now)
 	}
 	// Not nil: pgx sends a nil slice as NULL, and "<> ALL(NULL)" keeps
 	// every row.

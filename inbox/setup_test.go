@@ -45,8 +45,13 @@ type bundle struct {
 
 func setup(t *testing.T, partitions int32) *bundle {
 	t.Helper()
+	return setupDB(t, partitions, ferrytest.NewMigratedDB(t))
+}
+
+// setupDB is setup on a database of the test's choosing.
+func setupDB(t *testing.T, partitions int32, db *ferrytest.DB) *bundle {
+	t.Helper()
 	ctx := ferrytest.Context(t, 3*time.Minute)
-	db := ferrytest.NewMigratedDB(t)
 	if _, err := db.Pool.Exec(ctx, effectsTable); err != nil {
 		t.Fatal(err)
 	}

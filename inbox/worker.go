@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	tablepart "github.com/ferryhq/ferry/internal/partition"
 	"github.com/ferryhq/ferry/internal/pgerr"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -55,6 +56,9 @@ type Worker struct {
 	// live migration (reportLoop).
 	deadLetterTail *deadLetterTail
 	dbOK           atomic.Int64 // unix nanos of PostgreSQL's last answer: a committed transaction or a ping (see reachability)
+	// partitionedInbox: the inbox is partitioned by day (claim.go), read
+	// at start by checkSchema.
+	partitionedInbox bool
 }
 
 // New returns a Worker configured by cfg.
@@ -370,6 +374,20 @@ func (w *Worker) checkSchemaOnce(ctx context.Context, consumers []string) error 
 		}
 		return fmt.Errorf("inbox: check the inbox table: %w", err)
 	}
+	if w.partitionedInbox, err = tablepart.IsPartitioned(ctx, tx, tablepart.Inbox); err != nil {
+		return fmt.Errorf("inbox: %w", err)
+	}
+	if w.partitionedInbox {
+		// A claim reads what committed while it waited for its lock.
+		var iso string
+		if err := tx.QueryRow(ctx, "SHOW transaction_isolation").Scan(&iso); err != nil {
+			return fmt.Errorf("inbox: read the transaction isolation: %w", err)
+		}
+		if iso != "read committed" {
+			return fmt.Errorf("%w, and the worker's transactions are %s (default_transaction_isolation of the database or the role): "+
+				"a claim could not see a claim of the same message committed while it waited, and would apply it twice", ErrIsolation, iso)
+		}
+	}
 	// The new channels of live migrations the consumers learned before
 	// (migration.go), in the same transaction: one round trip at start.
 	w.known = w.known[:0]
@@ -395,6 +413,13 @@ func (w *Worker) pruneLoop(ctx context.Context) {
 		res, err := prune(ctx, db, &cfg, w.metrics)
 		if err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Error("prune failed", slog.String("error", err.Error()))
+		} else if err == nil && res.Partitioned {
+			w.cfg.Logger.Info("inbox partitions pruned", slog.Int("dropped", res.PartitionsDropped), slog.Int("created", res.PartitionsCreated),
+				slog.Duration("retention", res.Retention))
+			if res.DefaultHasRows {
+				w.cfg.Logger.Warn("the inbox's default partition holds rows (a processed_at outside every day's partition), which retention never drops",
+					slog.String("partition", tablepart.Inbox.DefaultName()))
+			}
 		} else if err == nil {
 			w.cfg.Logger.Info("pruned", slog.Int64("inbox_rows", res.InboxDeleted), slog.Int("batches", res.Batches))
 		}

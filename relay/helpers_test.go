@@ -30,10 +30,16 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
+	return setupDB(t, ferrytest.NewMigratedDB(t))
+}
+
+// setupDB is setup on a database of the test's choosing.
+func setupDB(t testing.TB, db *ferrytest.DB) *bundle {
+	t.Helper()
 	suffix := ferrytest.Suffix()
 	b := &bundle{
 		ctx:    ferrytest.Context(t, 5*time.Minute),
-		db:     ferrytest.NewMigratedDB(t),
+		db:     db,
 		prefix: "relay." + suffix,
 		slot:   "ferry_" + suffix,
 	}

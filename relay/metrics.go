@@ -26,6 +26,7 @@ type metrics struct {
 	sessions        prometheus.Counter
 	standby         prometheus.Gauge
 	pruned          prometheus.Counter
+	droppedParts    prometheus.Counter
 	heldTopics      prometheus.Gauge
 	// A live migration: the epoch of the step in effect, fences written,
 	// and copies acknowledged per channel side and role.
@@ -96,6 +97,9 @@ func newMetrics(reg prometheus.Registerer, ready func() error) *metrics {
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_relay_outbox_pruned_rows_total", Help: "Confirmed outbox rows deleted by retention.",
 		}),
+		droppedParts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_outbox_dropped_partitions_total", Help: "Partitions of a partitioned outbox dropped by retention, every row confirmed.",
+		}),
 		migrationEpoch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_relay_migration_epoch", Help: "Epoch of the live migration step in effect (0: none).",
 		}),
@@ -108,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, ready func() error) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL, m.slotActive, m.ready,
-			m.confirmedLSN, m.commitToAck, m.commitToReceive, m.receiveToAck, m.sessions, m.standby, m.pruned, m.heldTopics,
+			m.confirmedLSN, m.commitToAck, m.commitToReceive, m.receiveToAck, m.sessions, m.standby, m.pruned, m.droppedParts, m.heldTopics,
 			m.migrationEpoch, m.fences, m.copies)
 	}
 	return m

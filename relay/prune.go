@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/partition"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -78,6 +79,15 @@ func (c PruneConfig) validate() error {
 type PruneResult struct {
 	Deleted int64
 	Batches int // DELETE statements run
+
+	// Partitioned: the outbox is partitioned (migrate.PartitionOutbox)
+	// and was pruned by partition; the counts are the partitions dropped
+	// and created ahead, and DefaultHasRows tells that its default
+	// partition holds rows, which retention never drops.
+	Partitioned       bool
+	PartitionsDropped int
+	PartitionsCreated int
+	DefaultHasRows    bool
 }
 
 // Prune deletes outbox rows older than cfg.Retention that slot has
@@ -86,6 +96,12 @@ type PruneResult struct {
 // waits up to cfg.ConfirmWait for the slot, then returns ErrUnconfirmed
 // with what it deleted so far. The result is nil only when the settings
 // are refused, before anything runs.
+//
+// A partitioned outbox (migrate.PartitionOutbox) is pruned by partition
+// instead (BatchSize does not apply): the partitions of the week ahead are
+// created, and a day's partition is dropped only once the whole day is
+// older than Retention and the slot confirmed every row in it, with the
+// same ErrUnconfirmed while it has not; the default partition never.
 func Prune(ctx context.Context, db outbox.DBTX, slot string, cfg *PruneConfig) (*PruneResult, error) {
 	var c PruneConfig
 	if cfg != nil {
@@ -103,6 +119,13 @@ func Prune(ctx context.Context, db outbox.DBTX, slot string, cfg *PruneConfig) (
 
 func prune(ctx context.Context, db outbox.DBTX, slot string, c *PruneConfig, m *metrics) (*PruneResult, error) {
 	q := dbsqlc.New()
+	partitioned, err := partition.IsPartitioned(ctx, db, partition.Outbox)
+	if err != nil {
+		return &PruneResult{}, fmt.Errorf("relay: prune: %w", err)
+	}
+	if partitioned {
+		return prunePartitions(ctx, db, slot, c, m)
+	}
 	before := time.Now().Add(-c.Retention)
 	batch := int32(min(c.BatchSize, 1<<30))
 	res := &PruneResult{}
@@ -169,6 +192,8 @@ func (r *Relay) pruneLoop(ctx context.Context, db outbox.DBTX, log *slog.Logger)
 			log.Warn("outbox retention waits for the slot", slog.Int64("deleted", res.Deleted), slog.String("error", err.Error()))
 		case err != nil:
 			log.Error("outbox retention failed", slog.Int64("deleted", res.Deleted), slog.String("error", err.Error()))
+		case res.Partitioned:
+			logPartitions(log, res)
 		default:
 			log.Info("outbox pruned", slog.Int64("rows", res.Deleted), slog.Int("batches", res.Batches))
 		}

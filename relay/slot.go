@@ -128,7 +128,11 @@ func ensurePublication(ctx context.Context, db dbsqlc.DBTX, pub string, noCreate
 	// DDL takes no parameters, so sqlc cannot own this statement: the name
 	// goes in as a quoted identifier (and checkName kept it to [a-z0-9_]).
 	name := pgx.Identifier{pub}.Sanitize()
-	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE outbox, ferry_migration_step WITH (publish = 'insert')`, name)
+	// publish_via_partition_root: a partitioned outbox's rows reach the
+	// relay as the outbox's, not as its partitions'; a plain one is
+	// unaffected.
+	create := fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE outbox, ferry_migration_step WITH (publish = 'insert', publish_via_partition_root = true)`, name)
+	viaRoot := fmt.Sprintf(`ALTER PUBLICATION %s SET (publish_via_partition_root = true)`, name)
 	// The relay reads a live migration's steps in the same stream as the
 	// outbox rows (route.go).
 	addSteps := fmt.Sprintf(`ALTER PUBLICATION %s ADD TABLE ferry_migration_step`, name)
@@ -149,6 +153,15 @@ func ensurePublication(ctx context.Context, db dbsqlc.DBTX, pub string, noCreate
 		return fmt.Errorf("%w: publication %q exists but does not include the outbox table: ALTER PUBLICATION %s ADD TABLE outbox", ErrPublicationMissing, pub, pgx.Identifier{pub}.Sanitize())
 	case !p.Pubinsert:
 		return fmt.Errorf("%w: publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", ErrPublicationMissing, pub, pgx.Identifier{pub}.Sanitize())
+	case p.OutboxPartitioned && !p.Pubviaroot && noCreate:
+		return fmt.Errorf("%w: the outbox table is partitioned but publication %q publishes its rows as its partitions', "+
+			"which the relay does not read, and NoCreate is set; an administrator can fix it with: %s", ErrPublicationMissing, pub, viaRoot)
+	case p.OutboxPartitioned && !p.Pubviaroot:
+		if _, err := db.Exec(ctx, viaRoot); err != nil {
+			return fmt.Errorf("publish the partitioned outbox's rows as the outbox's (%s): %w", viaRoot, err)
+		}
+		log.Info("publication publishes the partitioned outbox's rows as the outbox's", slog.String("publication", pub))
+		return ensurePublication(ctx, db, pub, noCreate, log)
 	case !p.CoversSteps && noCreate:
 		return fmt.Errorf("%w: publication %q does not include ferry_migration_step (live migrations) and NoCreate is set; "+
 			"an administrator can add it with: %s", ErrPublicationMissing, pub, addSteps)

@@ -15,7 +15,26 @@ import (
 // MigrateFlags are the settings of `<binary> migrate [up|down|status]`.
 type MigrateFlags struct {
 	Base
-	yes *bool
+	yes        *bool
+	partitions []partitionFlag
+}
+
+// partitionFlag is --outbox-partitioning or --inbox-partitioning.
+type partitionFlag struct {
+	name  string // the flag
+	table string
+	value *string
+	apply func(context.Context, *sql.DB, migrate.Partitioning) error
+}
+
+// RegisterPartitioning adds --<table>-partitioning: `migrate up` then lays
+// the (empty) table out partitioned by day with apply
+// (migrate.PartitionOutbox, migrate.PartitionInbox) after the migrations.
+func (m *MigrateFlags) RegisterPartitioning(f *Flags, table string, apply func(context.Context, *sql.DB, migrate.Partitioning) error) {
+	p := partitionFlag{name: table + "-partitioning", table: table, apply: apply}
+	p.value = f.String(p.name, "", "daily: make the (empty) "+table+" a table partitioned by day, which retention empties "+
+		"by dropping whole partitions; unset leaves the layout as it is")
+	m.partitions = append(m.partitions, p)
 }
 
 // Register binds the settings to f, which takes the action as its argument.
@@ -36,6 +55,14 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 	case "", "up", "down", "status":
 	default:
 		return Usagef("migrate: unknown action %q: want up, down or status", action)
+	}
+	for _, p := range m.partitions {
+		switch {
+		case *p.value != "" && *p.value != string(migrate.PartitionDaily):
+			return Usagef("--%s (%s): %q: want %s, or leave it unset", p.name, EnvName(p.name), *p.value, migrate.PartitionDaily)
+		case *p.value != "" && action != "" && action != "up":
+			return Usagef("--%s (%s) applies to migrate up only, not %s", p.name, EnvName(p.name), action)
+		}
 	}
 	target, err := m.DB.Target()
 	if err != nil {
@@ -67,6 +94,15 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 			if err != nil {
 				return err
 			}
+		}
+		for _, p := range m.partitions {
+			if *p.value == "" {
+				continue
+			}
+			if err := p.apply(ctx, db, migrate.Partitioning(*p.value)); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s is partitioned %s\n", p.table, *p.value)
 		}
 	case "down":
 		if err := migrateDown(ctx, ms, out); err != nil {

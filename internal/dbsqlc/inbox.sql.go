@@ -10,6 +10,83 @@ import (
 	"time"
 )
 
+const inboxClaimLock = `-- name: InboxClaimLock :one
+SELECT current_setting('transaction_isolation')::text AS isolation, count(l.locked)::int AS locked
+FROM (
+    SELECT pg_advisory_xact_lock($1::int, k.key)::text AS locked
+    FROM (
+        SELECT DISTINCT hashtext($2::text || chr(31) || m) AS key
+        FROM unnest($3::text[]) m
+        ORDER BY 1
+    ) k
+) l
+`
+
+type InboxClaimLockParams struct {
+	LockClass  int32
+	Consumer   string
+	MessageIds []string
+}
+
+type InboxClaimLockRow struct {
+	Isolation string
+	Locked    int32
+}
+
+// The first half of a claim in a partitioned inbox, whose primary key
+// holds processed_at (PostgreSQL has no index across partitions), so that
+// ON CONFLICT cannot see a message applied on another day. It takes a lock
+// per (consumer, message id), held to the end of the transaction, in the
+// order of the keys: a second claim of a message waits here until the
+// first commits or rolls back, exactly as an insert waits on a unique
+// index. The key space (@lock_class, hash) is Ferry's own; a hash
+// collision only makes two claims take turns. Returns the isolation level:
+// InboxClaimMany must see what committed while this waited, which only
+// READ COMMITTED, where each statement takes a new snapshot, does.
+func (q *Queries) InboxClaimLock(ctx context.Context, db DBTX, arg InboxClaimLockParams) (*InboxClaimLockRow, error) {
+	row := db.QueryRow(ctx, inboxClaimLock, arg.LockClass, arg.Consumer, arg.MessageIds)
+	var i InboxClaimLockRow
+	err := row.Scan(&i.Isolation, &i.Locked)
+	return &i, err
+}
+
+const inboxClaimMany = `-- name: InboxClaimMany :many
+INSERT INTO inbox (consumer, message_id, processed_at)
+SELECT DISTINCT $1::text, m, coalesce($2::timestamptz, now())
+FROM unnest($3::text[]) m
+WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $1::text AND i.message_id = m)
+RETURNING message_id
+`
+
+type InboxClaimManyParams struct {
+	Consumer   string
+	Now        *time.Time
+	MessageIds []string
+}
+
+// The second half of a claim in a partitioned inbox, in a statement after
+// InboxClaimLock: inserts the ids no partition holds yet and returns them,
+// each at most once.
+func (q *Queries) InboxClaimMany(ctx context.Context, db DBTX, arg InboxClaimManyParams) ([]string, error) {
+	rows, err := db.Query(ctx, inboxClaimMany, arg.Consumer, arg.Now, arg.MessageIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var message_id string
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxCountByConsumer = `-- name: InboxCountByConsumer :one
 SELECT count(*) FROM inbox WHERE consumer = $1
 `

@@ -12,6 +12,8 @@ import (
 const publicationGet = `-- name: PublicationGet :one
 SELECT
     p.pubinsert,
+    p.pubviaroot,
+    coalesce((SELECT c.relkind = 'p' FROM pg_catalog.pg_class c WHERE c.oid = to_regclass('outbox')), false)::bool AS outbox_partitioned,
     (p.puballtables OR EXISTS (
         SELECT 1 FROM pg_catalog.pg_publication_rel r
         WHERE r.prpubid = p.oid AND r.prrelid = 'outbox'::regclass
@@ -25,19 +27,29 @@ WHERE p.pubname = $1
 `
 
 type PublicationGetRow struct {
-	Pubinsert    bool
-	CoversOutbox bool
-	CoversSteps  bool
+	Pubinsert         bool
+	Pubviaroot        bool
+	OutboxPartitioned bool
+	CoversOutbox      bool
+	CoversSteps       bool
 }
 
 // Whether the publication exists, publishes inserts and covers the outbox
-// table. Creating it is DDL with an identifier, which a query parameter
+// table; and, for a partitioned outbox, whether it publishes the changes
+// of its partitions as the outbox's (the relay reads rows of a relation
+// named outbox, and would see none of a partition's). Creating it is DDL with an identifier, which a query parameter
 // cannot carry: relay/slot.go builds that statement itself.
 // (pg_catalog is spelled out: sqlc resolves these catalog relations only
 // when qualified.)
 func (q *Queries) PublicationGet(ctx context.Context, db DBTX, pubname string) (*PublicationGetRow, error) {
 	row := db.QueryRow(ctx, publicationGet, pubname)
 	var i PublicationGetRow
-	err := row.Scan(&i.Pubinsert, &i.CoversOutbox, &i.CoversSteps)
+	err := row.Scan(
+		&i.Pubinsert,
+		&i.Pubviaroot,
+		&i.OutboxPartitioned,
+		&i.CoversOutbox,
+		&i.CoversSteps,
+	)
 	return &i, err
 }

@@ -7,6 +7,7 @@
 //	go run ./internal/ferrybench writer [-events 200000]
 //	go run ./internal/ferrybench latency [-rate 1000] [-runs 3]   (end to end; see latency.go)
 //	go run ./internal/ferrybench curves [-curves-scale 1] [-charts docs/bench]   (how cost grows; see curves.go)
+//	go run ./internal/ferrybench retention [-rows 10000000]   (expiring rows: batched DELETE against partitions; see retention.go)
 //	go run ./internal/ferrybench all    [-out docs/benchmarks.md]   (what make bench runs)
 package main
 
@@ -26,7 +27,7 @@ import (
 	"github.com/ferryhq/ferry/internal/ferrytest"
 )
 
-const usage = `usage: ferrybench relay|worker|writer|latency|curves|all [flags]   (ferrybench <command> -h for the flags)`
+const usage = `usage: ferrybench relay|worker|writer|latency|curves|retention|all [flags]   (ferrybench <command> -h for the flags)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -104,6 +105,8 @@ func main() {
 			}
 			return err
 		})
+	case "retention":
+		err = runRetention(ctx, fs, os.Args[2:])
 	case "all":
 		relayFlags()
 		workerFlags()

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/partition"
 	"github.com/ferryhq/ferry/migrate"
 )
 
@@ -123,6 +124,34 @@ func NewMigratedDB(t testing.TB) *DB {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// NewPartitionedDB is NewMigratedDB with the outbox and the inbox
+// partitioned by day (migrate.PartitionOutbox, migrate.PartitionInbox).
+func NewPartitionedDB(t testing.TB) *DB {
+	t.Helper()
+	d := NewMigratedDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, part := range []func(context.Context, *sql.DB, migrate.Partitioning) error{migrate.PartitionOutbox, migrate.PartitionInbox} {
+		if err := part(ctx, d.SQL(t), migrate.PartitionDaily); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// DayPartition creates the partition of table ("outbox", "inbox") for the
+// UTC day of day, which the partitioned layout does not create for a past
+// day, and returns its name.
+func DayPartition(t testing.TB, d *DB, table string, day time.Time) string {
+	t.Helper()
+	tables := map[string]partition.Table{"outbox": partition.Outbox, "inbox": partition.Inbox}
+	name, err := partition.CreateDay(context.Background(), d.Pool, tables[table], day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // CreateDatabase creates database name next to the one admin points at and

@@ -120,3 +120,16 @@ func SlotInvalidated(err error) bool {
 func PublicationMissing(err error) bool {
 	return Is(err, pgerrcode.UndefinedObject) && strings.Contains(Message(err), "publication")
 }
+
+// DuplicateTable reports whether a CREATE TABLE failed because the table
+// exists (42P07): for a partition, another process created it first.
+func DuplicateTable(err error) bool { return Is(err, pgerrcode.DuplicateTable) }
+
+// LockNotAvailable reports whether a statement gave up waiting for a lock
+// (55P03) under lock_timeout: the table is busy, try again later.
+func LockNotAvailable(err error) bool { return Is(err, pgerrcode.LockNotAvailable) }
+
+// CheckViolation reports whether a row broke a CHECK constraint (23514),
+// which includes a partition's bound: creating a partition whose range
+// rows in the default partition already hold.
+func CheckViolation(err error) bool { return Is(err, pgerrcode.CheckViolation) }

@@ -57,3 +57,43 @@ func version(t *testing.T, db *ferrytest.DB) int64 {
 	}
 	return v
 }
+
+// `relay migrate --outbox-partitioning daily` partitions an empty outbox
+// before it creates the publication and slot; a value it does not know is
+// refused by name before anything runs, and an outbox holding a row is
+// refused with the reason, left as it was.
+func TestMigrateOutboxPartitioning(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	fresh, full := ferrytest.NewDB(t), ferrytest.NewMigratedDB(t)
+
+	code, out, stderr := run(t, ctx, "migrate", "--database-url", fresh.URL, "--outbox-partitioning", "hourly")
+	if code != 2 || !strings.Contains(stderr, "--outbox-partitioning (FERRY_OUTBOX_PARTITIONING)") || !strings.Contains(stderr, `"hourly"`) {
+		t.Fatalf("migrate --outbox-partitioning hourly: exit %d\n%s%s\nwant exit 2 naming the flag and the value", code, out, stderr)
+	}
+	code, out, stderr = run(t, ctx, "migrate", "--database-url", fresh.URL, "--outbox-partitioning", "daily", "--slot", "ferry_"+ferrytest.Suffix())
+	if code != 0 || !strings.Contains(out, "outbox is partitioned daily") {
+		t.Fatalf("migrate --outbox-partitioning daily: exit %d\n%s%s", code, out, stderr)
+	}
+	var kind string
+	var viaRoot bool
+	if err := fresh.Pool.QueryRow(ctx, `SELECT (SELECT relkind::text FROM pg_class WHERE oid = 'outbox'::regclass),
+		(SELECT pubviaroot FROM pg_publication WHERE pubname = 'ferry')`).Scan(&kind, &viaRoot); err != nil {
+		t.Fatal(err)
+	}
+	if kind != "p" || !viaRoot {
+		t.Fatalf("after migrate --outbox-partitioning daily: outbox relkind %q, publication via root %v; want p and true", kind, viaRoot)
+	}
+
+	if _, err := full.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES (gen_random_uuid(), 'order', '1', 'Placed', '')`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = run(t, ctx, "migrate", "--database-url", full.URL, "--outbox-partitioning", "daily", "--no-slot")
+	if code != 1 || !strings.Contains(stderr, "outbox holds rows") {
+		t.Fatalf("migrate --outbox-partitioning daily of an outbox with a row: exit %d\n%s%s\nwant exit 1 saying the outbox holds rows", code, out, stderr)
+	}
+	if err := full.Pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = 'outbox'::regclass`).Scan(&kind); err != nil || kind != "r" {
+		t.Fatalf("after the refusal the outbox's relkind is %q (%v), want r", kind, err)
+	}
+}

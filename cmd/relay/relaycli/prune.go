@@ -66,7 +66,14 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if res == nil {
 		return cli.ConfigError(err, configFlags) // the settings were refused before anything ran
 	}
-	fmt.Fprintf(stdout, "deleted %d confirmed outbox rows in %d batches\n", res.Deleted, res.Batches)
+	if res.Partitioned {
+		fmt.Fprintf(stdout, "dropped %d confirmed outbox partitions, created %d ahead\n", res.PartitionsDropped, res.PartitionsCreated)
+		if res.DefaultHasRows {
+			fmt.Fprintln(stdout, "the default partition holds rows, which retention never drops")
+		}
+	} else {
+		fmt.Fprintf(stdout, "deleted %d confirmed outbox rows in %d batches\n", res.Deleted, res.Batches)
+	}
 	if errors.Is(err, relay.ErrUnconfirmed) {
 		return fmt.Errorf("%w (is `relay run` running and caught up? `relay status` shows the slot)", err)
 	}

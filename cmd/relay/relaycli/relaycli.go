@@ -12,6 +12,7 @@ import (
 	"io"
 
 	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/relay"
 )
 
@@ -47,8 +48,9 @@ Usage:
                                    a plan's old channel to its new one, stamped with the
                                    plan's step; offsets committed once the new cluster acked
   relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
-                                   the publication and slot (--no-slot: schema only);
-                                   down rolls back one, with --yes
+                                   the publication and slot (--no-slot: schema only;
+                                   --outbox-partitioning daily: an empty outbox
+                                   partitioned by day); down rolls back one, with --yes
   relay help                       show this text
 
 Settings come from flags or the environment; run "relay <command> -h".
@@ -87,6 +89,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	slot := f.String("slot", relay.SlotDefault, "logical replication slot")
 	publication := f.String("publication", relay.PublicationDefault, "publication on the outbox table")
 	noSlot := f.FlagSet.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
+	// Before the publication: a new one then starts with the partitioned
+	// outbox, an existing one is moved to it.
+	m.RegisterPartitioning(f, "outbox", migrate.PartitionOutbox)
 	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err

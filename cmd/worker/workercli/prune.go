@@ -71,6 +71,13 @@ func runPrune(ctx context.Context, name string, args []string, stdout, stderr io
 	if res == nil {
 		return cli.ConfigError(err, configFlags) // the settings were refused before anything ran
 	}
-	fmt.Fprintf(stdout, "deleted %d inbox rows in %d batches\n", res.InboxDeleted, res.Batches)
+	if res.Partitioned {
+		fmt.Fprintf(stdout, "dropped %d inbox partitions older than %s, created %d ahead\n", res.PartitionsDropped, res.Retention, res.PartitionsCreated)
+		if res.DefaultHasRows {
+			fmt.Fprintln(stdout, "the default partition holds rows, which retention never drops")
+		}
+	} else {
+		fmt.Fprintf(stdout, "deleted %d inbox rows in %d batches\n", res.InboxDeleted, res.Batches)
+	}
 	return err
 }

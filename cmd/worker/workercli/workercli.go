@@ -61,8 +61,9 @@ Usage:
   %[1]s prune                     delete inbox rows older than the dedupe window
   %[1]s dlq list --topic T        show dead letters: what, why, when, from where
   %[1]s dlq redrive --topic T     republish dead letters with their original id
-  %[1]s migrate [up|down|status]  apply Ferry's schema migrations%[3]s;
-                                  down rolls back one, with --yes
+  %[1]s migrate [up|down|status]  apply Ferry's schema migrations%[3]s
+                                  (--inbox-partitioning daily: an empty inbox
+                                  partitioned by day); down rolls back one, with --yes
   %[1]s migration quarantine list|replay
                                   events of a live broker migration never applied
                                   (their authoritative copy lost): list, replay once
@@ -123,6 +124,7 @@ func runMigrate(ctx context.Context, name string, args []string, stdout, stderr 
 	f := cli.NewFlags(name+" migrate", stderr)
 	var m cli.MigrateFlags
 	m.Register(f)
+	m.RegisterPartitioning(f, "inbox", migrate.PartitionInbox)
 	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err

@@ -316,3 +316,23 @@ func TestScaffold(t *testing.T) {
 		t.Errorf("scaffold without NAME: exit %d, want 2", code)
 	}
 }
+
+// `worker migrate --inbox-partitioning daily` partitions an empty inbox
+// after the migrations; a value it does not know is refused by flag name.
+func TestMigrateInboxPartitioning(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewDB(t)
+	code, out, stderr := run(ctx, nil, "migrate", "--database-url", db.URL, "--inbox-partitioning", "monthly")
+	if code != 2 || !strings.Contains(stderr, "--inbox-partitioning (FERRY_INBOX_PARTITIONING)") || !strings.Contains(stderr, `"monthly"`) {
+		t.Fatalf("migrate --inbox-partitioning monthly: exit %d\n%s%s\nwant exit 2 naming the flag and the value", code, out, stderr)
+	}
+	code, out, stderr = run(ctx, nil, "migrate", "--database-url", db.URL, "--inbox-partitioning", "daily")
+	if code != 0 || !strings.Contains(out, "inbox is partitioned daily") {
+		t.Fatalf("migrate --inbox-partitioning daily: exit %d\n%s%s", code, out, stderr)
+	}
+	var kind string
+	if err := db.Pool.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = 'inbox'::regclass`).Scan(&kind); err != nil || kind != "p" {
+		t.Fatalf("after migrate --inbox-partitioning daily the inbox's relkind is %q (%v), want p", kind, err)
+	}
+}
