@@ -133,6 +133,14 @@ WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL
   -- an authoritative copy dead-lettered is accounted for by its dead letter
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
+-- A replay spends the shadow's record and deletes the quarantined event in
+-- one statement (InboxQuarantineDelete), the shadow's row first. Locking it
+-- here makes this statement wait for a replay in progress and then read the
+-- spent record, which no longer qualifies; without the lock it would insert
+-- from its older snapshot once the replay's delete freed the conflict, and
+-- quarantine the replayed event again. Both take the shadow's row before
+-- the quarantine's, so they cannot deadlock.
+FOR NO KEY UPDATE OF c
 ON CONFLICT (consumer, message_id) DO NOTHING;
 
 -- name: InboxQuarantineCount :one
@@ -147,10 +155,15 @@ ORDER BY quarantined_at, consumer, message_id;
 -- Takes a replayed event out of the quarantine and spends its shadow's
 -- record: the replay is in the normal flow (applied, or dead-lettered), so
 -- the shadow never quarantines it again.
+-- The shadow's row is updated first: the scalar subquery on spent is an
+-- InitPlan, run before the quarantine's row is deleted (and locked), the
+-- order InboxQuarantineShadows takes them in.
 WITH spent AS (
     UPDATE ferry_inbox_copy c SET topic = NULL, partition = NULL, record_offset = NULL,
         record_key = NULL, record_value = NULL, record_headers = NULL
     WHERE c.consumer = @consumer AND c.message_id = @message_id AND c.role = 'shadow'
       AND EXISTS (SELECT 1 FROM ferry_inbox_quarantine q WHERE q.consumer = @consumer AND q.message_id = @message_id)
+    RETURNING 1
 )
-DELETE FROM ferry_inbox_quarantine d WHERE d.consumer = @consumer AND d.message_id = @message_id;
+DELETE FROM ferry_inbox_quarantine d WHERE d.consumer = @consumer AND d.message_id = @message_id
+  AND (SELECT count(*) FROM spent) >= 0;

@@ -378,8 +378,10 @@ WITH spent AS (
         record_key = NULL, record_value = NULL, record_headers = NULL
     WHERE c.consumer = $1 AND c.message_id = $2 AND c.role = 'shadow'
       AND EXISTS (SELECT 1 FROM ferry_inbox_quarantine q WHERE q.consumer = $1 AND q.message_id = $2)
+    RETURNING 1
 )
 DELETE FROM ferry_inbox_quarantine d WHERE d.consumer = $1 AND d.message_id = $2
+  AND (SELECT count(*) FROM spent) >= 0
 `
 
 type InboxQuarantineDeleteParams struct {
@@ -390,6 +392,9 @@ type InboxQuarantineDeleteParams struct {
 // Takes a replayed event out of the quarantine and spends its shadow's
 // record: the replay is in the normal flow (applied, or dead-lettered), so
 // the shadow never quarantines it again.
+// The shadow's row is updated first: the scalar subquery on spent is an
+// InitPlan, run before the quarantine's row is deleted (and locked), the
+// order InboxQuarantineShadows takes them in.
 func (q *Queries) InboxQuarantineDelete(ctx context.Context, db DBTX, arg InboxQuarantineDeleteParams) (int64, error) {
 	result, err := db.Exec(ctx, inboxQuarantineDelete, arg.Consumer, arg.MessageID)
 	if err != nil {
@@ -473,6 +478,7 @@ WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL
   -- an authoritative copy dead-lettered is accounted for by its dead letter
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
+FOR NO KEY UPDATE OF c
 ON CONFLICT (consumer, message_id) DO NOTHING
 `
 
@@ -485,6 +491,13 @@ type InboxQuarantineShadowsParams struct {
 // Quarantines the events a consumer received a shadow copy of more than
 // @after_seconds ago and never applied nor dead-lettered: their
 // authoritative copy was lost, or is late beyond reason.
+// A replay spends the shadow's record and deletes the quarantined event in
+// one statement (InboxQuarantineDelete), the shadow's row first. Locking it
+// here makes this statement wait for a replay in progress and then read the
+// spent record, which no longer qualifies; without the lock it would insert
+// from its older snapshot once the replay's delete freed the conflict, and
+// quarantine the replayed event again. Both take the shadow's row before
+// the quarantine's, so they cannot deadlock.
 func (q *Queries) InboxQuarantineShadows(ctx context.Context, db DBTX, arg InboxQuarantineShadowsParams) (int64, error) {
 	result, err := db.Exec(ctx, inboxQuarantineShadows, arg.Consumer, arg.AfterSeconds, arg.WithinSeconds)
 	if err != nil {
