@@ -300,14 +300,29 @@ func TestRelayResumesWithTheStepInEffectAtItsConfirmedPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, stop := runUntilStopped(t, cfg)
+	// waitStreaming writes an event and waits until the slot confirmed it,
+	// and so everything written before it, steps included: a relay stopped
+	// earlier would leave a step unapplied, which the third phase's forged
+	// slot record would then claim was applied.
 	waitStreaming := func() {
 		t.Helper()
-		before := m.confirmed(t)
 		ids := m.writeBatch(t, 1) // reaches Kafka only once the relay streams
+		var written string
+		if err := m.db.Pool.QueryRow(m.ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&written); err != nil {
+			t.Fatal(err)
+		}
 		deadline := time.Now().Add(time.Minute)
-		for m.confirmed(t) == before {
+		for {
+			var done bool
+			if err := m.db.Pool.QueryRow(m.ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+				m.slot, written).Scan(&done); err != nil {
+				t.Fatal(err)
+			}
+			if done {
+				return
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the relay confirmed nothing past %s after writing %v", before, ids)
+				t.Fatalf("the relay confirmed %s, not yet %s, a minute after writing %v", m.confirmed(t), written, ids)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
