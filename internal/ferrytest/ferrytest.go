@@ -272,11 +272,37 @@ func createTopic(t testing.TB, adm *kadm.Client, name string, partitions int32, 
 	if err != nil {
 		t.Fatalf("create topic %s: %v", name, err)
 	}
+	// CreateTopics returns once the controller has the topic; the broker
+	// that answers metadata learns of it a moment later, and a loaded
+	// machine stretches that moment. A client that asks in between hears
+	// UNKNOWN_TOPIC_OR_PARTITION, which the relay treats as a missing topic:
+	// the test gets its topic once metadata shows every partition led.
+	for {
+		tds, err := adm.ListTopics(ctx, name)
+		if td, ok := tds[name]; err == nil && ok && td.Err == nil && (partitions <= 0 || int32(len(td.Partitions)) == partitions) && len(td.Partitions) > 0 && allLed(td) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s created but not in the broker's metadata after 30s (last error: %v)", name, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, _ = adm.DeleteTopics(ctx, name)
 	})
+}
+
+// allLed tells whether every partition of td has a leader.
+func allLed(td kadm.TopicDetail) bool {
+	for _, p := range td.Partitions {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Admin returns a Kafka admin client closed when the test ends.
