@@ -94,13 +94,20 @@ func run(ctx context.Context) error {
 	adm := kadm.NewClient(kcl)
 
 	started := time.Now()
-	base := b.suffix
+	base, baseDir := b.suffix, b.dir
 	var rounds [][]*result
 	for i := range *runs {
 		// Every round gives each peer a new database, slot and topic, and
 		// runs the peers in turn, so that each round's ratios compare
-		// processes that shared the machine's state of the moment.
+		// processes that shared the machine's state of the moment. Each
+		// round has a directory of its own for the peers' files: Kafka
+		// Connect's log told the next round it was ready at once, and its
+		// offsets file would have carried a position over.
 		b.suffix = fmt.Sprintf("%s_r%d", base, i)
+		b.dir = filepath.Join(baseDir, fmt.Sprintf("round-%d", i+1))
+		if err := os.MkdirAll(b.dir, 0o755); err != nil {
+			return err
+		}
 		ps, _ := newPeers(b, names)
 		var rs []*result
 		for _, p := range ps {
@@ -121,7 +128,7 @@ func run(ctx context.Context) error {
 		}
 		log("wrote %s", *out)
 	}
-	return os.RemoveAll(b.dir)
+	return os.RemoveAll(baseDir)
 }
 
 // newPeers makes the named peers, Ferry's relay first.
