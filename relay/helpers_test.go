@@ -106,24 +106,23 @@ func (b *bundle) start(t testing.TB, cfg relay.Config) *relay.Relay {
 
 // startStandby runs a second relay on the slot until the test ends and
 // returns it once it stands by, waiting for the first to let the slot go.
-func (b *bundle) startStandby(t testing.TB, cfg relay.Config) *relay.Relay {
+func (b *bundle) startStandby(t *testing.T, cfg relay.Config) *relay.Relay {
 	t.Helper()
-	r, err := relay.New(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	r, _ := runUntilStopped(t, cfg)
+	waitState(t, r, relay.StateStandby)
+	return r
+}
+
+// waitState waits up to a minute for r to reach want.
+func waitState(t testing.TB, r *relay.Relay, want relay.State) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for r.State() != relay.StateStandby {
+	for r.State() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("second relay is %s, want standby", r.State())
+			t.Fatalf("relay is %s, want %s", r.State(), want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return r
 }
 
 // write commits events in one transaction.

@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"slices"
 	"strings"
@@ -79,32 +78,14 @@ func (b *orderBundle) order(c *consumed, agg string) []string {
 // stops it cleanly, for a test that starts another one on the same slot.
 func (b *orderBundle) runUntilStopped(t *testing.T, cfg relay.Config) (stop func()) {
 	t.Helper()
-	r, err := relay.New(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	stopped := false
+	r, stopRun := runUntilStopped(t, cfg)
 	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
+		if err := stopRun(); err != nil {
 			t.Errorf("relay.Run: %v", err)
 		}
 	}
 	t.Cleanup(stop)
-	deadline := time.Now().Add(time.Minute)
-	for r.State() != relay.StateStreaming {
-		if time.Now().After(deadline) {
-			t.Fatalf("relay did not start streaming; state %s", r.State())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitState(t, r, relay.StateStreaming)
 	return stop
 }
 
