@@ -30,7 +30,7 @@ func TestPostgreSQL17FailoverKeepsTheSlot(t *testing.T) {
 	began := time.Now()
 	b := setup(t)
 	if v := serverVersionNum(t, b.db.Pool, b); v < 170000 {
-		t.Skipf("PostgreSQL %d has no failover slots; scripts/test runs this test on a PostgreSQL 17 stack", v)
+		t.Skipf("PostgreSQL %d has no failover slots; scripts/test runs this test on PostgreSQL 17 and 18 stacks", v)
 	}
 	topic := b.topic(t, "order", 4)
 	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, nil); err != nil {
@@ -150,7 +150,7 @@ func TestPostgreSQL17FailoverKeepsTheSlot(t *testing.T) {
 func TestPostgreSQL17WarnsOfASlotWithoutFailover(t *testing.T) {
 	b := setup(t)
 	if v := serverVersionNum(t, b.db.Pool, b); v < 170000 {
-		t.Skipf("PostgreSQL %d has no failover slots; scripts/test runs this test on a PostgreSQL 17 stack", v)
+		t.Skipf("PostgreSQL %d has no failover slots; scripts/test runs this test on PostgreSQL 17 and 18 stacks", v)
 	}
 	if _, err := b.db.Pool.Exec(b.ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, b.slot); err != nil {
 		t.Fatal(err)

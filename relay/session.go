@@ -98,6 +98,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 
 	// LSN 0: the server starts at the slot's confirmed_flush_lsn and sends
 	// every transaction that commits after it. No client-side filtering.
+	// proto_version 1 on every major: 2-4 add only streaming of uncommitted
+	// transactions, two-phase and parallel apply, none of which the relay
+	// wants (it publishes committed rows; README: Supported PostgreSQL).
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{
 			"proto_version '1'",
