@@ -83,3 +83,35 @@ func MachineCPU() (busy, all float64, err error) {
 	}
 	return (all - idle) / clockTicks, all / clockTicks, nil
 }
+
+// RunQueueWait is how long the threads of process pid have spent runnable
+// but waiting for a core, in seconds: the second field of each thread's
+// /proc/PID/task/TID/schedstat, summed over the threads alive now (the time
+// of threads that have exited is not counted). An error when the process is
+// gone, on another machine, or the kernel keeps no scheduler statistics.
+func RunQueueWait(pid int) (float64, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var ns float64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the thread exited since the listing
+			}
+			return 0, err
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			return 0, errors.New("short /proc schedstat")
+		}
+		w, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc schedstat: %w", err)
+		}
+		ns += w
+	}
+	return ns / 1e9, nil
+}

@@ -2,7 +2,11 @@ package procs
 
 import (
 	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The test process's own CPU time and memory read from /proc; a process
@@ -55,5 +59,68 @@ func TestMachineCPUCountsThisProcess(t *testing.T) {
 	}
 	if busy1-busy0 > all1-all0 {
 		t.Errorf("busy +%.2fs above all +%.2fs", busy1-busy0, all1-all0)
+	}
+}
+
+// Threads that outnumber the cores wait for one: spinning nproc+1 threads
+// at once for a while, this process's run-queue wait grows by at least what
+// the extra thread could not run, and its CPU plus its wait add up to about
+// the time its spinning threads were runnable.
+func TestRunQueueWaitCountsTimeWithoutACore(t *testing.T) {
+	pid := os.Getpid()
+	wait0, err := RunQueueWait(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu0, _ := CPUSeconds(pid)
+	cores := runtime.NumCPU()
+	threads, spin := cores+1, 400*time.Millisecond
+	// A P for every spinning thread: with fewer, Go parks the extra
+	// thread itself, and the kernel never sees it waiting.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads + 1))
+	var spun sync.WaitGroup
+	var sink atomic.Int64
+	release := make(chan struct{})
+	start := time.Now()
+	for range threads {
+		spun.Add(1)
+		go func() {
+			// The thread, not only the goroutine, stays runnable; it
+			// lives until it is read (an exited thread's wait is gone).
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			x := int64(0)
+			for time.Since(start) < spin {
+				for i := range 100_000 {
+					x += int64(i)
+				}
+			}
+			sink.Add(x)
+			spun.Done()
+			<-release
+		}()
+	}
+	spun.Wait()
+	elapsed := time.Since(start).Seconds()
+	wait1, err := RunQueueWait(pid)
+	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu1, _ := CPUSeconds(pid)
+	wait, cpu := wait1-wait0, cpu1-cpu0
+	// At most cores threads run at once, so the others wait at least
+	// (threads-cores) × spin between them; half of it leaves room for
+	// threads that start late.
+	if least := float64(threads-cores) * spin.Seconds() / 2; wait < least {
+		t.Errorf("run-queue wait +%.3fs with %d threads spinning %s on %d cores, want at least %.3fs", wait, threads, spin, cores, least)
+	}
+	// Runnable time is CPU plus wait; the spinning threads were runnable
+	// threads × elapsed (plus what the rest of the process did).
+	if runnable, want := cpu+wait, float64(threads)*elapsed; runnable < want*0.75 || runnable > want*1.25 {
+		t.Errorf("CPU +%.3fs and wait +%.3fs make %.3fs runnable; %d threads spun for %.3fs: want about %.3fs (x%d)", cpu, wait, runnable, threads, elapsed, want, sink.Load())
+	}
+	if _, err := RunQueueWait(1 << 30); err == nil {
+		t.Error("RunQueueWait of no process: no error")
 	}
 }
