@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -176,7 +177,9 @@ type latencyResult struct {
 	schedP99       float64 // the bench process's goroutine scheduling latency p99
 	tailFetch      map[string]float64
 	tailEffect     map[string]float64
-	tailWindows    [2]int // distinct 100 ms windows holding the fetch and effect tails
+	tailWindows    [2]int    // distinct 100 ms windows holding the fetch and effect tails
+	cores          []coreUse // how the processes shared the cores in the measured phase
+	box            float64   // the machine's share busy meanwhile
 }
 
 func (r *latencyResult) q(stage string, q float64) float64 {
@@ -298,10 +301,22 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 		return nil, err
 	}
 	sched0 := schedLatencies()
+	var walsender int
+	if err := pool.QueryRow(ctx, `SELECT coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&walsender); err != nil {
+		return nil, err
+	}
+	cores := markCores([]procGroup{
+		{"relay", []int{p.cmd.Process.Pid}},
+		{"its walsender", []int{walsender}},
+		{"Kafka broker", []int{brokerPID()}},
+		{"PostgreSQL's other processes (the writers' and the worker's backends, WAL writer, checkpointer, ...)", postgresPids(walsender)},
+		{fmt.Sprintf("this bench process (%d writers, the plain consumer, the worker)", o.writers), []int{os.Getpid()}},
+	})
 	sent, achieved, err := offer(ctx, pool, book, o, o.duration, true)
 	if err != nil {
 		return nil, err
 	}
+	use, box := cores.since()
 	// Everything measured arrives, or 30s pass.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if pending(book) == 0 {
@@ -329,6 +344,7 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 	r.relayCPU = after.counters["process_cpu_seconds_total"] - before.counters["process_cpu_seconds_total"]
 	r.relayGC = after.counters["go_gc_duration_seconds_count"] - before.counters["go_gc_duration_seconds_count"]
 	r.schedP99 = histQuantile(schedLatencies(), sched0, .99)
+	r.cores, r.box = use, box
 	return r, nil
 }
 
@@ -596,6 +612,13 @@ func latencyMarkdown(o *latencyOpts, rs []*latencyResult) string {
 			spread(func(r *latencyResult) float64 { return r.relay[name].quantile(.99) }),
 			spread(func(r *latencyResult) float64 { return r.relay[name].quantile(.999) }))
 	}
+	fmt.Fprintf(&b, "\n| process, over the measured phase | CPU, share of a core | runnable but without a core, ms per second |\n|---|---|---|\n")
+	for i, u := range rs[0].cores {
+		fmt.Fprintf(&b, "| %s | %s%% | %s |\n", u.name,
+			spreadOf(rs, func(r *latencyResult) float64 { return r.cores[i].cpu * 100 }, "%.0f"),
+			spreadOf(rs, func(r *latencyResult) float64 { return r.cores[i].wait * 1000 }, "%.0f"))
+	}
+	fmt.Fprintf(&b, "| the machine, all %d cores | %s%% busy | |\n", runtime.NumCPU(), spreadOf(rs, func(r *latencyResult) float64 { return r.box * 100 }, "%.0f"))
 	fmt.Fprintf(&b, "\nOffered %.0f events/s; %.0f events measured per run, %.0f not seen by both consumers. "+
 		"The fetch tail falls in %.0f and the effect tail in %.0f distinct 100 ms windows of commit time. "+
 		"Relay: %.2f CPU s per 1,000 events, %.0f GC cycles per run. Bench process goroutine scheduling latency p99: %s.\n",
@@ -607,6 +630,16 @@ func latencyMarkdown(o *latencyOpts, rs []*latencyResult) string {
 		med(func(r *latencyResult) float64 { return r.relayGC }),
 		ms(med(func(r *latencyResult) float64 { return r.schedP99 })))
 	return b.String()
+}
+
+// spreadOf is the median (min-max) over the runs of f, each formatted
+// with verb.
+func spreadOf(rs []*latencyResult, f func(*latencyResult) float64, verb string) string {
+	xs := make(samples, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return xs.Format(verb)
 }
 
 // runLatency is `ferrybench latency`.

@@ -76,30 +76,32 @@ func log(format string, args ...any) {
 // produce.
 type relayResult struct {
 	o           relayOpts
-	walsender   samples // the walsender streaming the backlog to a client that discards it, events/s
-	wsBusy      samples // its walsender's share of one core
-	recv        samples // the walsender streaming the backlog to pg_recvlogical writing /dev/null, events/s
-	recvBusy    samples // its walsender's share of one core
-	recvBox     samples // the machine's share busy meanwhile, all cores
-	drainBox    samples // the machine's share busy during the relay's drain
-	drainAll    samples // the machine's CPU microseconds per event during the drain, every process
-	drainKafka  samples // the Kafka broker's CPU microseconds per event during the drain
-	traced      samples // the relay with --trace-events, exporting its spans, events/s
-	oneP        samples // the relay with GOMAXPROCS=1, events/s
-	onePCost    samples // its CPU microseconds per event
-	tracedCost  samples // its CPU microseconds per event
-	tracedSpans samples // spans its exporter delivered
-	drain       samples // the relay, backlog to confirmed, events/s
-	drainBusy   samples // its walsender's share of one core
-	relayBusy   samples // the relay process's share of one core
-	relayCost   samples // its CPU microseconds per event
-	wsStart     samples // ms from connecting until the ceiling's walsender streams
-	relayStart  samples // ms from the relay's process start until its walsender streams
-	relayHeld   samples // share of the drain with the relay's unconfirmed window at its limit
-	relayPeak   samples // the largest window seen
-	decode      samples // server-side pgoutput decode (peek), events/s
-	produce     samples // raw franz-go produce of the same records, events/s
-	drainRSS    samples // peak RSS while draining, MB
+	walsender   samples    // the walsender streaming the backlog to a client that discards it, events/s
+	wsBusy      samples    // its walsender's share of one core
+	recv        samples    // the walsender streaming the backlog to pg_recvlogical writing /dev/null, events/s
+	recvBusy    samples    // its walsender's share of one core
+	recvBox     samples    // the machine's share busy meanwhile, all cores
+	recvTime    [3]samples // its walsender's time while streaming: on a core, waiting for one, neither
+	drainBox    samples    // the machine's share busy during the relay's drain
+	drainAll    samples    // the machine's CPU microseconds per event during the drain, every process
+	drainKafka  samples    // the Kafka broker's CPU microseconds per event during the drain
+	traced      samples    // the relay with --trace-events, exporting its spans, events/s
+	oneP        samples    // the relay with GOMAXPROCS=1, events/s
+	onePCost    samples    // its CPU microseconds per event
+	tracedCost  samples    // its CPU microseconds per event
+	tracedSpans samples    // spans its exporter delivered
+	drain       samples    // the relay, backlog to confirmed, events/s
+	drainBusy   samples    // its walsender's share of one core
+	drainTime   [3]samples // its walsender's time while streaming: on a core, waiting for one, neither
+	relayBusy   samples    // the relay process's share of one core
+	relayCost   samples    // its CPU microseconds per event
+	wsStart     samples    // ms from connecting until the ceiling's walsender streams
+	relayStart  samples    // ms from the relay's process start until its walsender streams
+	relayHeld   samples    // share of the drain with the relay's unconfirmed window at its limit
+	relayPeak   samples    // the largest window seen
+	decode      samples    // server-side pgoutput decode (peek), events/s
+	produce     samples    // raw franz-go produce of the same records, events/s
+	drainRSS    samples    // peak RSS while draining, MB
 	lat         latency
 }
 
@@ -226,7 +228,10 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		box, _ := m.since()
 		rate = float64(o.events) / rl.elapsed.Seconds()
 		res.recv, res.recvBusy, res.recvBox = append(res.recv, rate), append(res.recvBusy, rl.walsenderBusy()), append(res.recvBox, box)
-		log("round %d: ceiling: walsender to pg_recvlogical %.0f events/s (walsender %.0f%% of a core)", i+1, rate, rl.walsenderBusy()*100)
+		on, off, blocked := rl.walsenderTime()
+		res.recvTime = [3]samples{append(res.recvTime[0], on), append(res.recvTime[1], off), append(res.recvTime[2], blocked)}
+		log("round %d: ceiling: walsender to pg_recvlogical %.0f events/s (walsender %.0f%% of a core; while streaming on a core %.0f%%, waiting for one %.0f%%, neither %.0f%%)",
+			i+1, rate, rl.walsenderBusy()*100, on*100, off*100, blocked*100)
 
 		m = markCPU()
 		d, w, err := drainOnce(ctx, e, relayBin, url, pool, slot(i), topic(i), target)
@@ -240,6 +245,9 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		rate = float64(o.events) / d.elapsed.Seconds()
 		res.drain, res.drainRSS = append(res.drain, rate), append(res.drainRSS, w.peakRSS)
 		res.drainBusy, res.relayBusy = append(res.drainBusy, d.walsenderBusy()), append(res.relayBusy, w.busy)
+		on, off, blocked = d.walsenderTime()
+		res.drainTime = [3]samples{append(res.drainTime[0], on), append(res.drainTime[1], off), append(res.drainTime[2], blocked)}
+		log("round %d: relay drain: its walsender while streaming on a core %.0f%%, waiting for one %.0f%%, neither %.0f%%", i+1, on*100, off*100, blocked*100)
 		res.relayStart, res.relayHeld = append(res.relayStart, float64(d.attached.Milliseconds())), append(res.relayHeld, w.held())
 		res.relayPeak = append(res.relayPeak, w.windowPeak)
 		res.relayCost = append(res.relayCost, w.busy*d.elapsed.Seconds()/float64(o.events)*1e6)
@@ -304,6 +312,11 @@ func (r *relayResult) markdown() string {
 		r.drain.Format("%.0f"), scale(r.drainBusy, 100).Format("%.0f"), perEvent(r.drainBusy, r.drain).Format("%.1f"), scale(r.relayBusy, 100).Format("%.0f"), r.relayCost.Format("%.1f"))
 	fmt.Fprintf(&b, "| **drain / walsender ceiling** (ratio of medians; range of the rounds' ratios) | **%.2f** (%s) | >= 0.90 |\n",
 		drain/r.recv.Median(), stats.Ratios(r.drain, r.recv).Range("%.2f"))
+	fmt.Fprintf(&b, "| drain / the walsender's own bound during the drain: its rate had it been on a core all the time it streamed, at the CPU per event it spent (no client of it passes this) | **%.2f** (%s) | |\n",
+		r.drainTime[0].Median(), r.drainTime[0].Range("%.2f"))
+	fmt.Fprintf(&b, "| the walsender's time while it streamed: on a core / runnable, waiting for a core (`/proc/PID/schedstat`) / neither (waiting on its client's socket, for WAL or for I/O): to `pg_recvlogical`; to the relay | %s / %s / %s%%; %s / %s / %s%% | |\n",
+		scale(r.recvTime[0], 100).Format("%.0f"), scale(r.recvTime[1], 100).Format("%.0f"), scale(r.recvTime[2], 100).Format("%.0f"),
+		scale(r.drainTime[0], 100).Format("%.0f"), scale(r.drainTime[1], 100).Format("%.0f"), scale(r.drainTime[2], 100).Format("%.0f"))
 	fmt.Fprintf(&b, "| the machine (%d cores) busy during the ceiling / during the relay's drain | %s%% / %s%% | |\n",
 		runtime.NumCPU(), scale(r.recvBox, 100).Format("%.0f"), scale(r.drainBox, 100).Format("%.0f"))
 	fmt.Fprintf(&b, "| CPU per event during the relay's drain, every process on the machine (walsender, relay, Kafka broker, ...); of which the broker | %s µs; broker %s µs (%d cores at 100%% drain at most %.0f events/s at this cost) | |\n",
@@ -331,7 +344,11 @@ func (r *relayResult) markdown() string {
 	fmt.Fprintf(&b, "| relay peak RSS at %d events/s | %.1f MB | |\n", o.rate, lat.rss)
 	fmt.Fprintf(&b, "\nThe walsender ceiling: `pg_recvlogical` streams a slot of its own, created at the relay's LSN, with the relay's pgoutput options "+
 		"(`%s`) into `/dev/null`, timed from its start until it exits at the backlog's end (`--endpos`); the relay is timed from its process start until the slot's `confirmed_flush_lsn` reaches the same position. "+
-		"The Go client of the second line is slower than PostgreSQL's own: it reads one message at a time, and the walsender spends more per event when its client keeps it waiting.\n",
+		"The Go client of the second line is slower than PostgreSQL's own: it reads one message at a time, and the walsender spends more per event when its client keeps it waiting. "+
+		"Either client can come out below the relay: a client that takes each message as soon as it is sent makes the walsender send (and wake it) once per message, "+
+		"while a busier one lets the messages gather in the walsender's sends. The walsender's own bound does not depend on the client: "+
+		"one process decoding on one core cannot stream faster than a core divided by what it spends per event, and the split of its time says what kept it below that: "+
+		"the relay (time on neither, its socket full) or the other processes on the machine (runnable, waiting for a core).\n",
 		strings.Join(relayPluginArgs, ", "))
 	return b.String()
 }

@@ -171,10 +171,23 @@ type drained struct {
 	elapsed  time.Duration // from start until the slot confirmed the backlog's end
 	attached time.Duration // from start until a walsender streamed from the slot (to the next poll)
 	cpu      float64       // the walsender's CPU seconds
+	wait     float64       // the walsender's seconds runnable but without a core (schedstat)
 }
 
 // walsenderBusy is the walsender's share of one core.
 func (d drained) walsenderBusy() float64 { return d.cpu / d.elapsed.Seconds() }
+
+// walsenderTime splits the time the walsender streamed (elapsed after it
+// attached) into its shares on a core, runnable but waiting for one, and
+// neither: waiting on its client's socket, for WAL or for I/O.
+func (d drained) walsenderTime() (onCore, noCore, blocked float64) {
+	streamed := (d.elapsed - d.attached).Seconds()
+	if streamed <= 0 {
+		return 0, 0, 0
+	}
+	onCore, noCore = d.cpu/streamed, d.wait/streamed
+	return onCore, noCore, max(0, 1-onCore-noCore)
+}
 
 // waitConfirmed polls the slot every 20 ms until its confirmed_flush_lsn
 // reaches target. The relay and its ceiling are timed by this same loop.
@@ -200,7 +213,7 @@ func waitConfirmed(ctx context.Context, pool *pgxpool.Pool, slot, target string,
 			d.elapsed = time.Since(start)
 			// The walsender is a process of its own, forked for this
 			// connection: all its CPU time is this stream's.
-			d.cpu = cpuSeconds(int(pid))
+			d.cpu, d.wait = cpuSeconds(int(pid)), runQueueWait(int(pid))
 			return d, nil
 		}
 		select {
@@ -220,6 +233,16 @@ func cpuSeconds(pid int) float64 {
 		return 0
 	}
 	s, _ := procs.CPUSeconds(pid)
+	return s
+}
+
+// runQueueWait is a process's time runnable without a core (0 when it
+// cannot be read: see cpuSeconds).
+func runQueueWait(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	s, _ := procs.RunQueueWait(pid)
 	return s
 }
 
@@ -276,6 +299,7 @@ func recvlogicalOnce(ctx context.Context, bin, url string, pool *pgxpool.Pool, s
 				d.attached = time.Since(start)
 			}
 			d.cpu = max(d.cpu, cpuSeconds(int(*active)))
+			d.wait = max(d.wait, runQueueWait(int(*active)))
 		}
 		select {
 		case err := <-done:
