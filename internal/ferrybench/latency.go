@@ -32,7 +32,7 @@ import (
 type latencyOpts struct {
 	rate, runs, partitions, payload, writers int
 	duration, warmup                         time.Duration
-	relayBin, relayArgs                      string
+	relayBin, relayArgs, relayEnv            string
 	fetchMaxWait                             time.Duration // the plain consumer's
 	workerFetchMaxWait                       time.Duration // 0: the worker's default
 	workerBatch, workerConcurrency           int           // 0: the worker's defaults
@@ -50,6 +50,7 @@ func latencyFlags(fs *flag.FlagSet) *latencyOpts {
 	fs.IntVar(&o.writers, "writers", 8, "application connections committing the events")
 	fs.StringVar(&o.relayBin, "relay-bin", "", "relay binary to run (default: built from this tree)")
 	fs.StringVar(&o.relayArgs, "relay-args", "", "extra arguments of the relay's run command, space-separated")
+	fs.StringVar(&o.relayEnv, "relay-env", "", "extra environment of the relay process, space-separated NAME=VALUE (e.g. GOMAXPROCS=1)")
 	fs.DurationVar(&o.fetchMaxWait, "fetch-max-wait", 500*time.Millisecond, "FetchMaxWait of the plain consumer (500ms: Kafka's default)")
 	fs.DurationVar(&o.workerFetchMaxWait, "worker-fetch-max-wait", 0, "FetchMaxWait given to the worker in KafkaOpts (0: the worker's default)")
 	fs.IntVar(&o.workerBatch, "worker-batch", 0, "the worker's BatchSize (0: its default)")
@@ -71,20 +72,86 @@ func benchLatency(ctx context.Context, o *latencyOpts, out io.Writer) error {
 				return err
 			}
 		}
-		var rs []*latencyResult
-		for i := range o.runs {
-			r, err := latencyRun(ctx, e, bin, o)
-			if err != nil {
-				return err
-			}
-			log("latency run %d: commit->fetch p50 %s p99 %s; commit->effect p50 %s p99 %s; %.0f events/s offered",
-				i+1, ms(r.q(stageCommitFetch, .5)), ms(r.q(stageCommitFetch, .99)),
-				ms(r.q(stageCommitEffect, .5)), ms(r.q(stageCommitEffect, .99)), r.achieved)
-			rs = append(rs, r)
+		rs, err := latencyRuns(ctx, e, bin, o)
+		if err != nil {
+			return err
 		}
-		_, err := io.WriteString(out, latencyMarkdown(o, rs))
+		_, err = io.WriteString(out, latencyMarkdown(o, rs))
 		return err
 	})
+}
+
+// latencyRuns measures o.runs runs of o, one after the other.
+func latencyRuns(ctx context.Context, e *env, bin string, o *latencyOpts) ([]*latencyResult, error) {
+	var rs []*latencyResult
+	for i := range o.runs {
+		r, err := latencyRun(ctx, e, bin, o)
+		if err != nil {
+			return nil, err
+		}
+		log("latency run %d at %d events/s: commit->fetch p50 %s p99 %s; commit->effect p50 %s p99 %s; %.0f events/s offered; machine %.0f%% busy",
+			i+1, o.rate, ms(r.q(stageCommitFetch, .5)), ms(r.q(stageCommitFetch, .99)),
+			ms(r.q(stageCommitEffect, .5)), ms(r.q(stageCommitEffect, .99)), r.achieved, r.box*100)
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// e2eOpts are make bench's end-to-end latency runs: the rates offered and
+// the runs at each.
+type e2eOpts struct {
+	rates []int
+	runs  int
+}
+
+// benchEndToEnd measures end-to-end latency (`ferrybench latency`, its
+// default settings) at each rate of o, and returns make bench's section:
+// a row per rate, then the whole breakdown at the last rate.
+func benchEndToEnd(ctx context.Context, e *env, o e2eOpts) (string, error) {
+	if len(o.rates) == 0 {
+		return "", nil
+	}
+	bin, err := e.build("github.com/ferryhq/ferry/cmd/relay", "relay")
+	if err != nil {
+		return "", err
+	}
+	lo := latencyFlags(flag.NewFlagSet("latency", flag.ContinueOnError)) // its defaults
+	lo.runs = o.runs
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## End to end: commit to a consumer's fetch and to a worker's effect\n\n"+
+		"An application's commit returned (%d writers, one event per transaction, at a steady offered rate) to a plain franz-go consumer's fetch of the record, "+
+		"and to a Ferry worker (`inbox.Worker`, its defaults) committing the effect of a handler that inserts one row; the relay is a real process; "+
+		"everything shares this machine's %d cores (`go run ./internal/ferrybench latency -rate N`). %d runs at each rate, each on a new database, slot, topic and relay; "+
+		"%s measured after %s of warm-up.\n\n", lo.writers, runtime.NumCPU(), o.runs, lo.duration, lo.warmup)
+	fmt.Fprintf(&b, "| offered events/s | commit → fetch p50 / p99 (ms) | commit → effect p50 / p99 (ms) | the machine busy | relay CPU, share of a core | every process's time without a core, s per s |\n|---|---|---|---|---|---|\n")
+	var last []*latencyResult
+	for _, rate := range o.rates {
+		lo.rate = rate
+		rs, err := latencyRuns(ctx, e, bin, lo)
+		if err != nil {
+			return "", err
+		}
+		quant := func(stage string, q float64) string {
+			return spreadOf(rs, func(r *latencyResult) float64 { return r.q(stage, q) * 1000 }, "%.1f")
+		}
+		fmt.Fprintf(&b, "| %d | %s / **%s** | %s / **%s** | %s%% | %s%% | %s |\n", rate,
+			quant(stageCommitFetch, .5), quant(stageCommitFetch, .99), quant(stageCommitEffect, .5), quant(stageCommitEffect, .99),
+			spreadOf(rs, func(r *latencyResult) float64 { return r.box * 100 }, "%.0f"),
+			spreadOf(rs, func(r *latencyResult) float64 { return r.cores[0].cpu * 100 }, "%.0f"),
+			spreadOf(rs, func(r *latencyResult) float64 {
+				var w float64
+				for _, u := range r.cores {
+					w += u.wait
+				}
+				return w
+			}, "%.2f"))
+		last = rs
+	}
+	fmt.Fprintf(&b, "\nTargets: p99 commit → fetch at most 15 ms and commit → effect at most 25 ms at 1,000 events/s. "+
+		"Where the time goes at %d events/s, stage by stage and process by process (\"time without a core\": runnable, in the kernel's run queue, summed over a process's threads, from `/proc/PID/task/TID/schedstat`):\n\n", lo.rate)
+	lo.label = "Breakdown"
+	b.WriteString(strings.Replace(latencyMarkdown(lo, last), "### ", "#### ", 1))
+	return b.String(), nil
 }
 
 // The per-event stages, from the timestamps each event collects.
@@ -223,7 +290,9 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 	defer func() { _, _ = kadm.NewClient(kcl).DeleteTopics(context.Background(), topic) }()
 
 	slot := "bench_latency_" + suffix
-	p, err := startRelay(e, relayBin, url, slot, topic, strings.Fields(o.relayArgs)...)
+	re := *e
+	re.environ = append(slices.Clone(e.environ), strings.Fields(o.relayEnv)...)
+	p, err := startRelay(&re, relayBin, url, slot, topic, strings.Fields(o.relayArgs)...)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +375,7 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 		return nil, err
 	}
 	cores := markCores([]procGroup{
-		{"relay", []int{p.cmd.Process.Pid}},
+		{"relay", []int{p.cmd.Process.Pid}}, // first: benchEndToEnd reads it there
 		{"its walsender", []int{walsender}},
 		{"Kafka broker", []int{brokerPID()}},
 		{"PostgreSQL's other processes (the writers' and the worker's backends, WAL writer, checkpointer, ...)", postgresPids(walsender)},

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -113,6 +114,8 @@ func main() {
 		writerFlags()
 		curveFlags()
 		curves := fs.Bool("curves", true, "measure how cost grows (a few minutes; charts into bench/ beside -out)")
+		e2eRates := fs.String("e2e-rates", "250,500,1000", "offered rates (events/s) of the end-to-end latency runs, with a Ferry worker; empty skips them")
+		e2eRuns := fs.Int("e2e-runs", 3, "end-to-end latency runs at each rate")
 		out := fs.String("out", "", "also write the report to this file (make bench: docs/benchmarks.md)")
 		_ = fs.Parse(os.Args[2:])
 		var cop *curveOpts
@@ -122,7 +125,21 @@ func main() {
 			}
 			cop = &co
 		}
-		err = withEnv(func(e *env) error { return benchAll(ctx, e, ro, wo, writerEvents, cop, *out) })
+		var rates []int
+		for _, f := range strings.Split(*e2eRates, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			r, perr := strconv.Atoi(f)
+			if perr != nil || r <= 0 {
+				err = fmt.Errorf("-e2e-rates: %q is not a positive number of events per second", f)
+				break
+			}
+			rates = append(rates, r)
+		}
+		if err == nil {
+			err = withEnv(func(e *env) error { return benchAll(ctx, e, ro, wo, writerEvents, cop, e2eOpts{rates, *e2eRuns}, *out) })
+		}
 	default:
 		err = fmt.Errorf("unknown benchmark %q\n%s", os.Args[1], usage)
 	}
@@ -191,7 +208,7 @@ func writerMarkdown(ws []writerResult, drain float64) string {
 
 // benchAll runs every benchmark and writes the report; co nil skips the
 // curves.
-func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, out string) error {
+func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, eo e2eOpts, out string) error {
 	pool, err := pgxpool.New(ctx, e.admin)
 	if err != nil {
 		return err
@@ -208,6 +225,10 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 		return err
 	}
 	wr, err := benchWorkers(ctx, e, wo)
+	if err != nil {
+		return err
+	}
+	e2e, err := benchEndToEnd(ctx, e, eo)
 	if err != nil {
 		return err
 	}
@@ -234,6 +255,7 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	fmt.Fprintf(&b, "\n## Worker\n\nThe worker (in-process `inbox.Worker`) from Kafka to committed inbox row plus effect, next to the same SQL statements\n"+
 		"sent straight to PostgreSQL by as many clients as the worker's concurrency, sampled in turn with the worker from the same table state.\n\n")
 	b.WriteString(workerMarkdown(wr))
+	b.WriteString(e2e)
 	b.WriteString(curves)
 	fmt.Fprint(os.Stdout, b.String())
 	if out == "" {
