@@ -137,7 +137,7 @@ func benchEndToEnd(ctx context.Context, e *env, o e2eOpts) (string, error) {
 		fmt.Fprintf(&b, "| %d | %s / **%s** | %s / **%s** | %s%% | %s%% | %s |\n", rate,
 			quant(stageCommitFetch, .5), quant(stageCommitFetch, .99), quant(stageCommitEffect, .5), quant(stageCommitEffect, .99),
 			spreadOf(rs, func(r *latencyResult) float64 { return r.box * 100 }, "%.0f"),
-			spreadOf(rs, func(r *latencyResult) float64 { return r.cores[0].cpu * 100 }, "%.0f"),
+			spreadOf(rs, func(r *latencyResult) float64 { return r.core("relay").cpu * 100 }, "%.0f"),
 			spreadOf(rs, func(r *latencyResult) float64 {
 				var w float64
 				for _, u := range r.cores {
@@ -247,6 +247,16 @@ type latencyResult struct {
 	tailWindows    [2]int    // distinct 100 ms windows holding the fetch and effect tails
 	cores          []coreUse // how the processes shared the cores in the measured phase
 	box            float64   // the machine's share busy meanwhile
+}
+
+// core is the use of the process group named name (zero if none is).
+func (r *latencyResult) core(name string) coreUse {
+	for _, u := range r.cores {
+		if u.name == name {
+			return u
+		}
+	}
+	return coreUse{}
 }
 
 func (r *latencyResult) q(stage string, q float64) float64 {
@@ -375,7 +385,7 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 		return nil, err
 	}
 	cores := markCores([]procGroup{
-		{"relay", []int{p.cmd.Process.Pid}}, // first: benchEndToEnd reads it there
+		{"relay", []int{p.cmd.Process.Pid}},
 		{"its walsender", []int{walsender}},
 		{"Kafka broker", []int{brokerPID()}},
 		{"PostgreSQL's other processes (the writers' and the worker's backends, WAL writer, checkpointer, ...)", postgresPids(walsender)},
@@ -649,13 +659,8 @@ func latencyMarkdown(o *latencyOpts, rs []*latencyResult) string {
 		}
 		return median(xs)
 	}
-	spread := func(f func(*latencyResult) float64) string {
-		xs := make([]float64, len(rs))
-		for i, r := range rs {
-			xs[i] = f(r) * 1000
-		}
-		slices.Sort(xs)
-		return fmt.Sprintf("%.1f (%.1f-%.1f)", median(xs), xs[0], xs[len(xs)-1])
+	spread := func(f func(*latencyResult) float64) string { // in ms
+		return spreadOf(rs, func(r *latencyResult) float64 { return f(r) * 1000 }, "%.1f")
 	}
 	label := o.label
 	if label == "" {
