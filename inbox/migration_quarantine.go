@@ -130,6 +130,12 @@ var ErrNoLongerQuarantined = errors.New("it was no longer quarantined (replayed 
 // applied it meanwhile skips it), then deletes it from the quarantine once
 // Kafka acknowledged it: it is applied exactly once. kafkaOpts reach the
 // channel it came from.
+//
+// An event no longer in the quarantine is not published, and the error is
+// ErrNoLongerQuarantined. One that leaves it while its record is on its
+// way was replayed all the same: a worker that applied the record (this
+// one, or an earlier replay's) drops the entry itself, so the delete that
+// finds nothing then is no failure.
 func ReplayMigrationQuarantined(ctx context.Context, db outbox.DBTX, kafkaOpts []kgo.Opt, q MigrationQuarantined) error {
 	headers := make([]kgo.RecordHeader, 0, len(q.Headers)+1)
 	for _, h := range q.Headers {
@@ -139,6 +145,13 @@ func ReplayMigrationQuarantined(ctx context.Context, db outbox.DBTX, kafkaOpts [
 	}
 	from := fmt.Sprintf("ferry_inbox_quarantine/%s/%s", q.Consumer, q.ID)
 	headers = append(headers, kgo.RecordHeader{Key: HeaderRedrivenFrom, Value: []byte(from)})
+	key := dbsqlc.InboxQuarantineHoldsParams{Consumer: q.Consumer, MessageID: q.ID}
+	switch held, err := dbsqlc.New().InboxQuarantineHolds(ctx, db, key); {
+	case err != nil:
+		return fmt.Errorf("inbox: replay %s: %w", from, err)
+	case !held:
+		return fmt.Errorf("inbox: replay %s: not published: %w", from, ErrNoLongerQuarantined)
+	}
 	cl, err := kgo.NewClient(append(slices.Clone(kafkaOpts), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		return fmt.Errorf("inbox: replay %s: kafka client: %w", from, err)
@@ -148,12 +161,8 @@ func ReplayMigrationQuarantined(ctx context.Context, db outbox.DBTX, kafkaOpts [
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("inbox: replay %s to %s/%d: %w", from, q.Topic, q.Partition, err)
 	}
-	n, err := dbsqlc.New().InboxQuarantineDelete(ctx, db, dbsqlc.InboxQuarantineDeleteParams{Consumer: q.Consumer, MessageID: q.ID})
-	switch {
-	case err != nil:
+	if _, err := dbsqlc.New().InboxQuarantineDelete(ctx, db, dbsqlc.InboxQuarantineDeleteParams(key)); err != nil {
 		return fmt.Errorf("inbox: replay %s: published, but not deleted from the quarantine (replaying it again is harmless): %w", from, err)
-	case n == 0:
-		return fmt.Errorf("inbox: replay %s: published (harmless: its id is in the record): %w", from, ErrNoLongerQuarantined)
 	}
 	return nil
 }

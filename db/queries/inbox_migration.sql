@@ -151,6 +151,9 @@ SELECT * FROM ferry_inbox_quarantine
 WHERE (sqlc.narg('consumer')::text IS NULL OR consumer = sqlc.narg('consumer'))
 ORDER BY quarantined_at, consumer, message_id;
 
+-- name: InboxQuarantineHolds :one
+SELECT EXISTS (SELECT 1 FROM ferry_inbox_quarantine WHERE consumer = @consumer AND message_id = @message_id);
+
 -- name: InboxQuarantineDelete :execrows
 -- Takes a replayed event out of the quarantine and spends its shadow's
 -- record: the replay is in the normal flow (applied, or dead-lettered), so

@@ -403,6 +403,22 @@ func (q *Queries) InboxQuarantineDelete(ctx context.Context, db DBTX, arg InboxQ
 	return result.RowsAffected(), nil
 }
 
+const inboxQuarantineHolds = `-- name: InboxQuarantineHolds :one
+SELECT EXISTS (SELECT 1 FROM ferry_inbox_quarantine WHERE consumer = $1 AND message_id = $2)
+`
+
+type InboxQuarantineHoldsParams struct {
+	Consumer  string
+	MessageID string
+}
+
+func (q *Queries) InboxQuarantineHolds(ctx context.Context, db DBTX, arg InboxQuarantineHoldsParams) (bool, error) {
+	row := db.QueryRow(ctx, inboxQuarantineHolds, arg.Consumer, arg.MessageID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const inboxQuarantineList = `-- name: InboxQuarantineList :many
 SELECT consumer, message_id, plan, side, topic, partition, record_offset, record_key, record_value, record_headers, reason, received_at, quarantined_at FROM ferry_inbox_quarantine
 WHERE ($1::text IS NULL OR consumer = $1)
