@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/pgerr"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -26,6 +28,8 @@ type delivery struct {
 	permanent error                         // a Permanent error the handler returned inside a batch
 	route     *migration.Stamp              // a live migration's authoritative copy; nil outside one
 	copyRow   *dbsqlc.InboxCopyInsertParams // its ferry_inbox_copy row, written in the transaction
+	locks     []string                      // the shared resources its handler locks (HandleOpts.Locks)
+	locksErr  error                         // HandleOpts.Locks panicked: the attempt fails without the handler
 	span      trace.Span                    // its consumer span, from its first handler call until it is settled (tracing.go)
 }
 
@@ -91,6 +95,7 @@ func (p *partition) apply(batch []fetched) bool {
 			continue
 		}
 		d := &delivery{m: m, rec: f.rec, route: st}
+		d.locks, d.locksErr = p.locksOf(m)
 		if st != nil {
 			if row, ok := p.copyParams(f, st); ok {
 				d.copyRow = &row
@@ -236,7 +241,10 @@ func (p *partition) applyOne(d *delivery) (outcome, error) {
 		}
 		return outcomeDuplicate, nil
 	}
-	if err := p.call(ctx, tx, d); err != nil {
+	if err := p.lockShared(ctx, tx, []*delivery{d}); err != nil {
+		return p.dbOutcome(), err
+	}
+	if err := p.run(ctx, tx, d); err != nil {
 		if ctx.Err() != nil {
 			return outcomeStopped, err
 		}
@@ -307,7 +315,13 @@ func (p *partition) applyBatch(ds []*delivery) bool {
 		return false
 	case outcomeDatabase:
 		p.metrics.databaseError()
-		p.log.Warn(databaseFailure(err)+" during a batch; applying its messages one by one", slog.String("error", errorText(err)))
+		msg := databaseFailure(err) + " during a batch; applying its messages one by one"
+		if pgerr.Is(err, pgerrcode.DeadlockDetected) {
+			// Batches whose handlers lock shared rows in message order
+			// deadlock each other; the handler should name them.
+			msg += " (a handler that locks rows other messages lock too should name them: HandleOpts.Locks)"
+		}
+		p.log.Warn(msg, slog.String("error", errorText(err)))
 	default:
 		p.log.Warn("batch transaction failed; applying its messages one by one", slog.String("error", errorText(err)))
 	}
@@ -348,6 +362,17 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 	for _, id := range claimedIDs {
 		claimed[id] = true
 	}
+	if p.locks != nil {
+		var run []*delivery
+		for _, d := range ds {
+			if claimed[d.m.ID] {
+				run = append(run, d)
+			}
+		}
+		if err := p.lockShared(ctx, tx, run); err != nil {
+			return res, p.dbOutcome(), err
+		}
+	}
 	blocked := make(map[string]bool) // keys with a failure in this batch
 	released := make(map[string]bool)
 	var undo []string // claims to give back: their messages are settled later
@@ -377,7 +402,7 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 			return res, p.dbOutcome(), err
 		}
 		inSavepoint = true
-		herr := p.call(ctx, tx, d)
+		herr := p.run(ctx, tx, d)
 		if herr == nil {
 			res.applied++
 			res.inBatch[i] = true
@@ -432,6 +457,45 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 		h(ds[0].m)
 	}
 	return res, outcomeApplied, nil
+}
+
+// run is one attempt at d: its handler, unless naming its locks failed.
+func (p *partition) run(ctx context.Context, tx pgx.Tx, d *delivery) error {
+	if d.locksErr != nil {
+		p.span(ctx, d)
+		d.m.Attempt++
+		d.failed(d.locksErr)
+		return d.locksErr
+	}
+	return p.call(ctx, tx, d)
+}
+
+// locksOf returns the shared resources m's handler locks (HandleOpts.Locks),
+// turning a panic into an error.
+func (p *partition) locksOf(m *Message) (locks []string, err error) {
+	if p.locks == nil {
+		return nil, nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			locks, err = nil, fmt.Errorf("HandleOpts.Locks panicked: %v", v)
+		}
+	}()
+	return p.locks(m), nil
+}
+
+// lockShared takes the advisory locks of the resources ds's handlers lock,
+// in the one order every transaction takes them (InboxLockShared), before
+// any of the handlers runs.
+func (p *partition) lockShared(ctx context.Context, tx pgx.Tx, ds []*delivery) error {
+	var resources []string
+	for _, d := range ds {
+		resources = append(resources, d.locks...)
+	}
+	if len(resources) == 0 {
+		return nil
+	}
+	return p.w.queries.InboxLockShared(ctx, tx, dbsqlc.InboxLockSharedParams{LockClass: sharedLockClass, Resources: resources})
 }
 
 // call runs the handler with its timeout, turning a panic into an error.

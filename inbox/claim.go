@@ -16,6 +16,11 @@ import (
 // migrations) use most.
 const claimLockClass = 0x46525931
 
+// sharedLockClass is the first key of the advisory locks on the shared
+// resources handlers name (HandleOpts.Locks, "FRY2"), apart from the
+// claims' locks.
+const sharedLockClass = 0x46525932
+
 // ErrIsolation is returned, wrapped, when a partitioned inbox is claimed
 // in a transaction that is not READ COMMITTED (default_transaction_isolation
 // of the database or the role): the claim could not see a claim committed

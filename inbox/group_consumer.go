@@ -36,7 +36,7 @@ type topicPartition struct {
 type groupConsumer struct {
 	w        *Worker
 	name     string
-	handlers map[string]Handler
+	handlers map[string]handling
 	cl       *kgo.Client
 	log      *slog.Logger
 	joined   atomic.Bool
@@ -54,7 +54,7 @@ type groupConsumer struct {
 	commitMu sync.Mutex
 }
 
-func newGroupConsumer(w *Worker, name string, handlers map[string]Handler, kafkaOpts []kgo.Opt) (*groupConsumer, error) {
+func newGroupConsumer(w *Worker, name string, handlers map[string]handling, kafkaOpts []kgo.Opt) (*groupConsumer, error) {
 	g := &groupConsumer{
 		w:        w,
 		name:     name,
@@ -157,7 +157,7 @@ func (g *groupConsumer) handles(topic string) bool {
 
 // addTopic makes the consumer consume topic too, with h (a live
 // migration's new channel, as the worker learns its topics).
-func (g *groupConsumer) addTopic(topic string, h Handler) {
+func (g *groupConsumer) addTopic(topic string, h handling) {
 	g.mu.Lock()
 	g.handlers[topic] = h
 	g.mu.Unlock()

@@ -276,8 +276,8 @@ func (w *Worker) following(consumer, plan, peer string) bool {
 // follow consumes peer, the new channel's topic of the events of topic, in
 // consumer's group on the new channel's cluster, with topic's handler.
 func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel) error {
-	h := w.handlerOf(consumer, topic)
-	if h == nil {
+	h, ok := w.handlerOf(consumer, topic)
+	if !ok {
 		return fmt.Errorf("migration %s: consumer %s has no handler for %s", plan, consumer, topic)
 	}
 	w.routeMu.Lock()
@@ -297,7 +297,7 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 	if err != nil {
 		return fmt.Errorf("migration %s: cannot reach the new channel: %w", plan, err)
 	}
-	g, err := newGroupConsumer(w, consumer, map[string]Handler{peer: h}, opts)
+	g, err := newGroupConsumer(w, consumer, map[string]handling{peer: h}, opts)
 	if err != nil {
 		return err
 	}
@@ -312,14 +312,14 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 }
 
 // handlerOf returns consumer's handler of topic, with the middleware.
-func (w *Worker) handlerOf(consumer, topic string) Handler {
+func (w *Worker) handlerOf(consumer, topic string) (handling, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h := w.handlers[consumer][topic]
-	if h == nil {
-		return nil
+	h, ok := w.handlers[consumer][topic]
+	if !ok {
+		return handling{}, false
 	}
-	return Chain(h, w.middleware...)
+	return handling{handler: Chain(h.handler, w.middleware...), locks: h.locks}, true
 }
 
 // followKnown starts, at Run, consuming the new channels the consumers

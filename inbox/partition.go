@@ -21,6 +21,7 @@ type partition struct {
 	topic   string
 	id      int32
 	handler Handler
+	locks   func(*Message) []string // HandleOpts.Locks; nil takes no lock
 	log     *slog.Logger
 	metrics *partitionMetrics
 
@@ -58,13 +59,14 @@ type fetched struct {
 	received time.Time
 }
 
-func newPartition(g *groupConsumer, topic string, id int32, h Handler) *partition {
+func newPartition(g *groupConsumer, topic string, id int32, h handling) *partition {
 	p := &partition{
 		g:             g,
 		w:             g.w,
 		topic:         topic,
 		id:            id,
-		handler:       h,
+		handler:       h.handler,
+		locks:         h.locks,
 		log:           g.log.With(slog.String("topic", topic), slog.Int("partition", int(id))),
 		metrics:       g.w.metrics.forPartition(g.name, topic, id),
 		done:          make(chan struct{}),

@@ -35,8 +35,8 @@ type Worker struct {
 	since []atomic.Int64
 
 	mu         sync.Mutex
-	handlers   map[string]map[string]Handler // consumer -> topic -> handler
-	consumers  []string                      // in registration order
+	handlers   map[string]map[string]handling // consumer -> topic -> handler
+	consumers  []string                       // in registration order
 	middleware []Middleware
 	started    bool
 
@@ -77,7 +77,7 @@ func New(cfg *Config) (*Worker, error) {
 		tracing:   newTracing(&c),
 		slots:     make(chan int, c.Concurrency),
 		since:     make([]atomic.Int64, c.Concurrency),
-		handlers:  make(map[string]map[string]Handler),
+		handlers:  make(map[string]map[string]handling),
 		followers: map[followKey]*groupConsumer{},
 		passed:    map[fenceWait]int{},
 	}
@@ -91,8 +91,37 @@ func New(cfg *Config) (*Worker, error) {
 // consumer may handle several topics; a topic may have several consumers.
 // Handle panics on an empty name, a nil handler, a second handler for the
 // same consumer and topic, or a call after Run started, as these are
-// programming errors.
+// programming errors. A handler that locks rows other messages' effects
+// lock too registers with HandleWith and HandleOpts.Locks.
 func (w *Worker) Handle(consumer, topic string, h Handler) {
+	w.HandleWith(consumer, topic, h, nil)
+}
+
+// HandleOpts are the options of one handler (Worker.HandleWith).
+type HandleOpts struct {
+	// Locks names the shared resources the handler locks for m: rows that
+	// other messages' effects lock too, such as a product's stock or an
+	// account's balance, as opposed to rows only m's effect touches. The
+	// worker applies several messages in one transaction (Config.BatchSize)
+	// and several transactions at once (Config.Concurrency), so a handler
+	// that locks shared rows in the order its messages come makes two
+	// batches wait for each other's rows, a deadlock PostgreSQL breaks only
+	// after its deadlock_timeout (1 s by default) by aborting one of them.
+	// With Locks, every transaction first takes a PostgreSQL advisory lock
+	// on each resource its messages name, all in one order, before any
+	// handler runs: transactions that share a resource take turns, never
+	// a cycle. Name a resource the same way in every handler that locks it
+	// ("stock:" + sku), in every consumer and worker of the database; a
+	// resource a handler locks without naming it here escapes the order.
+	// Return nil for a message that locks nothing shared, or that the
+	// handler will refuse (undecodable). Locks must be quick and must not
+	// touch the database; a panic fails the message's attempt as a
+	// handler's would. Defaults to nil: no lock is taken.
+	Locks func(m *Message) []string
+}
+
+// HandleWith is Handle with options; nil opts is Handle.
+func (w *Worker) HandleWith(consumer, topic string, h Handler, opts *HandleOpts) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
@@ -105,14 +134,24 @@ func (w *Worker) Handle(consumer, topic string, h Handler) {
 	}
 	topics, ok := w.handlers[consumer]
 	if !ok {
-		topics = make(map[string]Handler)
+		topics = make(map[string]handling)
 		w.handlers[consumer] = topics
 		w.consumers = append(w.consumers, consumer)
 	}
 	if _, dup := topics[topic]; dup {
 		panic(fmt.Sprintf("inbox: consumer %q already has a handler for topic %q", consumer, topic))
 	}
-	topics[topic] = h
+	r := handling{handler: h}
+	if opts != nil {
+		r.locks = opts.Locks
+	}
+	topics[topic] = r
+}
+
+// handling is what HandleWith registered for one consumer and topic.
+type handling struct {
+	handler Handler
+	locks   func(*Message) []string
 }
 
 // Use adds middleware around every handler, registered before or after.
@@ -294,9 +333,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	var groups []*groupConsumer
 	for _, name := range consumers {
-		topics := make(map[string]Handler, len(w.handlers[name]))
+		topics := make(map[string]handling, len(w.handlers[name]))
 		for t, h := range w.handlers[name] {
-			topics[t] = Chain(h, w.middleware...)
+			topics[t] = handling{handler: Chain(h.handler, w.middleware...), locks: h.locks}
 		}
 		g, err := newGroupConsumer(w, name, topics, w.cfg.KafkaOpts)
 		if err != nil {

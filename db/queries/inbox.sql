@@ -56,6 +56,24 @@ FROM (
     ) k
 ) l;
 
+-- name: InboxLockShared :exec
+-- Takes the advisory locks of a transaction's shared resources
+-- (HandleOpts.Locks: the rows its handlers lock beyond their own), held to
+-- the end of the transaction, before any handler runs and in one order for
+-- every transaction: that of the keys' hashes. Two transactions that lock
+-- the same resources this way wait for each other in turn, never in a
+-- cycle. The key space (@lock_class, hash) is Ferry's own; a hash collision
+-- only makes two transactions take turns.
+SELECT count(l.locked)::int AS locked
+FROM (
+    SELECT pg_advisory_xact_lock(@lock_class::int, k.key)::text AS locked
+    FROM (
+        SELECT DISTINCT hashtext(r) AS key
+        FROM unnest(@resources::text[]) r
+        ORDER BY 1
+    ) k
+) l;
+
 -- name: InboxClaimMany :many
 -- The second half of a claim in a partitioned inbox, in a statement after
 -- InboxClaimLock: inserts the ids no partition holds yet and returns them,

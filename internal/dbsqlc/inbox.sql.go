@@ -194,6 +194,35 @@ func (q *Queries) InboxInsertMany(ctx context.Context, db DBTX, arg InboxInsertM
 	return items, nil
 }
 
+const inboxLockShared = `-- name: InboxLockShared :exec
+SELECT count(l.locked)::int AS locked
+FROM (
+    SELECT pg_advisory_xact_lock($1::int, k.key)::text AS locked
+    FROM (
+        SELECT DISTINCT hashtext(r) AS key
+        FROM unnest($2::text[]) r
+        ORDER BY 1
+    ) k
+) l
+`
+
+type InboxLockSharedParams struct {
+	LockClass int32
+	Resources []string
+}
+
+// Takes the advisory locks of a transaction's shared resources
+// (HandleOpts.Locks: the rows its handlers lock beyond their own), held to
+// the end of the transaction, before any handler runs and in one order for
+// every transaction: that of the keys' hashes. Two transactions that lock
+// the same resources this way wait for each other in turn, never in a
+// cycle. The key space (@lock_class, hash) is Ferry's own; a hash collision
+// only makes two transactions take turns.
+func (q *Queries) InboxLockShared(ctx context.Context, db DBTX, arg InboxLockSharedParams) error {
+	_, err := db.Exec(ctx, inboxLockShared, arg.LockClass, arg.Resources)
+	return err
+}
+
 const inboxNewestByConsumer = `-- name: InboxNewestByConsumer :one
 SELECT processed_at FROM inbox
 WHERE consumer = $1
