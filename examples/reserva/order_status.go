@@ -80,9 +80,11 @@ var DefaultNames = Names{
 	StatusConsumer: ConsumerOrderStatus,
 }
 
-// Register adds reserva's two workers to w under these names.
+// Register adds reserva's two workers to w under these names. The stock
+// worker names the stock rows it locks (StockLocks), so that batches of
+// orders never deadlock; the status worker updates each order's own row.
 func (n Names) Register(w *inbox.Worker) error {
-	w.Handle(n.StockConsumer, n.OrdersTopic, ReserveStock)
+	w.HandleWith(n.StockConsumer, n.OrdersTopic, ReserveStock, &inbox.HandleOpts{Locks: StockLocks})
 	w.Handle(n.StatusConsumer, n.StockTopic, UpdateOrderStatus)
 	return nil
 }

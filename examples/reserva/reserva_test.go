@@ -764,3 +764,45 @@ func TestStockDecisionRaceWithTheOrdersVisibility(t *testing.T) {
 		t.Fatalf("the handler returned nil but the order is not reserved: the decision was counted applied without its effect")
 	}
 }
+
+// Orders that share scarce SKUs never deadlock the stock worker at its
+// defaults, batches of several orders per transaction on several
+// partitions at once: each order locks its own SKUs in order, and a batch
+// takes the stock of all its orders before any of them (reserva.StockLocks),
+// so two batches never hold each other's SKUs.
+func TestSharedStockNeverDeadlocksUnderBatching(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	skus := []string{"fig", "plum", "date"}
+	stock := map[string]int{}
+	for _, sku := range skus {
+		stock[sku] = 1_000_000
+	}
+	if err := reserva.SeedStock(b.ctx, b.db.Pool, stock); err != nil {
+		t.Fatal(err)
+	}
+	// Orders of one or two of the same few SKUs, in every order, placed
+	// before the worker starts so that its batches are full.
+	const orders = 400
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range orders {
+		req := reserva.PlaceOrderRequest{Customer: "c"}
+		for _, i := range rng.Perm(len(skus))[:1+rng.IntN(2)] {
+			req.Items = append(req.Items, reserva.Item{SKU: skus[i], Qty: 1})
+		}
+		if _, err := b.svc.PlaceOrder(b.ctx, req, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitFor(t, "every OrderPlaced relayed", func() bool { return len(b.topicRecords(t, b.names.OrdersTopic)) >= orders })
+	w := b.startWorker(t)
+	b.waitFor(t, "every order decided", func() bool {
+		return b.count(t, `SELECT count(*) FROM orders WHERE status <> 'placed'`) == orders
+	})
+	if n := b.count(t, `SELECT count(*) FROM orders WHERE status <> 'reserved'`); n != 0 {
+		t.Errorf("%d orders not reserved, with stock for all", n)
+	}
+	if st := w.Stats(); st.DatabaseErrors != 0 {
+		t.Errorf("the workers' transactions failed %d times for the database (deadlocks), want 0: %+v", st.DatabaseErrors, st)
+	}
+}

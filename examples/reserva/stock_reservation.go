@@ -60,6 +60,27 @@ func ReserveStock(ctx context.Context, tx pgx.Tx, m *inbox.Message) error {
 	return err
 }
 
+// StockLocks names the stock rows ReserveStock locks for m, "stock:" + SKU,
+// for the worker's HandleOpts.Locks. The worker applies several orders in
+// one transaction and several transactions at once: each order locks its
+// SKUs in order, but a batch of orders would take them in whatever order
+// its orders come, against another batch, a deadlock. Named here, every
+// transaction takes the stock of all its orders first, in one order.
+func StockLocks(m *inbox.Message) []string {
+	if m.EventType != EventOrderPlaced {
+		return nil
+	}
+	order, err := decode[OrderPlaced](m.Payload)
+	if err != nil {
+		return nil // ReserveStock dead-letters it, locking nothing
+	}
+	locks := make([]string, len(order.Items))
+	for i, it := range order.Items {
+		locks[i] = "stock:" + it.SKU
+	}
+	return locks
+}
+
 // takeStock decrements every item's stock, or none. It locks the rows in
 // SKU order, so concurrent orders never deadlock, and returns why it could
 // not reserve ("" when it did).
