@@ -41,7 +41,7 @@ func TestScaffoldedWorkerBuildsAndPasses(t *testing.T) {
 	goCmd(t, dir, "vet", "./...")
 	goCmd(t, dir, "build", "./...")
 	out := goCmd(t, dir, "test", "-count=1", "-v", "./...")
-	for _, test := range []string{"TestHandleRecordsTheEffect", "TestHandleRefusesMalformedPayloadForGood"} {
+	for _, test := range []string{"TestHandleRecordsTheEffect", "TestLocksNameTheSharedRow", "TestHandleRefusesMalformedPayloadForGood"} {
 		if !strings.Contains(out, "--- PASS: "+test) {
 			t.Fatalf("%s did not pass:\n%s", test, out)
 		}
@@ -133,7 +133,7 @@ func TestScaffoldEscapesTheEventType(t *testing.T) {
 	goCmd(t, dir, "mod", "tidy")
 	goCmd(t, dir, "vet", "./...")
 	out := goCmd(t, dir, "test", "-count=1", "-v", "./...")
-	for _, test := range []string{"TestHandleRecordsTheEffect", "TestHandleRefusesMalformedPayloadForGood"} {
+	for _, test := range []string{"TestHandleRecordsTheEffect", "TestLocksNameTheSharedRow", "TestHandleRefusesMalformedPayloadForGood"} {
 		if !strings.Contains(out, "--- PASS: "+test) {
 			t.Fatalf("%s did not pass:\n%s", test, out)
 		}
