@@ -471,6 +471,21 @@ func (d *demo) deadLetters(ctx context.Context) ([]inbox.DeadLetter, error) {
 	return out, nil
 }
 
+// logLines counts needle in the logs of dir whose names
+// start with prefix; a log that cannot be read counts nothing.
+func logLines(dir, prefix, needle string) int {
+	paths, _ := filepath.Glob(filepath.Join(dir, prefix+"*.log"))
+	n := 0
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		n += bytes.Count(b, []byte(needle))
+	}
+	return n
+}
+
 // summary prints the figures of the run and reports whether every order
 // has exactly one reservation outcome.
 func (d *demo) summary(ctx context.Context) (bool, error) {
@@ -572,6 +587,7 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 		row("  decided before the first fault", fmt.Sprintf("%s (%d orders)", calm, calm.orders))
 	}
 	row("backlog (placed, not yet decided)", fmt.Sprintf("max %d orders, at %.1fs; %d at the end", peak, peakAt.Sub(d.start).Seconds(), st.backlog))
+	row("deadlocks", fmt.Sprintf("%d (SQLSTATE 40P01 in the workers' logs)", logLines(d.dir, "worker-", "SQLSTATE 40P01")))
 	if len(d.faults) > 0 {
 		row("faults injected", strings.Join(d.faults, "; "))
 	}
