@@ -50,6 +50,7 @@ type migrationOptions struct {
 	notes         int
 	stepPause     time.Duration
 	gateTimeout   time.Duration
+	gateMax       time.Duration
 	drainTimeout  time.Duration
 	reportEvery   time.Duration
 	quarantine    time.Duration
@@ -94,7 +95,8 @@ func runMigrationDemo(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&o.clients, "clients", 8, "most orders in flight at once")
 	fs.IntVar(&mo.notes, "notes", 32, "orders that get an OrderNoted event every second for the whole run, so that an aggregate's events straddle every step; 0: none")
 	fs.DurationVar(&mo.stepPause, "step-pause", 6*time.Second, "orders flowing between two steps of the plan")
-	fs.DurationVar(&mo.gateTimeout, "gate-timeout", time.Minute, "give up when a gate is still closed after this long")
+	fs.DurationVar(&mo.gateTimeout, "gate-timeout", time.Minute, "give up when a closed gate's reason stood still (same figures) for this long")
+	fs.DurationVar(&mo.gateMax, "gate-max", 10*time.Minute, "give up when a gate is still closed after this long, even while its figures move")
 	fs.DurationVar(&mo.drainTimeout, "drain-timeout", 90*time.Second, "give up when the events are not all applied this long after the last order")
 	fs.DurationVar(&mo.reportEvery, "migration-report-interval", time.Second, "the workers' --migration-report-interval: how often their shadow reports reach the gates")
 	fs.DurationVar(&mo.quarantine, "migration-quarantine-after", 30*time.Second, "the workers' --migration-quarantine-after")
@@ -123,8 +125,8 @@ func runMigrationDemo(ctx context.Context, args []string, stdout, stderr io.Writ
 		return fmt.Errorf("--clients must be positive, not %d", o.clients)
 	case mo.notes < 0:
 		return fmt.Errorf("--notes must be 0 or more, not %d", mo.notes)
-	case mo.stepPause <= 0 || mo.gateTimeout <= 0 || mo.drainTimeout <= 0 || mo.reportEvery <= 0 || mo.quarantine <= 0:
-		return errors.New("--step-pause, --gate-timeout, --drain-timeout, --migration-report-interval and --migration-quarantine-after must be positive")
+	case mo.stepPause <= 0 || mo.gateTimeout <= 0 || mo.gateMax <= 0 || mo.drainTimeout <= 0 || mo.reportEvery <= 0 || mo.quarantine <= 0:
+		return errors.New("--step-pause, --gate-timeout, --gate-max, --drain-timeout, --migration-report-interval and --migration-quarantine-after must be positive")
 	}
 	// placeOrders sends o.orders orders: more than the run can place, so
 	// that the demo stops it.

@@ -127,11 +127,15 @@ func (m *migrationDemo) mustRequest(ctx context.Context, phase string, slices in
 }
 
 // requestUntil asks every second until the request is accepted, printing
-// each kind of rejection once, and gives up after the gate timeout.
+// each kind of rejection once. It keeps asking while the rejection's
+// figures move (groups catching up, reports changing), and gives up when
+// they stood still for the gate timeout, or after the longest gate wait
+// in all, with a diagnosis: `relay migration status` as it stands.
 func (m *migrationDemo) requestUntil(ctx context.Context, phase string, slices int) error {
 	m.show("relay", m.requestArgs(phase, slices)...)
-	m.say("     (asked every second until accepted, for at most %s; each reason for a rejection shown once)", m.mo.gateTimeout)
-	deadline := time.Now().Add(m.mo.gateTimeout)
+	m.say("     (asked every second until accepted: for as long as the reason's figures move, up to %s, or %s without a change; each reason shown once)",
+		m.mo.gateMax, m.mo.gateTimeout)
+	patience := gatePatience{stillFor: m.mo.gateTimeout, most: m.mo.gateMax, start: time.Now()}
 	seen := map[string]bool{}
 	rejected := 0
 	for {
@@ -150,12 +154,51 @@ func (m *migrationDemo) requestUntil(ctx context.Context, phase string, slices i
 			seen[key] = true
 			m.say("   %s rejected: %s", m.elapsed(), r.reason)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s still rejected after %s (%d requests): %s", r, m.mo.gateTimeout, rejected, r.reason)
+		if why := patience.giveUp(r.reason, time.Now()); why != "" {
+			m.diagnose(ctx)
+			return fmt.Errorf("%s %s (%d requests): %s", r, why, rejected, r.reason)
 		}
 		if err := m.wait(ctx, time.Second); err != nil {
 			return err
 		}
+	}
+}
+
+// gatePatience decides when a demo stops asking a closed gate: not while
+// the rejection's figures move (the gate's inputs are changing), but once
+// the same reason stood still for stillFor, or after most in all.
+type gatePatience struct {
+	stillFor, most time.Duration
+	start          time.Time
+	last           string    // the newest reason
+	since          time.Time // when it was first given
+}
+
+// giveUp records the reason of a rejection at now and says why to stop
+// asking, "" to go on.
+func (g *gatePatience) giveUp(reason string, now time.Time) string {
+	if reason != g.last || g.since.IsZero() {
+		g.last, g.since = reason, now
+	}
+	switch {
+	case now.Sub(g.since) >= g.stillFor:
+		return fmt.Sprintf("unchanged for %s", g.stillFor)
+	case now.Sub(g.start) >= g.most:
+		return fmt.Sprintf("still rejected after %s", g.most)
+	}
+	return ""
+}
+
+// diagnose prints `relay migration status` of the plan, as an operator
+// would look at a gate that does not open.
+func (m *migrationDemo) diagnose(ctx context.Context) {
+	args := []string{"migration", "status", m.plan}
+	m.say("   the gate gives up; what it sees:")
+	m.show("relay", args...)
+	out, err := m.command(ctx, "relay", args...)
+	m.showOutput(out)
+	if err != nil {
+		m.say("     (%v)", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +76,34 @@ func TestTheDemoReadsTheCommandsAnswers(t *testing.T) {
 	out, code := run(worker, "migration", "quarantine", "list")
 	if n, ok := quarantinedCount(out); code != 0 || !ok || n != 0 {
 		t.Errorf("quarantine list: exit %d, count %d, %v; want 0, 0, true\n%s", code, n, ok, out)
+	}
+}
+
+// A demo keeps asking a closed gate while the reason's figures move, gives
+// up once the same reason stood still for the gate timeout, and after the
+// longest wait even while they move.
+func TestGatePatienceWaitsWhileTheFiguresMove(t *testing.T) {
+	t0 := time.Unix(1_000, 0)
+	g := gatePatience{stillFor: time.Minute, most: 10 * time.Minute, start: t0}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for i, d := range []time.Duration{0, 50 * time.Second, 100 * time.Second, 150 * time.Second} {
+		if why := g.giveUp(fmt.Sprintf("2 groups lag: %d events behind", 100-i), at(d)); why != "" {
+			t.Fatalf("gave up at %s while the figures moved: %s", d, why)
+		}
+	}
+	if why := g.giveUp("2 groups lag: 97 events behind", at(150*time.Second+59*time.Second)); why != "" {
+		t.Fatalf("gave up 59s into an unchanged reason: %s", why)
+	}
+	if why := g.giveUp("2 groups lag: 97 events behind", at(150*time.Second+time.Minute)); why != "unchanged for 1m0s" {
+		t.Fatalf("after a minute unchanged: %q, want unchanged for 1m0s", why)
+	}
+	g = gatePatience{stillFor: time.Minute, most: 10 * time.Minute, start: t0}
+	for d := time.Duration(0); d < 10*time.Minute; d += 30 * time.Second {
+		if why := g.giveUp(d.String(), at(d)); why != "" {
+			t.Fatalf("gave up at %s: %s", d, why)
+		}
+	}
+	if why := g.giveUp("moving still", at(10*time.Minute)); why != "still rejected after 10m0s" {
+		t.Fatalf("at the longest wait: %q", why)
 	}
 }
