@@ -35,6 +35,16 @@
 // unfinished message. Config.BatchSize > 1 applies consecutive messages in
 // one transaction with a savepoint per message.
 //
+// A batch holds the locks of all its messages until it commits, and
+// batches run at once: a handler that locks rows other messages lock too
+// (a product's stock, an account's balance) names them with
+// HandleOpts.Locks, and the worker takes them in one order before any
+// handler of the transaction runs, so batches take turns instead of
+// deadlocking:
+//
+//	w.HandleWith("stock.reservation", "outbox.event.order", reserveStock,
+//		&inbox.HandleOpts{Locks: func(m *inbox.Message) []string { return skusOf(m) }})
+//
 // # Failures
 //
 // A handler error is retried with exponential backoff and jitter, up to
