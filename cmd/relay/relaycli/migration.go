@@ -36,7 +36,25 @@ const timeFormat = "2006-01-02 15:04:05Z07:00"
 // lastRequests is how many requests `relay migration status` shows.
 const lastRequests = 5
 
+const migrationUsage = `Usage:
+  relay migration create NAME --old-brokers H:P --old-topic-template T
+                   --new-brokers H:P --new-topic-template T --groups G[,G...]
+  relay migration list
+  relay migration status NAME
+  relay migration request NAME PHASE [--slices K]
+  relay migration history NAME
+
+A live broker migration plan moves the outbox's events from an old Kafka
+channel to a new one, through OLD_ONLY, DUAL_WRITE, CUTOVER and
+OLD_RETIRED; every request is recorded, accepted or rejected.
+"relay migration VERB -h" lists the flags of a verb.
+`
+
 func runMigration(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && cli.IsHelp(args[0]) {
+		fmt.Fprint(stdout, migrationUsage)
+		return nil
+	}
 	if len(args) == 0 || migrationVerbs[args[0]] == nil {
 		return cli.Usagef("want `relay migration create NAME ...`, `list`, `status NAME`, `request NAME PHASE [--slices K]` " +
 			"or `history NAME` (`relay migration VERB -h` lists its flags)")

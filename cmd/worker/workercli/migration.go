@@ -34,6 +34,10 @@ consumer learned (ferry_inbox_channel).
 
 // runMigration is `migration quarantine list|replay`.
 func runMigration(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if (len(args) > 0 && cli.IsHelp(args[0])) || (len(args) > 1 && args[0] == "quarantine" && cli.IsHelp(args[1])) {
+		fmt.Fprintf(stdout, migrationUsage, name)
+		return nil
+	}
 	if len(args) < 2 || args[0] != "quarantine" || (args[1] != "list" && args[1] != "replay") {
 		fmt.Fprintf(stderr, migrationUsage, name)
 		return cli.Usagef("want migration quarantine list or migration quarantine replay")
@@ -43,13 +47,14 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 	var base cli.Base
 	base.Register(f)
 	var kafka cli.Kafka
-	if action == "replay" {
-		kafka.Register(f, "ferry-worker-migration")
-	}
 	// No environment variables for the selection, as for dead letters.
 	consumer := f.FlagSet.String("consumer", "", "only the events of this consumer")
-	id := f.FlagSet.String("id", "", "replay: only the event with this id")
-	all := f.FlagSet.Bool("all", false, "replay: every quarantined event")
+	id, all := new(string), new(bool)
+	if action == "replay" {
+		kafka.Register(f, "ferry-worker-migration")
+		f.FlagSet.StringVar(id, "id", "", "only the event with this id")
+		f.FlagSet.BoolVar(all, "all", false, "every quarantined event")
+	}
 	timeout := f.FlagSet.Duration("timeout", time.Minute, "give up after this long")
 	if _, err := base.Parse(f, args[2:], stderr); err != nil {
 		return err
