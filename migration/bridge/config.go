@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/topicname"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -158,11 +159,8 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// topicName is a name Kafka accepts for a topic.
-var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
-
 func checkTopic(field, name string) error {
-	if !topicName.MatchString(name) || name == "." || name == ".." {
+	if !topicname.Valid(name) {
 		return fmt.Errorf("bridge: %s: %q is not a Kafka topic name (1 to 249 of a-z, A-Z, 0-9, '.', '_', '-')", field, name)
 	}
 	return nil

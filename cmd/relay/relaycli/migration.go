@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/internal/topicname"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -179,6 +180,10 @@ func (c *channelFlags) channel() (migration.Channel, error) {
 	}
 	if ch.TopicTemplate == "" {
 		return ch, cli.Usagef("%s is required", flag("topic-template"))
+	}
+	// The check relay.Config.TopicTemplate and migration.Plan make.
+	if err := topicname.CheckTemplate(ch.TopicTemplate); err != nil {
+		return ch, cli.Usagef("%s %w", flag("topic-template"), err)
 	}
 	if !ch.TLS && (ch.TLSCAFile != "" || ch.TLSCertFile != "" || ch.TLSKeyFile != "") {
 		return ch, cli.Usagef("%s settings need %s", flag("tls-*"), flag("tls"))
