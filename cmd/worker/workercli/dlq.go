@@ -2,6 +2,7 @@ package workercli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -108,6 +109,9 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 			fmt.Fprintf(stdout, "skipped %s/%d/%d: %s\n", dl.Topic, dl.Partition, dl.Offset, cli.Cell(res.SkipReasons[i], 300))
 		}
 		fmt.Fprintf(stdout, "%d redriven, %d skipped\n", len(res.Redriven), len(res.Skipped))
+	}
+	if errors.Is(err, inbox.ErrNoDeadLetter) {
+		return fmt.Errorf("%w (`%s dlq list --topic %s` shows the dead letters)", err, name, *d.topic)
 	}
 	return err
 }

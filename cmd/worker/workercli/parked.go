@@ -71,6 +71,11 @@ func runParked(ctx context.Context, name string, args []string, stdout, stderr i
 		fmt.Fprintf(stdout, "%d parked messages\n", len(parked))
 		return nil
 	}
+	if len(parked) == 0 && *consumer != "" {
+		// A consumer named and not found is a mistake (a typo, the wrong
+		// database), as an unknown id is for `relay quarantine requeue`.
+		return fmt.Errorf("no parked message of consumer %q in inbox_parked (`%s dlq parked list` shows them)", *consumer, name)
+	}
 	kopts, err := kafka.Opts(nil)
 	if err != nil {
 		return err
