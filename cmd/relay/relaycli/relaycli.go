@@ -46,7 +46,8 @@ Usage:
   relay bridge --plan NAME --topics T[,T...] [--topic-map OLD=NEW]
                                    copy the records of producers that are not Ferry's from
                                    a plan's old channel to its new one, stamped with the
-                                   plan's step; offsets committed once the new cluster acked
+                                   plan's step; offsets committed once the new cluster acked;
+                                   /readyz (:9189) names a topic the old cluster lacks
   relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
                                    the publication and slot (--no-slot: schema only;
                                    --outbox-partitioning daily: an empty outbox
