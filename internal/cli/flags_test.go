@@ -74,3 +74,44 @@ func TestFlagsAfterArgumentsAreParsed(t *testing.T) {
 		t.Errorf("one argument too many: %v, want a usage error naming it", err)
 	}
 }
+
+// A malformed boolean or number, in the environment or on the command
+// line, is refused with the values the setting takes, not the flag
+// package's bare "parse error".
+func TestMalformedBooleanOrNumberNamesTheAcceptedValues(t *testing.T) {
+	for _, c := range []struct {
+		env, value string
+		args       []string
+		want       []string
+	}{
+		{"FERRY_KAFKA_TLS", "yes", nil, []string{"FERRY_KAFKA_TLS (--kafka-tls)", `"yes"`, "true or false"}},
+		{"", "", []string{"--kafka-tls=on"}, []string{"-kafka-tls", `"on"`, "true or false"}},
+		{"FERRY_MAX_IN_FLIGHT", "seven", nil, []string{"FERRY_MAX_IN_FLIGHT (--max-in-flight)", `"seven"`, "whole number"}},
+	} {
+		if c.env != "" {
+			t.Setenv(c.env, c.value)
+		}
+		f := NewFlags("test", io.Discard)
+		f.Bool("kafka-tls", false, "")
+		f.Int("max-in-flight", 1, "")
+		err := f.Parse(c.args)
+		if !errors.Is(err, ErrUsage) {
+			t.Errorf("%s=%q %v: %v, want a usage error", c.env, c.value, c.args, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s=%q %v: %q, want it to say %s", c.env, c.value, c.args, err, w)
+			}
+		}
+		if c.env != "" {
+			t.Setenv(c.env, "")
+		}
+	}
+	// --kafka-tls alone is still true.
+	f := NewFlags("test", io.Discard)
+	tls := f.Bool("kafka-tls", false, "")
+	if err := f.Parse([]string{"--kafka-tls"}); err != nil || !*tls {
+		t.Errorf("--kafka-tls: %v, %v; want true", *tls, err)
+	}
+}
