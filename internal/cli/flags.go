@@ -15,7 +15,8 @@ import (
 // through its methods can also come from the environment: --kafka-brokers
 // reads FERRY_KAFKA_BROKERS (see EnvName). A flag on the command line wins
 // over the environment. A malformed value in either is a usage error that
-// names it; an empty environment variable counts as unset.
+// names it; an empty environment variable counts as unset, except for a
+// setting whose empty value means something (StringEmptyIsValue).
 //
 // Flags registered on the embedded *flag.FlagSet directly have no variable:
 // Ferry keeps it that way for one-off selections (--id, --all) and for the
@@ -114,6 +115,20 @@ func (f *Flags) StringVar(p *string, name, def, usage string) {
 func (f *Flags) String(name, def, usage string) *string {
 	p := new(string)
 	f.StringVar(p, name, def, usage)
+	return p
+}
+
+// StringEmptyIsValue is String for a setting whose empty value means
+// something, which its command then refuses (--dlq-suffix ""): its
+// variable set to "" is that empty value, not unset, so that
+// FERRY_DLQ_SUFFIX="" is refused as the flag is instead of quietly
+// taking the default. Only an unset variable leaves the default.
+func (f *Flags) StringEmptyIsValue(name, def, usage string) *string {
+	p := new(string)
+	f.FlagSet.StringVar(p, name, def, usage+" (env "+EnvName(name)+")")
+	if s, ok := os.LookupEnv(EnvName(name)); ok {
+		f.setFromEnv(name, s)
+	}
 	return p
 }
 

@@ -115,3 +115,20 @@ func TestMalformedBooleanOrNumberNamesTheAcceptedValues(t *testing.T) {
 		t.Errorf("--kafka-tls: %v, %v; want true", *tls, err)
 	}
 }
+
+// A setting whose empty value means something (and which its command
+// refuses) takes an empty variable as that value, not as unset: the
+// command refuses FERRY_DLQ_SUFFIX="" as it refuses --dlq-suffix "".
+func TestAnEmptyVariableIsTheEmptyValueWhereEmptyMeansSomething(t *testing.T) {
+	t.Setenv("FERRY_DLQ_SUFFIX", "")
+	t.Setenv("FERRY_SLOT", "")
+	f := NewFlags("test", io.Discard)
+	suffix := f.StringEmptyIsValue("dlq-suffix", ".dlq", "")
+	slot := f.String("slot", "ferry", "")
+	if err := f.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if *suffix != "" || *slot != "ferry" {
+		t.Errorf("FERRY_DLQ_SUFFIX='' and FERRY_SLOT='': dlq-suffix %q, slot %q; want \"\" (set) and ferry (unset)", *suffix, *slot)
+	}
+}

@@ -336,3 +336,20 @@ func TestMigrateInboxPartitioning(t *testing.T) {
 		t.Fatalf("after migrate --inbox-partitioning daily the inbox's relkind is %q (%v), want p", kind, err)
 	}
 }
+
+// FERRY_DLQ_SUFFIX="" is the empty suffix, refused as --dlq-suffix "" is:
+// not unset, which would quietly take the default.
+func TestAnEmptyDLQSuffixInTheEnvironmentIsRefused(t *testing.T) {
+	t.Setenv("FERRY_DLQ_SUFFIX", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	app := &workercli.App{Register: func(w *inbox.Worker) error {
+		w.Handle("c", "t", func(context.Context, pgx.Tx, *inbox.Message) error { return nil })
+		return nil
+	}}
+	code, _, stderr := run(ctx, app, "run", "--database-url", "postgres://x@127.0.0.1:1/x?connect_timeout=1", "--kafka-brokers", "127.0.0.1:1",
+		"--http-addr", "off")
+	if code != 2 || !strings.Contains(stderr, "FERRY_DLQ_SUFFIX") || !strings.Contains(stderr, "empty") {
+		t.Fatalf("worker run with FERRY_DLQ_SUFFIX='': exit %d, %q; want 2 saying the suffix is empty", code, stderr)
+	}
+}
