@@ -266,7 +266,22 @@ func migrationCreate(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "created plan %s in %s (epoch 0), by %s\nnext: relay migration request %s %s\n",
 		p.Name, migration.OldOnly, cli.Cell(*by, 100), p.Name, migration.DualWrite)
+	old.warnUnsetPassword(stderr, p.Name)
+	nw.warnUnsetPassword(stderr, p.Name)
 	return nil
+}
+
+// warnUnsetPassword warns when the channel's SASL password variable is not
+// set here. The plan holds only its name and the processes that follow the
+// plan read it, on their hosts, so this is no error; but an unset variable
+// where the plan is made is most often a typo in its name.
+func (c *channelFlags) warnUnsetPassword(stderr io.Writer, plan string) {
+	if c.saslPasswordEnv == "" || os.Getenv(c.saslPasswordEnv) != "" {
+		return
+	}
+	fmt.Fprintf(stderr, "warning: --%s-sasl-password-env: %s is not set here; every relay, worker and bridge that follows plan %s "+
+		"reads the %s channel's password from it, and cannot reach that channel without it (a typo in the name?)\n",
+		c.side, c.saslPasswordEnv, plan, c.side)
 }
 
 func migrationList(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -543,3 +543,21 @@ func TestMigrationCreateRefusesTheTopicTemplatesRunRefuses(t *testing.T) {
 		t.Fatalf("plans recorded with a bad template:\n%s", out)
 	}
 }
+
+// create stores the name of a SASL password variable, never its value,
+// and warns when that variable is not set where create runs: the relay
+// and the workers that follow the plan read it, and an unset one is most
+// often a typo. The plan is created all the same (they run elsewhere).
+func TestMigrationCreateWarnsOfAnUnsetPasswordVariable(t *testing.T) {
+	const secret = "Sasl-s3cret-3318"
+	t.Setenv("FERRY_TEST_MIGRATION_SET_PASS", secret)
+	s := newMigrationSetup(t)
+	_, stderr := s.must(t, 0, createArgs("move-1", "FERRY_TEST_MIGRATION_NO_SUCH_PASS")...)
+	if !strings.Contains(stderr, "--new-sasl-password-env") || !strings.Contains(stderr, "FERRY_TEST_MIGRATION_NO_SUCH_PASS is not set") {
+		t.Errorf("create with an unset password variable: stderr %q, want a warning naming the flag and the variable", stderr)
+	}
+	out, stderr := s.must(t, 0, createArgs("move-2", "FERRY_TEST_MIGRATION_SET_PASS")...)
+	if strings.Contains(stderr, "not set") || strings.Contains(out+stderr, secret) {
+		t.Errorf("create with a set password variable: stdout %q, stderr %q; want no warning and no secret", out, stderr)
+	}
+}
