@@ -353,3 +353,16 @@ func TestAnEmptyDLQSuffixInTheEnvironmentIsRefused(t *testing.T) {
 		t.Fatalf("worker run with FERRY_DLQ_SUFFIX='': exit %d, %q; want 2 saying the suffix is empty", code, stderr)
 	}
 }
+
+// `worker status` on a database without Ferry's tables says that the inbox
+// is missing and how to make it, whatever Kafka knows of the consumer.
+func TestStatusWithoutTheInboxSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewDB(t) // no migrations
+	code, stdout, stderr := run(ctx, nil, "status", "--database-url", db.URL, "--kafka-brokers", strings.Join(ferrytest.Brokers(t), ","),
+		"--consumers", ferrytest.Name(t, "never-ran"))
+	if code != 1 || !strings.Contains(stderr, "inbox table does not exist") || !strings.Contains(stderr, "worker migrate") {
+		t.Fatalf("status on a database without migrations: exit %d\n%s%s\nwant 1 saying the inbox table does not exist", code, stdout, stderr)
+	}
+}
