@@ -237,11 +237,22 @@ func (c Config) WithDefaults() Config {
 // are quoted, but Ferry keeps both to the safe set.
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// checkName applies slotName to a slot or publication name; field names it
-// in the error as the caller knows it.
-func checkName(field, name string) error {
+// CheckName returns why Ferry refuses name as a replication slot or
+// publication name, nil when it takes it: 1-63 lower-case letters, digits
+// and underscores. Config, Setup, Prune and Status apply it; a command line
+// applies it to its flags before it does anything. The error starts with
+// the quoted name, for the caller to prefix with the setting.
+func CheckName(name string) error {
 	if !slotName.MatchString(name) {
-		return fmt.Errorf("relay: %s %q: use 1-63 lower-case letters, digits and underscores", field, name)
+		return fmt.Errorf("%q: use 1-63 lower-case letters, digits and underscores", name)
+	}
+	return nil
+}
+
+// checkName is CheckName with field, as the caller knows it, in the error.
+func checkName(field, name string) error {
+	if err := CheckName(name); err != nil {
+		return fmt.Errorf("relay: %s %w", field, err)
 	}
 	return nil
 }
