@@ -109,7 +109,11 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 					left++
 				}
 			}
-			fmt.Fprintf(stdout, "%d not tried: %v\n", left, ctx.Err())
+			why := ctx.Err().Error()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				why = fmt.Sprintf("--timeout %s ran out (replay again, or with a longer --timeout)", *timeout)
+			}
+			fmt.Fprintf(stdout, "%d not tried: %s\n", left, why)
 			failed += left
 			selected += left - 1
 			break
