@@ -25,8 +25,8 @@ const (
 	ReasonRetriesExhausted = "retries_exhausted"
 )
 
-// ErrInboxMissing is returned by Run when the inbox table does not exist:
-// run `worker migrate` (or migrate.Up) first.
+// ErrInboxMissing is returned by Run and Status when the inbox table does
+// not exist: run `worker migrate` (or migrate.Up) first.
 var ErrInboxMissing = errors.New("inbox: the inbox table does not exist: apply Ferry's migrations (`worker migrate`)")
 
 // ErrRetentionTooShort is returned, wrapped, when a dedupe window is below

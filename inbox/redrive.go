@@ -130,6 +130,12 @@ func ListDeadLetters(ctx context.Context, kafkaOpts []kgo.Opt, topic string, fil
 	return out, err
 }
 
+// ErrNoDeadLetter means a redrive found nothing to republish for what it
+// was asked: an id without a dead letter it may republish in the topic, a
+// filter that matched none, or dead letters that were all skipped.
+// Nothing was republished.
+var ErrNoDeadLetter = errors.New("no dead letter to redrive")
+
 // RedriveResult says what Redrive did.
 type RedriveResult struct {
 	Redriven []DeadLetter // republished, in order
@@ -168,6 +174,13 @@ func redriveTarget(d *DeadLetter) error {
 // also carries HeaderRedrivenFrom. It returns after Kafka acknowledged every
 // record. Redrive does not delete dead letters (Kafka cannot): select them
 // by id or time.
+//
+// A redrive that finds nothing to republish for what it was asked fails
+// with ErrNoDeadLetter and republishes nothing: an id of filter.IDs
+// without a dead letter it may republish (none in the topic, or only
+// skipped ones), a filter that matches no dead letter, or dead letters
+// that are all skipped. A nil or zero filter on a topic that holds no
+// dead letter finds nothing and asked for nothing in particular: no error.
 func Redrive(ctx context.Context, kafkaOpts []kgo.Opt, topic string, filter *DeadLetterFilter) (*RedriveResult, error) {
 	res := &RedriveResult{}
 	var recs []*kgo.Record
@@ -194,8 +207,15 @@ func Redrive(ctx context.Context, kafkaOpts []kgo.Opt, topic string, filter *Dea
 		recs = append(recs, &kgo.Record{Topic: d.OriginalTopic, Partition: d.OriginalPartition, Key: d.Key, Value: d.Value, Headers: headers})
 		res.Redriven = append(res.Redriven, *d)
 	})
-	if err != nil || len(recs) == 0 {
+	if err != nil {
 		return res, err
+	}
+	if err := res.nothingFound(filter); err != nil {
+		res.Redriven = nil
+		return res, fmt.Errorf("inbox: redrive from %s: %w", topic, err)
+	}
+	if len(recs) == 0 {
+		return res, nil
 	}
 	// The original partition, not a hash of the key: the relay may route
 	// with a partitioner of its own, and the record must land where the
@@ -210,6 +230,36 @@ func Redrive(ctx context.Context, kafkaOpts []kgo.Opt, topic string, filter *Dea
 		return &RedriveResult{Skipped: res.Skipped, SkipReasons: res.SkipReasons}, fmt.Errorf("inbox: redrive from %s: %w", topic, err)
 	}
 	return res, nil
+}
+
+// nothingFound says what of filter the redrive found nothing to republish
+// for, wrapping ErrNoDeadLetter; nil when it found something for all of it.
+func (res *RedriveResult) nothingFound(filter *DeadLetterFilter) error {
+	var missing []string
+	if filter != nil {
+		for _, id := range slices.Compact(slices.Sorted(slices.Values(filter.IDs))) {
+			if slices.ContainsFunc(res.Redriven, func(d DeadLetter) bool { return d.ID == id }) {
+				continue
+			}
+			if slices.ContainsFunc(res.Skipped, func(d DeadLetter) bool { return d.ID == id }) {
+				missing = append(missing, strconv.Quote(id)+" (skipped)")
+			} else {
+				missing = append(missing, strconv.Quote(id))
+			}
+		}
+	}
+	zero := filter == nil || (len(filter.IDs) == 0 && filter.Consumer == "" && filter.Since.IsZero() && filter.Until.IsZero())
+	switch {
+	case len(missing) > 0:
+		return fmt.Errorf("%w with id %s; nothing was republished", ErrNoDeadLetter, strings.Join(missing, ", "))
+	case len(res.Redriven) > 0:
+		return nil
+	case len(res.Skipped) > 0:
+		return fmt.Errorf("%w: the %d dead letters that match were all skipped", ErrNoDeadLetter, len(res.Skipped))
+	case !zero:
+		return fmt.Errorf("%w: no dead letter matches the selection", ErrNoDeadLetter)
+	}
+	return nil
 }
 
 // scanTopic calls fn for every record of topic between its start and the

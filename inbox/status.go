@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/pgerr"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -44,10 +45,29 @@ func (s *ConsumerStatus) TotalLag() int64 {
 
 // Status describes each consumer: its group's state and lag from Kafka and
 // its inbox rows from db. kafkaOpts reach the cluster (seed brokers, TLS,
-// SASL).
+// SASL). The database is read first: one without the inbox table (Ferry's
+// migrations not applied, or the wrong database) is ErrInboxMissing,
+// whatever Kafka knows of the consumers.
 func Status(ctx context.Context, db outbox.DBTX, kafkaOpts []kgo.Opt, consumers ...string) ([]ConsumerStatus, error) {
 	if len(consumers) == 0 {
 		return nil, nil
+	}
+	q := dbsqlc.New()
+	out := make([]ConsumerStatus, 0, len(consumers))
+	for _, c := range consumers {
+		st := ConsumerStatus{Consumer: c, Lag: map[string]int64{}}
+		var err error
+		if st.InboxMessages, err = q.InboxCountByConsumer(ctx, db, c); err != nil {
+			if pgerr.UndefinedTable(err) {
+				return nil, ErrInboxMissing
+			}
+			return nil, fmt.Errorf("inbox: count inbox rows of %s: %w", c, err)
+		}
+		st.NewestApplied, err = q.InboxNewestByConsumer(ctx, db, c)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("inbox: read inbox of %s: %w", c, err)
+		}
+		out = append(out, st)
 	}
 	cl, err := kgo.NewClient(kafkaOpts...)
 	if err != nil {
@@ -58,27 +78,19 @@ func Status(ctx context.Context, db outbox.DBTX, kafkaOpts []kgo.Opt, consumers 
 	if err != nil {
 		return nil, fmt.Errorf("inbox: describe consumer groups: %w", err)
 	}
-	q := dbsqlc.New()
-	out := make([]ConsumerStatus, 0, len(consumers))
-	for _, c := range consumers {
-		st := ConsumerStatus{Consumer: c, Lag: map[string]int64{}}
-		if g, ok := lags[c]; ok {
-			if err := errors.Join(g.DescribeErr, g.FetchErr); err != nil {
-				return nil, fmt.Errorf("inbox: consumer group %s: %w", c, err)
-			}
-			st.GroupState, st.Members = g.State, len(g.Members)
-			for topic, tl := range g.Lag.TotalByTopic() {
-				st.Lag[topic] = tl.Lag
-			}
+	for i := range out {
+		st := &out[i]
+		g, ok := lags[st.Consumer]
+		if !ok {
+			continue
 		}
-		if st.InboxMessages, err = q.InboxCountByConsumer(ctx, db, c); err != nil {
-			return nil, fmt.Errorf("inbox: count inbox rows of %s: %w", c, err)
+		if err := errors.Join(g.DescribeErr, g.FetchErr); err != nil {
+			return nil, fmt.Errorf("inbox: consumer group %s: %w", st.Consumer, err)
 		}
-		st.NewestApplied, err = q.InboxNewestByConsumer(ctx, db, c)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("inbox: read inbox of %s: %w", c, err)
+		st.GroupState, st.Members = g.State, len(g.Members)
+		for topic, tl := range g.Lag.TotalByTopic() {
+			st.Lag[topic] = tl.Lag
 		}
-		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b ConsumerStatus) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return out, nil

@@ -206,6 +206,11 @@ func TestPlanValidation(t *testing.T) {
 		{func(p *migration.Plan) { p.Old.Brokers = nil }, "old channel: no brokers"},
 		{func(p *migration.Plan) { p.New.TopicTemplate = "" }, "new channel: no topic template"},
 		{func(p *migration.Plan) { p.New.TopicTemplate = "x.dlq" }, "dead-letter"},
+		// The templates relay.Config.TopicTemplate refuses, refused the same way.
+		{func(p *migration.Plan) { p.New.TopicTemplate = "outbox.{aggregate_type" }, `new channel: topic template "outbox.{aggregate_type"`},
+		{func(p *migration.Plan) { p.New.TopicTemplate = "outbox.{foo}" }, "unknown placeholder {foo}"},
+		{func(p *migration.Plan) { p.Old.TopicTemplate = "outbox}.{aggregate_type}}" }, `old channel: topic template "outbox}.{aggregate_type}}"`},
+		{func(p *migration.Plan) { p.New.TopicTemplate = "outbox event.{aggregate_type}" }, `new channel: topic template "outbox event.{aggregate_type}"`},
 		{func(p *migration.Plan) { p.New = p.Old }, "the same"},
 		{func(p *migration.Plan) { p.Groups = nil }, "Groups"},
 		{func(p *migration.Plan) { p.New.SASLPasswordEnv = "hunter2!" }, "environment variable"},

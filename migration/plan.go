@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/ferryhq/ferry/internal/topicname"
 )
 
 // Channel is one side of a migration: a Kafka cluster and the topic
@@ -72,8 +74,10 @@ func (c *Channel) validate(side string) error {
 		return fmt.Errorf("migration: %s channel: an empty broker address", side)
 	case c.TopicTemplate == "":
 		return fmt.Errorf("migration: %s channel: no topic template", side)
-	case strings.HasSuffix(c.TopicTemplate, ".dlq"):
-		return fmt.Errorf("migration: %s channel: topic template %q names dead-letter topics", side, c.TopicTemplate)
+	}
+	// The relay fills it as it fills its own --topic-template: one check.
+	if err := topicname.CheckTemplate(c.TopicTemplate); err != nil {
+		return fmt.Errorf("migration: %s channel: topic template %w", side, err)
 	}
 	switch c.SASLMechanism {
 	case "":

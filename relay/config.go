@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ferryhq/ferry/internal/topicname"
 )
 
 // Defaults of Config.
@@ -235,11 +237,22 @@ func (c Config) WithDefaults() Config {
 // are quoted, but Ferry keeps both to the safe set.
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// checkName applies slotName to a slot or publication name; field names it
-// in the error as the caller knows it.
-func checkName(field, name string) error {
+// CheckName returns why Ferry refuses name as a replication slot or
+// publication name, nil when it takes it: 1-63 lower-case letters, digits
+// and underscores. Config, Setup, Prune and Status apply it; a command line
+// applies it to its flags before it does anything. The error starts with
+// the quoted name, for the caller to prefix with the setting.
+func CheckName(name string) error {
 	if !slotName.MatchString(name) {
-		return fmt.Errorf("relay: %s %q: use 1-63 lower-case letters, digits and underscores", field, name)
+		return fmt.Errorf("%q: use 1-63 lower-case letters, digits and underscores", name)
+	}
+	return nil
+}
+
+// checkName is CheckName with field, as the caller knows it, in the error.
+func checkName(field, name string) error {
+	if err := CheckName(name); err != nil {
+		return fmt.Errorf("relay: %s %w", field, err)
 	}
 	return nil
 }
@@ -299,28 +312,18 @@ func (c Config) validate() error {
 	return nil
 }
 
-var placeholder = regexp.MustCompile(`\{[^}]*\}`)
-
+// checkTopicTemplate is the one check of an event topic template, which a
+// migration plan's channels pass too (topicname.CheckTemplate).
 func checkTopicTemplate(tmpl string) error {
-	for _, p := range placeholder.FindAllString(tmpl, -1) {
-		if p != "{aggregate_type}" && p != "{event_type}" {
-			return fmt.Errorf("relay: Config.TopicTemplate %q: unknown placeholder %s (use {aggregate_type} or {event_type})", tmpl, p)
-		}
-	}
-	fixed := strings.NewReplacer("{aggregate_type}", "a", "{event_type}", "e").Replace(tmpl)
-	if !validTopic(fixed) {
-		return fmt.Errorf("relay: Config.TopicTemplate %q: the fixed part must be a valid Kafka topic name (letters, digits, '.', '_', '-')", tmpl)
-	}
-	if strings.HasSuffix(tmpl, deadLetterSuffix) {
-		return fmt.Errorf("relay: Config.TopicTemplate %q names dead-letter topics (ending in %s): the relay never writes into them", tmpl, deadLetterSuffix)
+	if err := topicname.CheckTemplate(tmpl); err != nil {
+		return fmt.Errorf("relay: Config.TopicTemplate %w", err)
 	}
 	return nil
 }
 
-// deadLetterSuffix ends the workers' dead-letter topics (the default of
-// inbox.DeadLetterSuffixDefault). The relay never writes into one: an event
-// there would pose as a dead letter that a redrive trusts.
-const deadLetterSuffix = ".dlq"
+// deadLetterSuffix ends the workers' dead-letter topics, which the relay
+// never writes into.
+const deadLetterSuffix = topicname.DeadLetterSuffix
 
 // topicProblem says why the relay will not write to topic s: "" when it
 // may. Kafka's topic name rules, and no dead-letter topic.
@@ -335,15 +338,4 @@ func topicProblem(s string) string {
 }
 
 // validTopic applies Kafka's topic name rules.
-func validTopic(s string) bool {
-	if s == "" || len(s) > 249 || s == "." || s == ".." {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func validTopic(s string) bool { return topicname.Valid(s) }

@@ -52,6 +52,9 @@ type SlotStatus struct {
 // ordinary connection (a pool, a connection or a transaction), so it works
 // while a relay streams.
 func Status(ctx context.Context, db outbox.DBTX, slot string) (*SlotStatus, error) {
+	if err := checkName("slot", slot); err != nil {
+		return nil, err
+	}
 	q := dbsqlc.New()
 	st := &SlotStatus{Slot: slot}
 	row, err := q.ReplicationSlotGet(ctx, db, slot)

@@ -21,8 +21,7 @@ func Dispatch(ctx context.Context, prog, usage string, cmds map[string]Command, 
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	switch args[0] {
-	case "help", "-h", "--help":
+	if IsHelp(args[0]) {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
@@ -41,4 +40,16 @@ func Dispatch(ctx context.Context, prog, usage string, cmds map[string]Command, 
 	}
 	fmt.Fprintf(stderr, "%s %s: %v\n", prog, args[0], err)
 	return 1
+}
+
+// IsHelp reports whether arg, where a subcommand is expected, asks for
+// help: "help", or -h and -help with one or two dashes, as the flag
+// package reads them. A command group (`dlq`, `migration quarantine`)
+// answers it with its usage on stdout and exit 0, as Dispatch does.
+func IsHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "--h", "-help", "--help":
+		return true
+	}
+	return false
 }

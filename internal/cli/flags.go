@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -14,7 +15,8 @@ import (
 // through its methods can also come from the environment: --kafka-brokers
 // reads FERRY_KAFKA_BROKERS (see EnvName). A flag on the command line wins
 // over the environment. A malformed value in either is a usage error that
-// names it; an empty environment variable counts as unset.
+// names it; an empty environment variable counts as unset, except for a
+// setting whose empty value means something (StringEmptyIsValue).
 //
 // Flags registered on the embedded *flag.FlagSet directly have no variable:
 // Ferry keeps it that way for one-off selections (--id, --all) and for the
@@ -116,10 +118,39 @@ func (f *Flags) String(name, def, usage string) *string {
 	return p
 }
 
-// BoolVar is flag.BoolVar with the flag's environment variable.
+// StringEmptyIsValue is String for a setting whose empty value means
+// something, which its command then refuses (--dlq-suffix ""): its
+// variable set to "" is that empty value, not unset, so that
+// FERRY_DLQ_SUFFIX="" is refused as the flag is instead of quietly
+// taking the default. Only an unset variable leaves the default.
+func (f *Flags) StringEmptyIsValue(name, def, usage string) *string {
+	p := new(string)
+	f.FlagSet.StringVar(p, name, def, usage+" (env "+EnvName(name)+")")
+	if s, ok := os.LookupEnv(EnvName(name)); ok {
+		f.setFromEnv(name, s)
+	}
+	return p
+}
+
+// BoolVar is flag.BoolVar with the flag's environment variable. A value
+// that is no boolean is refused with the values it takes (see BoolValue).
 func (f *Flags) BoolVar(p *bool, name string, def bool, usage string) {
-	f.FlagSet.BoolVar(p, name, def, usage+" (env "+EnvName(name)+")")
-	f.fromEnv(name)
+	*p = def
+	f.Var((*boolRef)(p), name, usage)
+}
+
+// boolRef is a BoolValue that writes to the caller's bool.
+type boolRef bool
+
+func (b *boolRef) String() string   { return strconv.FormatBool(b != nil && bool(*b)) }
+func (b *boolRef) IsBoolFlag() bool { return true }
+func (b *boolRef) Set(s string) error {
+	var v BoolValue
+	if err := v.Set(s); err != nil {
+		return err
+	}
+	*b = boolRef(v.B)
+	return nil
 }
 
 // Bool is flag.Bool with the flag's environment variable.
@@ -129,12 +160,12 @@ func (f *Flags) Bool(name string, def bool, usage string) *bool {
 	return p
 }
 
-// Int is flag.Int with the flag's environment variable.
+// Int is flag.Int with the flag's environment variable. A value that is
+// no whole number is refused saying so (see IntValue).
 func (f *Flags) Int(name string, def int, usage string) *int {
-	p := new(int)
-	f.FlagSet.IntVar(p, name, def, usage+" (env "+EnvName(name)+")")
-	f.fromEnv(name)
-	return p
+	v := &IntValue{N: def}
+	f.Var(v, name, usage)
+	return &v.N
 }
 
 // Count is an int flag of at least 1 (see CountValue) with the flag's
@@ -162,12 +193,13 @@ func (f *Flags) Duration(name string, def time.Duration, usage string) *time.Dur
 }
 
 func (f *Flags) fromEnv(name string) {
-	env := EnvName(name)
-	s := os.Getenv(env)
-	if s == "" {
-		return
+	if s := os.Getenv(EnvName(name)); s != "" {
+		f.setFromEnv(name, s)
 	}
+}
+
+func (f *Flags) setFromEnv(name, s string) {
 	if err := f.FlagSet.Set(name, s); err != nil {
-		f.envErrs = append(f.envErrs, fmt.Errorf("%s (--%s): %w", env, name, err))
+		f.envErrs = append(f.envErrs, fmt.Errorf("%s (--%s): %w", EnvName(name), name, err))
 	}
 }

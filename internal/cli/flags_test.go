@@ -74,3 +74,61 @@ func TestFlagsAfterArgumentsAreParsed(t *testing.T) {
 		t.Errorf("one argument too many: %v, want a usage error naming it", err)
 	}
 }
+
+// A malformed boolean or number, in the environment or on the command
+// line, is refused with the values the setting takes, not the flag
+// package's bare "parse error".
+func TestMalformedBooleanOrNumberNamesTheAcceptedValues(t *testing.T) {
+	for _, c := range []struct {
+		env, value string
+		args       []string
+		want       []string
+	}{
+		{"FERRY_KAFKA_TLS", "yes", nil, []string{"FERRY_KAFKA_TLS (--kafka-tls)", `"yes"`, "true or false"}},
+		{"", "", []string{"--kafka-tls=on"}, []string{"-kafka-tls", `"on"`, "true or false"}},
+		{"FERRY_MAX_IN_FLIGHT", "seven", nil, []string{"FERRY_MAX_IN_FLIGHT (--max-in-flight)", `"seven"`, "whole number"}},
+	} {
+		if c.env != "" {
+			t.Setenv(c.env, c.value)
+		}
+		f := NewFlags("test", io.Discard)
+		f.Bool("kafka-tls", false, "")
+		f.Int("max-in-flight", 1, "")
+		err := f.Parse(c.args)
+		if !errors.Is(err, ErrUsage) {
+			t.Errorf("%s=%q %v: %v, want a usage error", c.env, c.value, c.args, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s=%q %v: %q, want it to say %s", c.env, c.value, c.args, err, w)
+			}
+		}
+		if c.env != "" {
+			t.Setenv(c.env, "")
+		}
+	}
+	// --kafka-tls alone is still true.
+	f := NewFlags("test", io.Discard)
+	tls := f.Bool("kafka-tls", false, "")
+	if err := f.Parse([]string{"--kafka-tls"}); err != nil || !*tls {
+		t.Errorf("--kafka-tls: %v, %v; want true", *tls, err)
+	}
+}
+
+// A setting whose empty value means something (and which its command
+// refuses) takes an empty variable as that value, not as unset: the
+// command refuses FERRY_DLQ_SUFFIX="" as it refuses --dlq-suffix "".
+func TestAnEmptyVariableIsTheEmptyValueWhereEmptyMeansSomething(t *testing.T) {
+	t.Setenv("FERRY_DLQ_SUFFIX", "")
+	t.Setenv("FERRY_SLOT", "")
+	f := NewFlags("test", io.Discard)
+	suffix := f.StringEmptyIsValue("dlq-suffix", ".dlq", "")
+	slot := f.String("slot", "ferry", "")
+	if err := f.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if *suffix != "" || *slot != "ferry" {
+		t.Errorf("FERRY_DLQ_SUFFIX='' and FERRY_SLOT='': dlq-suffix %q, slot %q; want \"\" (set) and ferry (unset)", *suffix, *slot)
+	}
+}

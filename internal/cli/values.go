@@ -62,6 +62,51 @@ func ParseDuration(s string) (time.Duration, error) {
 
 const maxDays = int64(math.MaxInt64 / (24 * time.Hour))
 
+// BoolValue is a boolean flag whose refusal of a value says which values
+// it takes: the flag package only says "parse error", which an operator
+// who wrote FERRY_KAFKA_TLS=yes cannot act on.
+type BoolValue struct{ B bool }
+
+func (v *BoolValue) String() string {
+	if v == nil {
+		return "false"
+	}
+	return strconv.FormatBool(v.B)
+}
+
+// Set parses what strconv.ParseBool takes.
+func (v *BoolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a boolean: want true or false (1, 0, t, f also work)", s)
+	}
+	v.B = b
+	return nil
+}
+
+// IsBoolFlag lets the flag stand alone on the command line: --kafka-tls.
+func (v *BoolValue) IsBoolFlag() bool { return true }
+
+// IntValue is an int flag whose refusal of a value says what it takes.
+type IntValue struct{ N int }
+
+func (v *IntValue) String() string {
+	if v == nil {
+		return "0"
+	}
+	return strconv.Itoa(v.N)
+}
+
+// Set parses a whole number.
+func (v *IntValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+	if err != nil {
+		return fmt.Errorf("%q: want a whole number", s)
+	}
+	v.N = int(n)
+	return nil
+}
+
 // CountValue is an int flag of at least 1: a number of records, rows,
 // transactions or attempts. An engine's Config reads 0 as "use the
 // default", so a 0 let through would be replaced in silence.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/backoff"
@@ -42,6 +43,7 @@ type Bridge struct {
 	sameCluster bool
 
 	watch     atomic.Pointer[stepWatch]
+	topics    atomic.Pointer[topicWatch] // nil without Config.Topics
 	waiting   atomic.Bool
 	consumed  atomic.Int64
 	published atomic.Int64
@@ -58,6 +60,10 @@ type Stats struct {
 	Published  int64          // copies the new cluster acknowledged
 	DerivedIDs int64          // copies whose id was derived from the payload (PayloadID)
 	Commits    int64          // offset commits the old cluster accepted
+
+	// MissingTopics are the topics of Config.Topics the old cluster did
+	// not have at the last check (Config.TopicCheckInterval).
+	MissingTopics []string
 }
 
 // RefusedError is a record the new cluster refused for good: larger than
@@ -111,7 +117,26 @@ func (b *Bridge) Stats() Stats {
 		st.Step, _ = w.current()
 		st.StepReads = w.reads.Load()
 	}
+	if tw := b.topics.Load(); tw != nil {
+		if ts := tw.state.Load(); ts != nil {
+			st.MissingTopics = slices.Clone(ts.missing)
+		}
+	}
 	return st
+}
+
+// Ready says whether the bridge does its work: nil once Run follows the
+// plan (copying, or waiting while it is OLD_ONLY) and every topic of
+// Config.Topics exists on the old cluster and can be read; otherwise why
+// not, naming the topics. It is what `relay bridge` answers on /readyz.
+func (b *Bridge) Ready() error {
+	if b.watch.Load() == nil {
+		return errors.New("bridge: not following the plan yet")
+	}
+	if tw := b.topics.Load(); tw != nil {
+		return tw.state.Load().problem()
+	}
+	return nil
 }
 
 // Run copies until ctx ends, and returns nil then. While the plan is
@@ -136,11 +161,24 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err := b.checkLoop(st.Plan); err != nil {
 		return err
 	}
+	var topics *topicWatch
+	if len(b.cfg.Topics) > 0 {
+		adm, err := kgo.NewClient(append(slices.Clone(oldOpts), b.cfg.OldKafkaOpts...)...)
+		if err != nil {
+			return fmt.Errorf("bridge: old channel's client: %w", err)
+		}
+		defer adm.Close() // after the watches below have ended
+		topics = &topicWatch{adm: kadm.NewClient(adm), topics: b.cfg.Topics, interval: b.cfg.TopicCheckInterval, log: b.log}
+		b.topics.Store(topics)
+	}
 	watch := newStepWatch(b.ctl, st, b.cfg.StepInterval, b.log)
 	b.watch.Store(watch)
 	wctx, stopWatch := context.WithCancel(ctx)
 	var watching sync.WaitGroup
 	watching.Go(func() { watch.run(wctx) })
+	if topics != nil {
+		watching.Go(func() { topics.run(wctx) })
+	}
 	defer watching.Wait()
 	defer stopWatch()
 

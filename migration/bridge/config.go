@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/topicname"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -26,6 +27,7 @@ const (
 	CommitIntervalDefault     = time.Second
 	MaxInFlightRecordsDefault = 10_000
 	ShutdownTimeoutDefault    = 30 * time.Second
+	TopicCheckIntervalDefault = 30 * time.Second
 )
 
 // TopicPlaceholder is replaced by the old topic's name in
@@ -123,6 +125,13 @@ type Config struct {
 	// one minute). Defaults to 30 seconds.
 	ShutdownTimeout time.Duration
 
+	// TopicCheckInterval is how often the bridge checks that each topic
+	// of Topics exists on the old cluster. A consumer group waits in
+	// silence for a topic that does not exist, so the bridge says which
+	// do not, at every check until they do, and Ready fails meanwhile.
+	// Defaults to 30 seconds.
+	TopicCheckInterval time.Duration
+
 	// OldKafkaOpts and NewKafkaOpts are added to the options that reach
 	// the plan's channels (migration.Channel.KafkaOpts): a client id, a
 	// logger (kslog), a larger kgo.ProducerBatchMaxBytes for records above
@@ -152,17 +161,15 @@ func (c Config) WithDefaults() Config {
 	c.CommitInterval = cmp.Or(c.CommitInterval, CommitIntervalDefault)
 	c.MaxInFlightRecords = cmp.Or(c.MaxInFlightRecords, MaxInFlightRecordsDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.TopicCheckInterval = cmp.Or(c.TopicCheckInterval, TopicCheckIntervalDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
 
-// topicName is a name Kafka accepts for a topic.
-var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
-
 func checkTopic(field, name string) error {
-	if !topicName.MatchString(name) || name == "." || name == ".." {
+	if !topicname.Valid(name) {
 		return fmt.Errorf("bridge: %s: %q is not a Kafka topic name (1 to 249 of a-z, A-Z, 0-9, '.', '_', '-')", field, name)
 	}
 	return nil
@@ -230,6 +237,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("bridge: Config.MaxInFlightRecords is %d: must be within [1, 1000000]", c.MaxInFlightRecords)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("bridge: Config.ShutdownTimeout is %s: must be positive", c.ShutdownTimeout)
+	case c.TopicCheckInterval <= 0:
+		return fmt.Errorf("bridge: Config.TopicCheckInterval is %s: must be positive", c.TopicCheckInterval)
 	}
 	return nil
 }

@@ -34,7 +34,13 @@ var bridgeFlags = map[string]string{
 	"Config.CommitInterval":     "commit-interval",
 	"Config.MaxInFlightRecords": "max-in-flight",
 	"Config.ShutdownTimeout":    "shutdown-timeout",
+	"Config.TopicCheckInterval": "topic-check-interval",
 }
+
+// BridgeHTTPAddrDefault is where `relay bridge` serves /metrics, /healthz
+// and /readyz unless told otherwise: beside the relay's (:9187) and the
+// worker's (:9188) on one host.
+const BridgeHTTPAddrDefault = ":9189"
 
 // runBridge is `relay bridge`: it copies the records of producers that are
 // not Ferry's from a migration plan's old channel to its new one, until
@@ -57,7 +63,11 @@ func runBridge(ctx context.Context, args []string, _, stderr io.Writer) error {
 	commit := f.PositiveDuration("commit-interval", bridge.CommitIntervalDefault, "how often offsets the new cluster acknowledged are committed")
 	maxInFlight := f.Count("max-in-flight", bridge.MaxInFlightRecordsDefault, "copies sent and not yet acknowledged, at most")
 	shutdown := f.PositiveDuration("shutdown-timeout", bridge.ShutdownTimeoutDefault, "how long stopping, or giving up partitions, waits for the new cluster's acknowledgements")
+	topicCheck := f.PositiveDuration("topic-check-interval", bridge.TopicCheckIntervalDefault,
+		"how often the bridge checks that each of --topics exists on the old cluster, and says which do not")
 	clientID := f.String("kafka-client-id", "ferry-bridge", "Kafka client id on both clusters")
+	var http cli.HTTP
+	http.Register(f, BridgeHTTPAddrDefault)
 	tmap.fromEnv = len(tmap.m) > 0
 	logger, err := base.Parse(f, args, stderr)
 	if err != nil {
@@ -86,6 +96,7 @@ func runBridge(ctx context.Context, args []string, _, stderr io.Writer) error {
 		CommitInterval:     *commit,
 		MaxInFlightRecords: *maxInFlight,
 		ShutdownTimeout:    *shutdown,
+		TopicCheckInterval: *topicCheck,
 		OldKafkaOpts:       []kgo.Opt{kgo.ClientID(*clientID), kafkaLog(migration.OldSide)},
 		NewKafkaOpts:       []kgo.Opt{kgo.ClientID(*clientID), kafkaLog(migration.NewSide)},
 		Logger:             logger,
@@ -94,6 +105,13 @@ func runBridge(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return cli.ConfigError(err, bridgeFlags)
 	}
+	// /readyz says what keeps the bridge from copying: a topic of --topics
+	// the old cluster does not have, the plan not read yet.
+	stopHTTP, err := http.Serve(cli.NewRegistry(), cli.Probes{Ready: b.Ready, Hide: base.DB.Names()}, logger)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
 	cfg = cfg.WithDefaults()
 	logger.Info("bridge starting", slog.String("database", base.DB.Redacted()), slog.String("plan", cfg.Plan),
 		slog.String("group", cfg.Group), slog.Any("topics", cfg.Topics), slog.String("topic_regex", cfg.TopicRegex))

@@ -40,6 +40,7 @@ func TestBridgeSettingsAreValidatedByName(t *testing.T) {
 		{append([]string{"bridge", "--plan", "p", "--topics", "t", "--offset-reset", "none"}, db...), "--offset-reset"},
 		{append([]string{"bridge", "--plan", "p", "--topics", "t", "--max-in-flight", "0"}, db...), "max-in-flight"},
 		{append([]string{"bridge", "--plan", "p", "--topics", "t", "--step-interval", "0s"}, db...), "step-interval"},
+		{append([]string{"bridge", "--plan", "p", "--topics", "t", "--topic-check-interval", "0s"}, db...), "topic-check-interval"},
 	}
 	for _, c := range cases {
 		code, _, stderr := run(t, context.Background(), c.args...)
@@ -61,8 +62,8 @@ func TestBridgeShowsNoSecret(t *testing.T) {
 	for _, args := range [][]string{
 		{"bridge", "-h"},
 		{"bridge", "--no-such-flag"},
-		{"bridge", "--plan", "p", "--topics", "t", "--log-level", "debug"},
-		{"bridge", "--plan", "p", "--topics", "t", "--database-url", "postgres://ferry:" + secret + "@[::1"},
+		{"bridge", "--plan", "p", "--topics", "t", "--log-level", "debug", "--http-addr", "127.0.0.1:0"},
+		{"bridge", "--plan", "p", "--topics", "t", "--database-url", "postgres://ferry:" + secret + "@[::1", "--http-addr", "127.0.0.1:0"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		code, stdout, stderr := run(t, ctx, args...)
@@ -105,7 +106,7 @@ func TestBridgeCommandCopies(t *testing.T) {
 		}
 	}
 
-	if code, _, stderr := run(t, ctx, "bridge", "--database-url", db.URL, "--plan", "nope", "--topics", oldTopic); code != 2 || !strings.Contains(stderr, "--plan") {
+	if code, _, stderr := run(t, ctx, "bridge", "--database-url", db.URL, "--plan", "nope", "--topics", oldTopic, "--http-addr", "off"); code != 2 || !strings.Contains(stderr, "--plan") {
 		t.Fatalf("unknown plan: exit %d, %s", code, stderr)
 	}
 
@@ -115,7 +116,7 @@ func TestBridgeCommandCopies(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- relaycli.Main(runCtx, []string{"bridge", "--database-url", db.URL, "--plan", name, "--topics", oldTopic,
-			"--topic-map", oldTopic + "=" + newTopic, "--log-format", "json"}, &logs, &logs)
+			"--topic-map", oldTopic + "=" + newTopic, "--log-format", "json", "--http-addr", "off"}, &logs, &logs)
 	}()
 	adm := ferrytest.AdminB(t)
 	for {
@@ -164,5 +165,67 @@ func TestBridgeCommandCopies(t *testing.T) {
 				t.Errorf("copy %s: ids %q, stamps %q", r.Key, id, route)
 			}
 		})
+	}
+}
+
+// `relay bridge` on a topic the old cluster does not have says so, at
+// every --topic-check-interval until it exists, and /readyz answers 503
+// naming it meanwhile; once the topic is created, /readyz answers ok.
+func TestBridgeSaysATopicDoesNotExist(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, 2*time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	c := &migration.Controller{DB: db.Pool}
+	name := "m7-" + ferrytest.Suffix()
+	if err := c.Create(ctx, migration.Plan{Name: name,
+		Old:    migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "outbox.event.{aggregate_type}"},
+		New:    migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: "outbox.event.{aggregate_type}"},
+		Groups: []string{"stock"}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Request(ctx, name, migration.DualWrite, 0, "test"); err != nil || !d.Accepted {
+		t.Fatalf("DUAL_WRITE: %+v %v", d, err)
+	}
+	missing := "no.such.topic." + ferrytest.Suffix()
+	addr := freeAddr(t)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var logs ferrytest.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- relaycli.Main(runCtx, []string{"bridge", "--database-url", db.URL, "--plan", name, "--topics", missing,
+			"--topic-check-interval", "200ms", "--http-addr", addr, "--log-format", "json"}, &logs, &logs)
+	}()
+	said := func() int {
+		n := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, "do not exist") && strings.Contains(line, missing) {
+				n++
+			}
+		}
+		return n
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case code := <-done:
+				t.Fatalf("relay bridge exited %d before %s:\n%s", code, what, logs.String())
+			case <-ctx.Done():
+				t.Fatalf("no %s:\n%s", what, logs.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	wait("two log lines saying "+missing+" does not exist", func() bool { return said() >= 2 })
+	status, body := get("http://" + addr + "/readyz")
+	if status != 503 || !strings.Contains(body, missing) || !strings.Contains(body, "does not exist") {
+		t.Fatalf("/readyz with %s missing: %d %q, want 503 naming it", missing, status, body)
+	}
+	ferrytest.CreateTopic(t, missing, 1)
+	wait("/readyz ok once "+missing+" exists", func() bool { status, _ := get("http://" + addr + "/readyz"); return status == 200 })
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d\n%s", code, logs.String())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/internal/topicname"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -36,7 +37,25 @@ const timeFormat = "2006-01-02 15:04:05Z07:00"
 // lastRequests is how many requests `relay migration status` shows.
 const lastRequests = 5
 
+const migrationUsage = `Usage:
+  relay migration create NAME --old-brokers H:P --old-topic-template T
+                   --new-brokers H:P --new-topic-template T --groups G[,G...]
+  relay migration list
+  relay migration status NAME
+  relay migration request NAME PHASE [--slices K]
+  relay migration history NAME
+
+A live broker migration plan moves the outbox's events from an old Kafka
+channel to a new one, through OLD_ONLY, DUAL_WRITE, CUTOVER and
+OLD_RETIRED; every request is recorded, accepted or rejected.
+"relay migration VERB -h" lists the flags of a verb.
+`
+
 func runMigration(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && cli.IsHelp(args[0]) {
+		fmt.Fprint(stdout, migrationUsage)
+		return nil
+	}
 	if len(args) == 0 || migrationVerbs[args[0]] == nil {
 		return cli.Usagef("want `relay migration create NAME ...`, `list`, `status NAME`, `request NAME PHASE [--slices K]` " +
 			"or `history NAME` (`relay migration VERB -h` lists its flags)")
@@ -162,6 +181,10 @@ func (c *channelFlags) channel() (migration.Channel, error) {
 	if ch.TopicTemplate == "" {
 		return ch, cli.Usagef("%s is required", flag("topic-template"))
 	}
+	// The check relay.Config.TopicTemplate and migration.Plan make.
+	if err := topicname.CheckTemplate(ch.TopicTemplate); err != nil {
+		return ch, cli.Usagef("%s %w", flag("topic-template"), err)
+	}
 	if !ch.TLS && (ch.TLSCAFile != "" || ch.TLSCertFile != "" || ch.TLSKeyFile != "") {
 		return ch, cli.Usagef("%s settings need %s", flag("tls-*"), flag("tls"))
 	}
@@ -243,7 +266,22 @@ func migrationCreate(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "created plan %s in %s (epoch 0), by %s\nnext: relay migration request %s %s\n",
 		p.Name, migration.OldOnly, cli.Cell(*by, 100), p.Name, migration.DualWrite)
+	old.warnUnsetPassword(stderr, p.Name)
+	nw.warnUnsetPassword(stderr, p.Name)
 	return nil
+}
+
+// warnUnsetPassword warns when the channel's SASL password variable is not
+// set here. The plan holds only its name and the processes that follow the
+// plan read it, on their hosts, so this is no error; but an unset variable
+// where the plan is made is most often a typo in its name.
+func (c *channelFlags) warnUnsetPassword(stderr io.Writer, plan string) {
+	if c.saslPasswordEnv == "" || os.Getenv(c.saslPasswordEnv) != "" {
+		return
+	}
+	fmt.Fprintf(stderr, "warning: --%s-sasl-password-env: %s is not set here; every relay, worker and bridge that follows plan %s "+
+		"reads the %s channel's password from it, and cannot reach that channel without it (a typo in the name?)\n",
+		c.side, c.saslPasswordEnv, plan, c.side)
 }
 
 func migrationList(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -217,13 +217,24 @@ func TestMigrationListAndDefaultBy(t *testing.T) {
 }
 
 // What the database holds is shown escaped: a control sequence in a topic
-// template or in who asked cannot drive the terminal.
+// template or in who asked cannot drive the terminal. create refuses such
+// a template, and its refusal is escaped too; one stored by other means
+// (an UPDATE by hand) is shown escaped.
 func TestMigrationOutputEscapesStoredText(t *testing.T) {
 	t.Parallel()
 	s := newMigrationSetup(t)
 	const evil = "\x1b]0;pwned\a\x1b[2J"
-	s.must(t, 0, "create", "move-1", "--old-brokers", "a:9092", "--old-topic-template", "t.{aggregate_type}",
+	_, stderr := s.must(t, 2, "create", "move-1", "--old-brokers", "a:9092", "--old-topic-template", "t.{aggregate_type}",
 		"--new-brokers", "b:9092", "--new-topic-template", "t."+evil+"{aggregate_type}", "--groups", "stock", "--by", "x")
+	if strings.ContainsAny(stderr, "\x1b\a") || !strings.Contains(stderr, `\x1b]0;pwned\a`) {
+		t.Errorf("create's refusal of a template with control bytes shows them unescaped, or not at all:\n%q", stderr)
+	}
+	s.must(t, 0, "create", "move-1", "--old-brokers", "a:9092", "--old-topic-template", "t.{aggregate_type}",
+		"--new-brokers", "b:9092", "--new-topic-template", "t2.{aggregate_type}", "--groups", "stock", "--by", "x")
+	if _, err := s.db.Pool.Exec(s.ctx, `UPDATE ferry_migration SET new_channel = jsonb_set(new_channel, '{topic_template}', to_jsonb($1::text))`,
+		"t."+evil+"{aggregate_type}"); err != nil {
+		t.Fatal(err)
+	}
 	s.must(t, 0, "request", "move-1", "DUAL_WRITE", "--by", "eve"+evil)
 	for _, verb := range []string{"status", "history"} {
 		out, _ := s.must(t, 0, verb, "move-1")
@@ -264,6 +275,10 @@ func TestMigrationCommandLineIsValidatedByName(t *testing.T) {
 		{create("--old-brokers"), "--old-brokers is required"},
 		{create("--new-topic-template"), "--new-topic-template is required"},
 		{create("", "--new-brokers", "nohost"), "--new-brokers"},
+		// What `relay run --topic-template` refuses, refused by the same check.
+		{create("", "--new-topic-template", "outbox.{aggregate_type"), `--new-topic-template "outbox.{aggregate_type"`},
+		{create("", "--new-topic-template", "outbox.{foo}"), "--new-topic-template \"outbox.{foo}\": unknown placeholder {foo}"},
+		{create("", "--old-topic-template", "outbox}.{aggregate_type}}"), `--old-topic-template "outbox}.{aggregate_type}}"`},
 		{create("", "--old-tls-ca-file", "/ca.pem"), "--old-tls"},
 		{create("", "--new-tls-cert-file", "/c.pem"), "--new-tls-key-file"},
 		{create("", "--new-sasl-mechanism", "MD5"), "--new-sasl-mechanism"},
@@ -492,5 +507,57 @@ func TestMigrationStatusWithoutTheOldChannel(t *testing.T) {
 	}
 	if strings.Contains(out, "GROUP ") || strings.Contains(out, "TOPIC ") {
 		t.Errorf("status shows tables it could not read:\n%s", out)
+	}
+}
+
+// A plan's topic templates pass the check `relay run --topic-template`
+// passes: create refuses, by flag, with the reason run gives, whatever
+// relay run refuses, and records nothing.
+func TestMigrationCreateRefusesTheTopicTemplatesRunRefuses(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	for _, c := range []struct{ template, reason string }{
+		{"outbox.{aggregate_type", "outbox.{aggregate_type"},
+		{"outbox.{foo}", "unknown placeholder {foo}"},
+		{"outbox}.{aggregate_type}}", "outbox}.{aggregate_type}}"},
+		{"outbox.event.{aggregate_type}.dlq", "dead-letter"},
+	} {
+		code, _, runErr := run(t, s.ctx, "run", "--database-url", "postgres://x@127.0.0.1:1/x", "--kafka-brokers", "127.0.0.1:1",
+			"--http-addr", "off", "--topic-template", c.template)
+		if code != 2 || !strings.Contains(runErr, c.reason) {
+			t.Fatalf("relay run --topic-template %q: exit %d, %q; want 2 naming %q", c.template, code, runErr, c.reason)
+		}
+		_, reason, _ := strings.Cut(runErr, c.template)
+		for _, side := range []string{"old", "new"} {
+			args := []string{"create", "m1", "--old-brokers", "a:9092", "--old-topic-template", "outbox.event.{aggregate_type}",
+				"--new-brokers", "b:9092", "--new-topic-template", "outbox.event.{aggregate_type}", "--groups", "g"}
+			args = append(args, "--"+side+"-topic-template", c.template)
+			code, stdout, stderr := s.relay(t, args...)
+			if code != 2 || !strings.Contains(stderr, "--"+side+"-topic-template") || !strings.Contains(stderr, reason) {
+				t.Errorf("relay migration create --%s-topic-template %q: exit %d\n%s%s\nwant exit 2 naming the flag and, as run does, %q",
+					side, c.template, code, stdout, stderr, reason)
+			}
+		}
+	}
+	if out, _ := s.must(t, 0, "list"); len(tableRows(t, out, "NAME ")) != 0 {
+		t.Fatalf("plans recorded with a bad template:\n%s", out)
+	}
+}
+
+// create stores the name of a SASL password variable, never its value,
+// and warns when that variable is not set where create runs: the relay
+// and the workers that follow the plan read it, and an unset one is most
+// often a typo. The plan is created all the same (they run elsewhere).
+func TestMigrationCreateWarnsOfAnUnsetPasswordVariable(t *testing.T) {
+	const secret = "Sasl-s3cret-3318"
+	t.Setenv("FERRY_TEST_MIGRATION_SET_PASS", secret)
+	s := newMigrationSetup(t)
+	_, stderr := s.must(t, 0, createArgs("move-1", "FERRY_TEST_MIGRATION_NO_SUCH_PASS")...)
+	if !strings.Contains(stderr, "--new-sasl-password-env") || !strings.Contains(stderr, "FERRY_TEST_MIGRATION_NO_SUCH_PASS is not set") {
+		t.Errorf("create with an unset password variable: stderr %q, want a warning naming the flag and the variable", stderr)
+	}
+	out, stderr := s.must(t, 0, createArgs("move-2", "FERRY_TEST_MIGRATION_SET_PASS")...)
+	if strings.Contains(stderr, "not set") || strings.Contains(out+stderr, secret) {
+		t.Errorf("create with a set password variable: stdout %q, stderr %q; want no warning and no secret", out, stderr)
 	}
 }

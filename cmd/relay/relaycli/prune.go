@@ -49,7 +49,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.register(f)
 	var p pruneFlags
 	p.register(f, false)
-	if _, err := c.Parse(f, args, stderr); err != nil {
+	if err := c.parse(f, args, stderr); err != nil {
 		return err
 	}
 	target, err := c.DB.Target()

@@ -13,7 +13,21 @@ import (
 	"github.com/ferryhq/ferry/relay"
 )
 
+const quarantineUsage = `Usage:
+  relay quarantine list [--limit N]
+  relay quarantine requeue (--id ID[,ID...] | --all)
+  relay quarantine discard (--id ID[,ID...] | --all)
+
+Events Kafka refused for good wait in outbox_quarantine with their reason.
+Requeue puts them back into the outbox, with the events quarantined behind
+them, once the cause is fixed; discard deletes them for good.
+`
+
 func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && cli.IsHelp(args[0]) {
+		fmt.Fprint(stdout, quarantineUsage)
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "list" && args[0] != "requeue" && args[0] != "discard") {
 		return cli.Usagef("want `relay quarantine list`, `relay quarantine requeue --id ID|--all` or `relay quarantine discard --id ID|--all`")
 	}
@@ -21,9 +35,13 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 	f := cli.NewFlags("relay quarantine "+verb, stderr)
 	var c common
 	c.register(f)
-	limit := f.FlagSet.Int("limit", 100, "list at most this many events")
-	ids := f.FlagSet.String("id", "", verb+" these event ids (comma-separated)")
-	all := f.FlagSet.Bool("all", false, verb+" every quarantined event")
+	limit, ids, all := new(int), new(string), new(bool)
+	if verb == "list" {
+		f.FlagSet.IntVar(limit, "limit", 100, "list at most this many events")
+	} else {
+		f.FlagSet.StringVar(ids, "id", "", verb+" these event ids (comma-separated)")
+		f.FlagSet.BoolVar(all, "all", false, verb+" every quarantined event")
+	}
 	if _, err := c.Parse(f, args[1:], stderr); err != nil {
 		return err
 	}

@@ -46,7 +46,8 @@ Usage:
   relay bridge --plan NAME --topics T[,T...] [--topic-map OLD=NEW]
                                    copy the records of producers that are not Ferry's from
                                    a plan's old channel to its new one, stamped with the
-                                   plan's step; offsets committed once the new cluster acked
+                                   plan's step; offsets committed once the new cluster acked;
+                                   /readyz (:9189) names a topic the old cluster lacks
   relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
                                    the publication and slot (--no-slot: schema only;
                                    --outbox-partitioning daily: an empty outbox
@@ -82,6 +83,23 @@ func (c *common) register(f *cli.Flags) {
 	f.StringVar(&c.slot, "slot", relay.SlotDefault, "logical replication slot")
 }
 
+// parse is Base.Parse, then the check `relay run` makes of --slot.
+func (c *common) parse(f *cli.Flags, args []string, stderr io.Writer) error {
+	if _, err := c.Parse(f, args, stderr); err != nil {
+		return err
+	}
+	return checkNameFlag("slot", c.slot)
+}
+
+// checkNameFlag refuses, by flag, a slot or publication name relay.Config
+// refuses: before a command reads or changes anything.
+func checkNameFlag(flag, name string) error {
+	if err := relay.CheckName(name); err != nil {
+		return cli.Usagef("--%s (%s) %w", flag, cli.EnvName(flag), err)
+	}
+	return nil
+}
+
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := cli.NewFlags("relay migrate", stderr)
 	var m cli.MigrateFlags
@@ -97,6 +115,15 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	action := f.Arg(0)
+	if !*noSlot && (action == "" || action == "up") {
+		// Checked before the schema is applied, not after.
+		if err := checkNameFlag("slot", *slot); err != nil {
+			return err
+		}
+		if err := checkNameFlag("publication", *publication); err != nil {
+			return err
+		}
+	}
 	if err := m.Migrate(ctx, action, stdout, logger); err != nil {
 		return err
 	}

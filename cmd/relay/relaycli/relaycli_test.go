@@ -248,3 +248,30 @@ func header(r *kgo.Record, key string) string {
 	}
 	return ""
 }
+
+// Every command that takes --slot (or --publication) refuses a name `relay
+// run` refuses, by flag, with exit 2, before it reads or changes anything:
+// `relay migrate` does not apply the schema and then fail on the slot.
+func TestEveryCommandRefusesTheSlotNamesRunRefuses(t *testing.T) {
+	t.Parallel()
+	db := ferrytest.NewDB(t)
+	ctx := ferrytest.Context(t, time.Minute)
+	for _, args := range [][]string{
+		{"status", "--slot", "a b"},
+		{"prune", "--slot", "a b"},
+		{"migrate", "--slot", "a b"},
+		{"migrate", "--publication", "Bad-Pub"},
+		{"recover", "--slot", "a b", "--kafka-brokers", "127.0.0.1:1"},
+		{"run", "--slot", "a b", "--kafka-brokers", "127.0.0.1:1", "--http-addr", "off"},
+	} {
+		flag := args[1]
+		code, stdout, stderr := run(t, ctx, append(args, "--database-url", db.URL)...)
+		if code != 2 || !strings.Contains(stderr, flag) || !strings.Contains(stderr, "lower-case letters, digits and underscores") {
+			t.Errorf("relay %v: exit %d\n%s%s\nwant exit 2 naming %s and the rule", args, code, stdout, stderr, flag)
+		}
+	}
+	var tables int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("%d tables (%v) after commands that were refused, want none", tables, err)
+	}
+}

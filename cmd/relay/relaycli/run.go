@@ -182,7 +182,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f := cli.NewFlags("relay status", stderr)
 	var c common
 	c.register(f)
-	if _, err := c.Parse(f, args, stderr); err != nil {
+	if err := c.parse(f, args, stderr); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)

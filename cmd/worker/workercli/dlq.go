@@ -2,6 +2,7 @@ package workercli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -58,6 +59,10 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 	if len(args) > 0 && args[0] == "parked" {
 		return runParked(ctx, name, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && cli.IsHelp(args[0]) {
+		fmt.Fprintf(stdout, dlqUsage, name)
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive") {
 		fmt.Fprintf(stderr, dlqUsage, name)
 		return cli.Usagef("want dlq list, dlq redrive or dlq parked")
@@ -66,7 +71,10 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 	f := cli.NewFlags(name+" dlq "+action, stderr)
 	var d dlqFlags
 	d.register(f)
-	all := f.FlagSet.Bool("all", false, "redrive: every dead letter of the topic")
+	all := new(bool)
+	if action == "redrive" {
+		f.FlagSet.BoolVar(all, "all", false, "every dead letter of the topic")
+	}
 	if err := f.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -101,6 +109,9 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 			fmt.Fprintf(stdout, "skipped %s/%d/%d: %s\n", dl.Topic, dl.Partition, dl.Offset, cli.Cell(res.SkipReasons[i], 300))
 		}
 		fmt.Fprintf(stdout, "%d redriven, %d skipped\n", len(res.Redriven), len(res.Skipped))
+	}
+	if errors.Is(err, inbox.ErrNoDeadLetter) {
+		return fmt.Errorf("%w (`%s dlq list --topic %s` shows the dead letters)", err, name, *d.topic)
 	}
 	return err
 }

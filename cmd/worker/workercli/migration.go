@@ -29,11 +29,19 @@ topic and partition its shadow came from, without the route stamp, so the
 consumer applies it (once: its id is in the inbox afterwards), and deletes
 it from the table. A shadow from the old channel goes back there through
 the --kafka-* settings; one from the new channel through the channel the
-consumer learned (ferry_inbox_channel).
+consumer learned (ferry_inbox_channel). An event that left the quarantine
+meanwhile (its authoritative copy came late and was applied) needs no
+replay and is counted apart. Replay exits 0 when every event selected was
+replayed or had left the quarantine, 1 when one could not be replayed: it
+is named, stays quarantined, and replaying again is harmless.
 `
 
 // runMigration is `migration quarantine list|replay`.
 func runMigration(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if (len(args) > 0 && cli.IsHelp(args[0])) || (len(args) > 1 && args[0] == "quarantine" && cli.IsHelp(args[1])) {
+		fmt.Fprintf(stdout, migrationUsage, name)
+		return nil
+	}
 	if len(args) < 2 || args[0] != "quarantine" || (args[1] != "list" && args[1] != "replay") {
 		fmt.Fprintf(stderr, migrationUsage, name)
 		return cli.Usagef("want migration quarantine list or migration quarantine replay")
@@ -43,13 +51,14 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 	var base cli.Base
 	base.Register(f)
 	var kafka cli.Kafka
-	if action == "replay" {
-		kafka.Register(f, "ferry-worker-migration")
-	}
 	// No environment variables for the selection, as for dead letters.
 	consumer := f.FlagSet.String("consumer", "", "only the events of this consumer")
-	id := f.FlagSet.String("id", "", "replay: only the event with this id")
-	all := f.FlagSet.Bool("all", false, "replay: every quarantined event")
+	id, all := new(string), new(bool)
+	if action == "replay" {
+		kafka.Register(f, "ferry-worker-migration")
+		f.FlagSet.StringVar(id, "id", "", "only the event with this id")
+		f.FlagSet.BoolVar(all, "all", false, "every quarantined event")
+	}
 	timeout := f.FlagSet.Duration("timeout", time.Minute, "give up after this long")
 	if _, err := base.Parse(f, args[2:], stderr); err != nil {
 		return err
@@ -84,36 +93,85 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	n := 0
-	for _, q := range qs {
+	var selected, replayed, gone, failed int
+	channels := map[[2]string]channelOpts{} // by consumer and plan: one reading of each
+	for i, q := range qs {
 		if *id != "" && q.ID != *id {
 			continue
 		}
-		opts := oldOpts
-		if q.Side == migration.NewSide {
-			if opts, err = newChannelOpts(ctx, pool, q); err != nil {
-				fmt.Fprintf(stdout, "%d replayed\n", n)
-				return err
+		selected++
+		what := cli.Cell(q.ID, 80) + " of " + cli.Cell(q.Consumer, 60)
+		if ctx.Err() != nil {
+			// --timeout ran out: what is left is not tried, and says so once.
+			left := 0
+			for _, r := range qs[i:] {
+				if *id == "" || r.ID == *id {
+					left++
+				}
 			}
+			why := ctx.Err().Error()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				why = fmt.Sprintf("--timeout %s ran out (replay again, or with a longer --timeout)", *timeout)
+			}
+			fmt.Fprintf(stdout, "%d not tried: %s\n", left, why)
+			failed += left
+			selected += left - 1
+			break
 		}
-		err := inbox.ReplayMigrationQuarantined(ctx, pool, opts, q)
-		if errors.Is(err, inbox.ErrNoLongerQuarantined) {
-			fmt.Fprintf(stdout, "%s of %s: %v\n", cli.Cell(q.ID, 80), cli.Cell(q.Consumer, 60), inbox.ErrNoLongerQuarantined)
-			continue
+		err := replayOne(ctx, pool, oldOpts, channels, q)
+		switch {
+		case errors.Is(err, inbox.ErrNoLongerQuarantined):
+			// Applied meanwhile (its authoritative copy came late), or
+			// replayed by another: nothing is left to do.
+			gone++
+			fmt.Fprintf(stdout, "%s: no longer quarantined (applied meanwhile, or replayed already): nothing to do\n", what)
+		case err != nil:
+			failed++
+			fmt.Fprintf(stdout, "%s: not replayed: %s\n", what, cli.Cell(err.Error(), 500))
+		default:
+			replayed++
+			fmt.Fprintf(stdout, "replayed %s to the %s channel's %s/%d\n", what, q.Side, cli.Cell(q.Topic, 100), q.Partition)
 		}
-		if err != nil {
-			fmt.Fprintf(stdout, "%d replayed\n", n)
-			return err
-		}
-		n++
-		fmt.Fprintf(stdout, "replayed %s of %s to the %s channel's %s/%d\n", cli.Cell(q.ID, 80), cli.Cell(q.Consumer, 60),
-			q.Side, cli.Cell(q.Topic, 100), q.Partition)
 	}
-	if *id != "" && n == 0 {
+	if *id != "" && selected == 0 {
 		return fmt.Errorf("no quarantined event with id %q%s", *id, map[bool]string{true: " of consumer " + *consumer}[*consumer != ""])
 	}
-	fmt.Fprintf(stdout, "%d replayed\n", n)
+	fmt.Fprintf(stdout, "%d replayed, %d no longer quarantined, %d failed\n", replayed, gone, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d quarantined events not replayed (see above); they stay quarantined, and replaying again is harmless", failed, selected)
+	}
 	return nil
+}
+
+// channelOpts are the options that reach a new channel, or why there are
+// none.
+type channelOpts struct {
+	opts []kgo.Opt
+	err  error
+}
+
+// replayOne replays q through the channel it came from. An event whose
+// new channel cannot be reached from here, but which left the quarantine
+// anyway, needs no replay: ErrNoLongerQuarantined.
+func replayOne(ctx context.Context, pool dbsqlc.DBTX, oldOpts []kgo.Opt, channels map[[2]string]channelOpts, q inbox.MigrationQuarantined) error {
+	opts := oldOpts
+	if q.Side == migration.NewSide {
+		key := [2]string{q.Consumer, q.Plan}
+		ch, ok := channels[key]
+		if !ok {
+			ch.opts, ch.err = newChannelOpts(ctx, pool, q)
+			channels[key] = ch
+		}
+		if ch.err != nil {
+			held, err := dbsqlc.New().InboxQuarantineHolds(ctx, pool, dbsqlc.InboxQuarantineHoldsParams{Consumer: q.Consumer, MessageID: q.ID})
+			if err == nil && !held {
+				return inbox.ErrNoLongerQuarantined
+			}
+			return ch.err
+		}
+		opts = ch.opts
+	}
+	return inbox.ReplayMigrationQuarantined(ctx, pool, opts, q)
 }
 
 // newChannelOpts reaches the new channel of q's plan, as its consumer

@@ -75,3 +75,71 @@ func count(t *testing.T, db *ferrytest.DB, q string) int {
 	}
 	return n
 }
+
+// quarantine inserts an entry of consumer billing in plan move, from side,
+// quarantined at the given second of a fixed day (the order replay takes).
+func quarantine(t *testing.T, db *ferrytest.DB, id, side, topic string, second int) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side,
+		topic, partition, record_offset, record_key, record_value, record_headers, reason, received_at, quarantined_at)
+		VALUES ('billing', $1, 'move', $2, $3, 0, 7, 'k', 'v', '[]', 'the authoritative copy was never applied',
+		'2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z'::timestamptz + make_interval(secs => $4))`, id, side, topic, second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An event that left the quarantine while the replay ran (the worker
+// applied its authoritative copy meanwhile) needs no replay: the replay
+// says so, does not fail on it, even when it could not have reached its
+// channel, and exits 0. An event it could not replay is named, the others
+// are replayed all the same, and the replay exits 1.
+func TestMigrationQuarantineReplayCountsEventsAppliedMeanwhileAsDone(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	topic := ferrytest.Topic(t, 1)
+	brokers := strings.Join(ferrytest.Brokers(t), ",")
+	// The new channel as consumer billing learned it: behind SCRAM, with a
+	// password variable this process does not have.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
+		VALUES ('billing', 'move', 'old', $1, 'p', $2)`, topic, `{"brokers":["127.0.0.1:1"],"topic_template":"t.{aggregate_type}",
+		"sasl_mechanism":"SCRAM-SHA-512","sasl_username":"ferry","sasl_password_env":"FERRY_TEST_NO_SUCH_PASSWORD_VARIABLE"}`); err != nil {
+		t.Fatal(err)
+	}
+	// The worker applies m-2 (and drops its entry) while m-1 is replayed:
+	// a trigger stands in for it.
+	if _, err := db.Pool.Exec(ctx, `
+		CREATE FUNCTION applied_meanwhile() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO inbox (consumer, message_id) VALUES ('billing', 'm-2');
+			DELETE FROM ferry_inbox_quarantine WHERE consumer = 'billing' AND message_id = 'm-2';
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER applied_meanwhile AFTER DELETE ON ferry_inbox_quarantine
+			FOR EACH ROW WHEN (OLD.message_id = 'm-1') EXECUTE FUNCTION applied_meanwhile();`); err != nil {
+		t.Fatal(err)
+	}
+	quarantine(t, db, "m-1", "old", topic, 1)
+	quarantine(t, db, "m-2", "new", "t.order", 2)
+	code, stdout, stderr := run(ctx, nil, "migration", "quarantine", "replay", "--all", "--database-url", db.URL, "--kafka-brokers", brokers)
+	if code != 0 || !strings.Contains(stdout, "replayed m-1 of billing") ||
+		!strings.Contains(stdout, "m-2 of billing: no longer quarantined") ||
+		!strings.Contains(stdout, "1 replayed, 1 no longer quarantined, 0 failed") {
+		t.Fatalf("replay --all with m-2 applied meanwhile: exit %d, want 0 with m-1 replayed and m-2 no longer quarantined\n%s%s",
+			code, stdout, stderr)
+	}
+
+	// m-3 is still quarantined, and its channel cannot be reached from
+	// here; m-4, after it, is replayed all the same.
+	quarantine(t, db, "m-3", "new", "t.order", 3)
+	quarantine(t, db, "m-4", "old", topic, 4)
+	code, stdout, stderr = run(ctx, nil, "migration", "quarantine", "replay", "--all", "--database-url", db.URL, "--kafka-brokers", brokers)
+	if code != 1 || !strings.Contains(stdout, "m-3 of billing: not replayed: ") || !strings.Contains(stdout, "FERRY_TEST_NO_SUCH_PASSWORD_VARIABLE") ||
+		!strings.Contains(stdout, "replayed m-4 of billing") || !strings.Contains(stdout, "1 replayed, 0 no longer quarantined, 1 failed") ||
+		!strings.Contains(stderr, "1 of 2 quarantined events not replayed") {
+		t.Fatalf("replay --all with m-3 unreachable: exit %d, want 1 naming m-3, with m-4 replayed\n%s%s", code, stdout, stderr)
+	}
+	if n := count(t, db, `SELECT count(*) FROM ferry_inbox_quarantine`); n != 1 {
+		t.Fatalf("%d events quarantined after the replays, want 1 (m-3)", n)
+	}
+}

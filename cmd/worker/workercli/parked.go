@@ -24,6 +24,10 @@ partition (fix the handler first) and deletes it from the table.
 
 // runParked lists or redrives the messages in inbox_parked.
 func runParked(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && cli.IsHelp(args[0]) {
+		fmt.Fprintf(stdout, parkedUsage, name)
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive") {
 		fmt.Fprintf(stderr, parkedUsage, name)
 		return cli.Usagef("want dlq parked list or dlq parked redrive")
@@ -33,13 +37,14 @@ func runParked(ctx context.Context, name string, args []string, stdout, stderr i
 	var base cli.Base
 	base.Register(f)
 	var kafka cli.Kafka
-	if action == "redrive" {
-		kafka.Register(f, "ferry-worker-parked")
-	}
 	// No environment variables for the selection, as for dead letters.
 	consumer := f.FlagSet.String("consumer", "", "only the messages of this consumer")
 	limit := f.FlagSet.Int("limit", 100, "at most this many messages")
-	all := f.FlagSet.Bool("all", false, "redrive: every parked message")
+	all := new(bool)
+	if action == "redrive" {
+		kafka.Register(f, "ferry-worker-parked")
+		f.FlagSet.BoolVar(all, "all", false, "every parked message")
+	}
 	timeout := f.FlagSet.Duration("timeout", time.Minute, "give up after this long")
 	if _, err := base.Parse(f, args[1:], stderr); err != nil {
 		return err
@@ -65,6 +70,11 @@ func runParked(ctx context.Context, name string, args []string, stdout, stderr i
 		printParked(stdout, parked)
 		fmt.Fprintf(stdout, "%d parked messages\n", len(parked))
 		return nil
+	}
+	if len(parked) == 0 && *consumer != "" {
+		// A consumer named and not found is a mistake (a typo, the wrong
+		// database), as an unknown id is for `relay quarantine requeue`.
+		return fmt.Errorf("no parked message of consumer %q in inbox_parked (`%s dlq parked list` shows them)", *consumer, name)
 	}
 	kopts, err := kafka.Opts(nil)
 	if err != nil {

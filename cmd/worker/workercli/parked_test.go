@@ -30,3 +30,34 @@ func TestParkedCommands(t *testing.T) {
 		t.Fatalf("dlq parked redrive without a selection: exit %d, want 2 naming --all\n%s", code, stderr)
 	}
 }
+
+// A redrive that finds nothing for what it was asked names it and exits
+// 1, as `relay quarantine requeue` does: a dead-letter id the topic does
+// not hold, a consumer with no dead letter, a consumer with no parked
+// message. Redriving every parked message of an empty table is no
+// failure.
+func TestRedriveThatFindsNothingExitsOne(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	brokers := strings.Join(ferrytest.Brokers(t), ",")
+	dlq := ferrytest.Topic(t, 1) + ".dlq"
+	ferrytest.CreateTopic(t, dlq, 1)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dlq", "redrive", "--topic", dlq, "--id", "00000000-0000-0000-0000-000000000009"}, `"00000000-0000-0000-0000-000000000009"`},
+		{[]string{"dlq", "redrive", "--topic", dlq, "--consumer", "nosuch"}, "no dead letter matches"},
+		{[]string{"dlq", "parked", "redrive", "--consumer", "nosuch", "--database-url", db.URL}, `consumer "nosuch"`},
+	} {
+		code, stdout, stderr := run(ctx, nil, append(c.args, "--kafka-brokers", brokers)...)
+		if code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("worker %v: exit %d\n%s%s\nwant exit 1 naming %s", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	code, stdout, stderr := run(ctx, nil, "dlq", "parked", "redrive", "--all", "--database-url", db.URL, "--kafka-brokers", brokers)
+	if code != 0 || !strings.Contains(stdout, "0 redriven") {
+		t.Errorf("dlq parked redrive --all of an empty inbox_parked: exit %d\n%s%s\nwant 0", code, stdout, stderr)
+	}
+}

@@ -336,3 +336,33 @@ func TestMigrateInboxPartitioning(t *testing.T) {
 		t.Fatalf("after migrate --inbox-partitioning daily the inbox's relkind is %q (%v), want p", kind, err)
 	}
 }
+
+// FERRY_DLQ_SUFFIX="" is the empty suffix, refused as --dlq-suffix "" is:
+// not unset, which would quietly take the default.
+func TestAnEmptyDLQSuffixInTheEnvironmentIsRefused(t *testing.T) {
+	t.Setenv("FERRY_DLQ_SUFFIX", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	app := &workercli.App{Register: func(w *inbox.Worker) error {
+		w.Handle("c", "t", func(context.Context, pgx.Tx, *inbox.Message) error { return nil })
+		return nil
+	}}
+	code, _, stderr := run(ctx, app, "run", "--database-url", "postgres://x@127.0.0.1:1/x?connect_timeout=1", "--kafka-brokers", "127.0.0.1:1",
+		"--http-addr", "off")
+	if code != 2 || !strings.Contains(stderr, "FERRY_DLQ_SUFFIX") || !strings.Contains(stderr, "empty") {
+		t.Fatalf("worker run with FERRY_DLQ_SUFFIX='': exit %d, %q; want 2 saying the suffix is empty", code, stderr)
+	}
+}
+
+// `worker status` on a database without Ferry's tables says that the inbox
+// is missing and how to make it, whatever Kafka knows of the consumer.
+func TestStatusWithoutTheInboxSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewDB(t) // no migrations
+	code, stdout, stderr := run(ctx, nil, "status", "--database-url", db.URL, "--kafka-brokers", strings.Join(ferrytest.Brokers(t), ","),
+		"--consumers", ferrytest.Name(t, "never-ran"))
+	if code != 1 || !strings.Contains(stderr, "inbox table does not exist") || !strings.Contains(stderr, "worker migrate") {
+		t.Fatalf("status on a database without migrations: exit %d\n%s%s\nwant 1 saying the inbox table does not exist", code, stdout, stderr)
+	}
+}
