@@ -40,6 +40,11 @@ func serializationFailure(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, _ 
 // shorter one, so tx is the one PostgreSQL aborts with 40P01. The other
 // transaction gets row 1 once tx rolls back, and rolls back too.
 //
+// PostgreSQL looks for a deadlock once per wait, when deadlock_timeout
+// ends: tx may ask for row 2 only once the other transaction waits for tx
+// itself (pg_blocking_pids), not merely for some lock, or a check that
+// finds no cycle yet leaves tx waiting until the handler times out.
+//
 // The previous call's other transaction must be gone first. Woken by the
 // previous tx's abort, it may still be about to take row 1, holding row 2:
 // if this tx took row 1 first, the previous one would wait for this tx, and
@@ -47,6 +52,10 @@ func serializationFailure(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, _ 
 // handler, a cycle through the client that PostgreSQL cannot see.
 func deadlock(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, wg *sync.WaitGroup) error {
 	wg.Wait()
+	var txPID int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&txPID); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, `SET LOCAL deadlock_timeout = '10ms'; UPDATE contended SET n = n + 1 WHERE id = 1`); err != nil {
 		return err
 	}
@@ -68,11 +77,11 @@ func deadlock(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, wg *sync.WaitG
 		_ = other.Rollback(ctx)
 	})
 	for {
-		var waiting bool
-		if err := pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, otherPID).Scan(&waiting); err != nil {
+		var blocked bool
+		if err := pool.QueryRow(ctx, `SELECT $2::int = ANY(pg_blocking_pids($1))`, otherPID, txPID).Scan(&blocked); err != nil {
 			return err
 		}
-		if waiting {
+		if blocked {
 			break
 		}
 		select {
