@@ -1,0 +1,148 @@
+package relay_test
+
+import (
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/relay"
+)
+
+// The status updates of these tests: PostgreSQL drops a walsender that sent
+// none for serverTimeout, shorter than every Kafka call the relay makes
+// against a channel that does not answer (a topic's limits 10 s, a fence's
+// partitions 5 s), so a loop that waits on one of them loses its session.
+const (
+	statusInterval = time.Second
+	serverTimeout  = 3 * statusInterval
+)
+
+// sessionWatch follows the relay's replication connection from the
+// server's side: its walsender and when it last heard a status update.
+type sessionWatch struct {
+	b    *bundle
+	r    *relay.Relay
+	logs *ferrytest.Buffer
+	pid  int32
+	last time.Time     // reply_time last seen
+	gap  time.Duration // the longest time between two status updates seen
+}
+
+// watchSession starts watching r's session; r streams already.
+func (b *bundle) watchSession(t *testing.T, r *relay.Relay, logs *ferrytest.Buffer) *sessionWatch {
+	t.Helper()
+	w := &sessionWatch{b: b, r: r, logs: logs}
+	waitFor(t, "the relay's walsender", func() bool {
+		w.pid, w.last = w.walsender(t)
+		return w.pid != 0 && !w.last.IsZero()
+	})
+	return w
+}
+
+func (w *sessionWatch) walsender(t *testing.T) (int32, time.Time) {
+	t.Helper()
+	var pid *int32
+	var reply *time.Time
+	err := w.b.db.Pool.QueryRow(w.b.ctx, `SELECT s.active_pid, r.reply_time FROM pg_replication_slots s
+		LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1`, w.b.slot).Scan(&pid, &reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid == nil || reply == nil {
+		return 0, time.Time{}
+	}
+	return *pid, *reply
+}
+
+// until waits up to a minute for cond, failing the test as soon as the
+// session is not the one being watched: PostgreSQL dropped it, or the relay
+// started another.
+func (w *sessionWatch) until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	sessions := w.r.Stats().Sessions
+	for !cond() {
+		pid, reply := w.walsender(t)
+		if pid != w.pid || w.r.Stats().Sessions != sessions {
+			silent := time.Since(w.last)
+			// The relay learns of it when its loop next touches the
+			// connection: give it the time to say why.
+			for i := 0; i < 1500 && sessionEnds(w.logs.String()) == ""; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Fatalf("while waiting for %s, the replication session was reset: walsender %d, now %d, "+
+				"%s after the last status update PostgreSQL received (server timeout %s); the relay logged:\n%s",
+				what, w.pid, pid, silent.Round(time.Millisecond), serverTimeout, sessionEnds(w.logs.String()))
+		}
+		if reply.After(w.last) {
+			w.gap = max(w.gap, reply.Sub(w.last))
+			w.last = reply
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute, still waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sessionEnds picks the relay's log lines about a session that ended.
+func sessionEnds(logs string) string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "session ended") || strings.Contains(line, "level=ERROR") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// statusConfig is b's relay configuration with the short server timeout and
+// its logs kept in logs.
+func statusConfig(b *bundle, logs *ferrytest.Buffer) relay.Config {
+	cfg := b.cfg
+	cfg.StatusInterval = statusInterval
+	cfg.ServerTimeout = serverTimeout
+	cfg.ShutdownTimeout = time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return cfg
+}
+
+var inFlightSilence = regexp.MustCompile(`Kafka answered none of \d+ records in flight`)
+
+// Before the relay produces to a topic it reads the topic's
+// max.message.bytes. With Kafka silent, that call took 10 s inside the
+// replication loop, which sent PostgreSQL no status update meanwhile: the
+// server dropped the session after its timeout, and the window was
+// published again. Now the loop goes on reporting while Kafka says
+// nothing; the event arrives once Kafka answers, in the same session.
+func TestStatusUpdatesGoOnWhileKafkaIsSilent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	warm := b.topic(t, "warm", 1)
+	topic := b.topic(t, "order", 1)
+	hole := &ferrytest.Blackhole{}
+	logs := &ferrytest.Buffer{}
+	cfg := statusConfig(b, logs)
+	cfg.KafkaOpts = append(cfg.KafkaOpts, kgo.Dialer(hole.Dial))
+	r := b.start(t, cfg)
+	consume(t, []string{warm}, b.write(t, evt("warm", "w", 1)), time.Minute, 0)
+	w := b.watchSession(t, r, logs)
+
+	hole.Cut()
+	want := b.write(t, evt("order", "a", 1)) // its topic's limit is not known yet
+	// Not ready after three server timeouts without an answer from Kafka:
+	// by then a loop waiting on Kafka would have lost the session.
+	w.until(t, "the relay to report Kafka silent", func() bool {
+		err := r.Ready()
+		return err != nil && inFlightSilence.MatchString(err.Error())
+	})
+	hole.Restore()
+	consume(t, []string{topic}, want, time.Minute, 0)
+	w.until(t, "the relay to be ready again", func() bool { return r.Ready() == nil })
+	t.Logf("status updates at most %s apart while Kafka was silent (server timeout %s)", w.gap.Round(time.Millisecond), serverTimeout)
+}
