@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/relay"
 )
 
@@ -145,4 +146,70 @@ func TestStatusUpdatesGoOnWhileKafkaIsSilent(t *testing.T) {
 	consume(t, []string{topic}, want, time.Minute, 0)
 	w.until(t, "the relay to be ready again", func() bool { return r.Ready() == nil })
 	t.Logf("status updates at most %s apart while Kafka was silent (server timeout %s)", w.gap.Round(time.Millisecond), serverTimeout)
+}
+
+// A migration step applies inside the replication loop: DUAL_WRITE makes
+// the new channel's client and reads the partitions of every topic of both
+// channels, to fence them. With the new cluster silent, each of those
+// calls took 5 s, with no status update sent meanwhile, so PostgreSQL
+// dropped the session, again and again. The same after a restart, where
+// the first event of each topic is fenced. Now the loop goes on reporting
+// while it waits for the new channel, and once the channel answers every
+// event reaches both, in that one session.
+func TestStatusUpdatesGoOnWhileTheNewChannelIsSilent(t *testing.T) {
+	t.Parallel()
+	pit := ferrytest.NewTarpit(t, ferrytest.BrokersB(t)[0])
+	m := setupMigration(t, 1, 1, []string{pit.Addr()})
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, m.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	logs := &ferrytest.Buffer{}
+	cfg := statusConfig(m.bundle, logs)
+	r, stop := runUntilStopped(t, cfg)
+	waitState(t, r, relay.StateStreaming)
+	w := m.watchSession(t, r, logs)
+
+	// The step: DUAL_WRITE waits for the new channel to fence it.
+	m.request(t, migration.DualWrite, 0)
+	m.writeBatch(t, 5)
+	w.until(t, "the relay to name the new channel as what it waits for", func() bool {
+		err := r.Ready()
+		return err != nil && strings.Contains(err.Error(), "the new channel does not answer")
+	})
+	pit.Open()
+	m.checkBothChannels(t)
+	w.until(t, "the relay to be ready again", func() bool { return r.Ready() == nil })
+	t.Logf("status updates at most %s apart while the step waited for the new channel", w.gap.Round(time.Millisecond))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new relay in DUAL_WRITE fences each topic at its first event.
+	pit.Shut()
+	r, stop = runUntilStopped(t, cfg)
+	waitState(t, r, relay.StateStreaming)
+	w = m.watchSession(t, r, logs)
+	m.writeBatch(t, 5)
+	w.until(t, "the relay to name the new channel as what it waits for", func() bool {
+		err := r.Ready()
+		return err != nil && strings.Contains(err.Error(), "the new channel does not answer")
+	})
+	pit.Open()
+	m.checkBothChannels(t)
+	w.until(t, "the relay to be ready again", func() bool { return r.Ready() == nil })
+	t.Logf("status updates at most %s apart while the first events waited for the new channel", w.gap.Round(time.Millisecond))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkBothChannels waits until every event written so far reached the
+// channels its step names, each copy stamped as its step says.
+func (m *migrationBundle) checkBothChannels(t *testing.T) {
+	t.Helper()
+	wantOld, wantNew := m.expected()
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
+	m.checkCopies(t, migration.OldSide, oldRecs)
+	m.checkCopies(t, migration.NewSide, newRecs)
 }
