@@ -85,7 +85,7 @@ func (w *sessionWatch) until(t *testing.T, what string, cond func() bool) {
 			w.last = reply
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after a minute, still waiting for %s", what)
+			t.Fatalf("after a minute, still waiting for %s; Ready: %v", what, w.r.Ready())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -212,4 +212,54 @@ func (m *migrationBundle) checkBothChannels(t *testing.T) {
 	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
 	m.checkCopies(t, migration.OldSide, oldRecs)
 	m.checkCopies(t, migration.NewSide, newRecs)
+}
+
+// The fences before the first event of a topic in a session are as many
+// records as the topic has partitions, beyond the in-flight budget. The
+// producer's buffer had room for the budget and one record more, so with
+// the budget nearly spent Produce blocked in the replication loop until
+// Kafka acknowledged enough: with Kafka silent, no status update went out
+// and PostgreSQL dropped the session. Now Produce never blocks, and the
+// budget alone holds the loop back, reporting.
+func TestStatusUpdatesGoOnWhenFencesFillTheProducer(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 4, 1, nil)
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, m.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	logs := &ferrytest.Buffer{}
+	cfg := statusConfig(m.bundle, logs)
+	cfg.MaxInFlightRecords = 2 // the producer's buffer held 3; 4 fences
+	hole := &ferrytest.Blackhole{}
+	// The fences' partitions come from the client's metadata cache, so
+	// that the relay knows them with Kafka silent.
+	cfg.KafkaOpts = append(cfg.KafkaOpts, kgo.Dialer(hole.Dial), kgo.MetadataMinAge(time.Hour), kgo.MetadataMaxAge(time.Hour))
+	r, stop := runUntilStopped(t, cfg)
+	t.Cleanup(hole.Restore) // before the stop: a relay stuck in Produce stops once Kafka answers
+	waitState(t, r, relay.StateStreaming)
+	m.request(t, migration.DualWrite, 0)
+	m.writeBatch(t, 1)
+	m.checkBothChannels(t) // the relay knows the old topic's limits now
+
+	// A new session fences the old topic's 4 partitions before its first
+	// event (one published again, or the next), with Kafka silent.
+	hole.Cut()
+	var ended bool
+	if err := m.db.Pool.QueryRow(m.ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1`, m.slot).Scan(&ended); err != nil || !ended {
+		t.Fatalf("end the relay's session: %v, %v", ended, err)
+	}
+	waitFor(t, "a second session", func() bool { return r.Stats().Sessions == 2 && r.State() == relay.StateStreaming })
+	w := m.watchSession(t, r, logs)
+	m.writeBatch(t, 1)
+	w.until(t, "the relay to report Kafka silent", func() bool {
+		err := r.Ready()
+		return err != nil && inFlightSilence.MatchString(err.Error())
+	})
+	hole.Restore()
+	m.checkBothChannels(t)
+	w.until(t, "the relay to be ready again", func() bool { return r.Ready() == nil })
+	t.Logf("status updates at most %s apart while the fences waited for Kafka", w.gap.Round(time.Millisecond))
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
 }
