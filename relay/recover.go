@@ -18,7 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
 // RecoverMarginDefault is how long before the last confirmed commit time a
@@ -66,7 +68,9 @@ type RecoverResult struct {
 //  1. it marks the recovery in ferry_relay_slot, so no relay streams from
 //     the new slot before the gap is republished, even if Recover dies;
 //  2. it creates the new slot first, with the snapshot of its starting
-//     point;
+//     point, trying again while the server refuses for now (a
+//     serialization failure such as "initial slot snapshot too large", a
+//     server restarting);
 //  3. in that snapshot (exactly the transactions the new slot will not
 //     send) it republishes every outbox row created since the last
 //     confirmed commit time less the margin, in id order, before anything
@@ -159,15 +163,11 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 
 	// The new slot first: from its starting point on it keeps every
 	// transaction; the snapshot it exports sees exactly those before.
-	conn, err := r.replicationConn(ctx)
+	conn, created, err := r.createRecoverySlot(ctx, log)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	created, err := createSlotExportingSnapshot(ctx, conn, r.cfg.Slot)
-	if err != nil {
-		return nil, fmt.Errorf("relay: recover: create slot %q: %w", r.cfg.Slot, err)
-	}
 	res.SlotLSN = created.ConsistentPoint
 	log.Info("recovery: created the new slot; republishing the outbox from its snapshot",
 		slog.String("lsn", created.ConsistentPoint), slog.Time("since", res.Since))
@@ -363,6 +363,66 @@ type refusal struct {
 	p      *inflight
 	reason string
 	err    error
+}
+
+// slotAttempts bounds the tries at creating a recovery's slot while the
+// server refuses it for now (createRecoverySlot): about 20 s of backoff.
+const slotAttempts = 8
+
+// createRecoverySlot creates the recovery's slot and returns the snapshot
+// of its starting point with the replication connection that holds it (the
+// snapshot lives while the connection stays open and runs nothing else). A
+// refusal the server may not repeat is tried again, with backoff, on a new
+// connection, up to slotAttempts times: a serialization failure or a
+// deadlock (PostgreSQL refuses to export a snapshot while too many
+// transactions run beside it: "initial slot snapshot too large", 40001),
+// or the server unreachable for a moment (restarting, the connection
+// lost). Any other refusal fails at once.
+func (r *Relay) createRecoverySlot(ctx context.Context, log *slog.Logger) (*pgconn.PgConn, pglogrepl.CreateReplicationSlotResult, error) {
+	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
+		conn, err := r.replicationConn(ctx)
+		if errors.Is(err, ErrFatal) {
+			return nil, pglogrepl.CreateReplicationSlotResult{}, err
+		}
+		if err == nil {
+			var created pglogrepl.CreateReplicationSlotResult
+			if created, err = r.createSlot(ctx, conn, attempt); err == nil {
+				return conn, created, nil
+			}
+			conn.Close(context.Background())
+		}
+		switch {
+		case !pgerr.Transient(err) && !pgerr.Unreachable(err):
+			return nil, pglogrepl.CreateReplicationSlotResult{}, fmt.Errorf("relay: recover: create slot %q: %w "+
+				"(the recovery is marked unfinished: run it again once that is fixed)", r.cfg.Slot, err)
+		case attempt == slotAttempts:
+			return nil, pglogrepl.CreateReplicationSlotResult{}, fmt.Errorf("relay: recover: create slot %q: the server refused "+
+				"for now, and still after %d attempts: %w (the recovery is marked unfinished: run it again, when fewer "+
+				"transactions run if the snapshot was too large)", r.cfg.Slot, attempt, err)
+		}
+		wait := retry.Next()
+		log.Warn("recovery: the server refused to create the slot for now; trying again", slog.Int("attempt", attempt),
+			slog.String("error", err.Error()), slog.Duration("retry_in", wait))
+		if !sleep(ctx, wait) {
+			return nil, pglogrepl.CreateReplicationSlotResult{}, fmt.Errorf("relay: recover: create slot %q: %w", r.cfg.Slot, ctx.Err())
+		}
+	}
+}
+
+// createSlot makes the attempt-th try at creating the recovery's slot on
+// conn, or runs the fault a test put in its place (Config.slotFault).
+func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, attempt int) (pglogrepl.CreateReplicationSlotResult, error) {
+	if r.cfg.slotFault != nil {
+		if stmt := r.cfg.slotFault(attempt); stmt != "" {
+			_, err := conn.Exec(ctx, stmt).ReadAll()
+			if err == nil {
+				err = fmt.Errorf("the fault %q did not fail", stmt)
+			}
+			return pglogrepl.CreateReplicationSlotResult{}, err
+		}
+	}
+	return createSlotExportingSnapshot(ctx, conn, r.cfg.Slot)
 }
 
 // createSlotExportingSnapshot creates the slot on a replication connection

@@ -3,6 +3,8 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,4 +262,87 @@ func TestRecoverKeepsCommitOrderOfLockedWrites(t *testing.T) {
 		}
 		t.Fatalf("republished seqs %v, want [1 2]: commit order", seqs)
 	}
+}
+
+// refusal is a statement that fails on the server as CREATE_REPLICATION_SLOT
+// can: with code and message.
+func refusal(code, message string) string {
+	return fmt.Sprintf(`DO $$BEGIN RAISE EXCEPTION '%s' USING ERRCODE = '%s'; END$$`, message, code)
+}
+
+// A recovery's slot creation that the server refuses for now (the fault
+// suite saw "initial slot snapshot too large", a serialization failure,
+// under load) is tried again on a new connection, and the recovery
+// finishes; a refusal a retry cannot change fails at once, naming it; and
+// one that lasts fails after the retries, saying so. A refused recovery
+// stays marked unfinished and creates no slot.
+func TestRecoverRetriesATransientSlotRefusal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 1)
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	old := b.write(t, evt("order", "a", 1)) // older than the window
+	var since time.Time
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT created_at + interval '1 microsecond' FROM outbox WHERE id = $1`, old[0]).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	recoverWith := func(fault func(attempt int) string) (attempts int, res *relay.RecoverResult, err error) {
+		t.Helper()
+		if b.slotExists(t) {
+			b.dropSlot(t)
+		}
+		cfg := b.cfg
+		relay.InjectSlotFault(&cfg, func(attempt int) string {
+			attempts = attempt
+			return fault(attempt)
+		})
+		r, err := relay.New(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err = r.Recover(b.ctx, &relay.RecoverOpts{Since: since})
+		return attempts, res, err
+	}
+	tooLarge := refusal("40001", "initial slot snapshot too large")
+
+	gap := b.write(t, evt("order", "a", 2))
+	attempts, res, err := recoverWith(func(attempt int) string {
+		if attempt < 3 {
+			return tooLarge
+		}
+		return ""
+	})
+	if err != nil || attempts != 3 || res.Republished != 1 {
+		t.Fatalf("Recover refused twice for now = %+v, %v after %d attempts; want the slot made at the third, 1 event republished", res, err, attempts)
+	}
+	consume(t, []string{topic}, gap, time.Minute, 0)
+
+	unfinished := func() {
+		t.Helper()
+		if b.slotExists(t) {
+			t.Fatal("a refused recovery left a slot")
+		}
+		var marked bool
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT recovering_since IS NOT NULL FROM ferry_relay_slot WHERE slot_name = $1`, b.slot).Scan(&marked); err != nil || !marked {
+			t.Fatalf("the refused recovery is not marked unfinished: %v, %v", marked, err)
+		}
+	}
+	attempts, _, err = recoverWith(func(int) string {
+		return refusal("53400", "all replication slots are in use")
+	})
+	if err == nil || attempts != 1 || !strings.Contains(err.Error(), "all replication slots are in use") || !strings.Contains(err.Error(), "create slot") {
+		t.Fatalf("Recover refused for good = %v after %d attempts; want it to fail at once, naming the refusal", err, attempts)
+	}
+	unfinished()
+	t.Logf("refused for good: %v", err)
+
+	attempts, _, err = recoverWith(func(int) string { return tooLarge })
+	if err == nil || attempts < 2 || !strings.Contains(err.Error(), "initial slot snapshot too large") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("%d attempts", attempts)) {
+		t.Fatalf("Recover refused for now every time = %v after %d attempts; want it to give up, saying it tried that often", err, attempts)
+	}
+	unfinished()
+	t.Logf("refused for now every time: %v", err)
 }
