@@ -34,7 +34,9 @@ var (
 	// Ferry published from: `relay run` streams from it.
 	ErrNothingToRecover = errors.New("relay: nothing to recover")
 	// ErrGapNotRetained means the outbox holds no row older than the start
-	// of the window to republish, so retention (or someone) may have
+	// of the window to republish (or, for a window that reaches back
+	// before Ferry first created the slot, none older than the newest
+	// commit the slot confirmed), so retention (or someone) may have
 	// deleted rows from it; RecoverOpts.Force republishes what is left.
 	ErrGapNotRetained = errors.New("relay: the outbox may no longer hold every event of the gap")
 )
@@ -48,8 +50,8 @@ type RecoverOpts struct {
 	// at or after it), instead of the record's commit time less Margin. It
 	// is required when Ferry has no record of the slot.
 	Since time.Time
-	// Force republishes even when the outbox holds no row older than the
-	// start, that is when part of the window may have been deleted.
+	// Force republishes even when part of the window may have been
+	// deleted (ErrGapNotRetained).
 	Force bool
 }
 
@@ -137,15 +139,10 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 	default:
 		res.Since = rec.CreatedAt.Add(-o.Margin)
 	}
-	older, err := q.OutboxCreatedBefore(ctx, pool, res.Since)
-	if err != nil {
-		return nil, fmt.Errorf("relay: recover: %w", err)
-	}
-	if !older && !o.Force {
-		return nil, fmt.Errorf("%w: no outbox row is older than %s, the start of the window to republish, so rows of the window "+
-			"may have been deleted (retention, or by hand) and their events would be missing from Kafka. Check "+
-			"(SELECT min(created_at) FROM outbox), then run again with --force (RecoverOpts.Force) to republish what is left",
-			ErrGapNotRetained, res.Since.UTC().Format(time.RFC3339Nano))
+	if !o.Force {
+		if err := windowRetained(ctx, pool, rec, res.Since); err != nil {
+			return nil, err
+		}
 	}
 	if err := q.RelaySlotRecovering(ctx, pool, dbsqlc.RelaySlotRecoveringParams{SlotName: r.cfg.Slot, Since: res.Since}); err != nil {
 		return nil, fmt.Errorf("relay: recover: mark the recovery in ferry_relay_slot: %w", err)
@@ -188,12 +185,53 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 	if err != nil {
 		return res, fmt.Errorf("relay: recover: %w (the recovery is marked unfinished: run it again)", err)
 	}
-	if err := recordSlot(ctx, pool, r.cfg.Slot, created.ConsistentPoint, pgtype.Int8{Int64: routeSeq, Valid: true}); err != nil {
+	if err := recordSlot(ctx, pool, r.cfg.Slot, created.ConsistentPoint, pgtype.Int8{Int64: routeSeq, Valid: true}, true); err != nil {
 		return res, fmt.Errorf("relay: recover: %w (run it again)", err)
 	}
 	log.Info("recovery finished: `relay run` streams on from the new slot",
 		slog.Int("republished", res.Republished), slog.Int("quarantined", res.Quarantined))
 	return res, nil
+}
+
+// windowRetained refuses, with ErrGapNotRetained, a window from since that
+// the outbox may no longer hold in full. Rows go oldest first (retention),
+// so a row older than the window's start shows that none of the window
+// went. A window that reaches back before Ferry first created the slot
+// (rec.FirstCreatedAt; a database younger than the margin, a new service)
+// can have no row older than its start, and needs none: no slot of that
+// name streamed a transaction committed before then, so nothing from
+// before can be missing. There a row older than the newest commit the slot
+// confirmed shows that the outbox was not cut past what Kafka has; with
+// nothing confirmed yet, nothing was published.
+func windowRetained(ctx context.Context, db dbsqlc.DBTX, rec *slotRecord, since time.Time) error {
+	q := dbsqlc.New()
+	older, err := q.OutboxCreatedBefore(ctx, db, since)
+	if err != nil {
+		return fmt.Errorf("relay: recover: %w", err)
+	}
+	if older {
+		return nil
+	}
+	if rec == nil || rec.FirstCreatedAt == nil || !since.Before(*rec.FirstCreatedAt) {
+		return fmt.Errorf("%w: no outbox row is older than %s, the start of the window to republish, so rows of the window "+
+			"may have been deleted (retention, or by hand) and their events would be missing from Kafka. Check "+
+			"(SELECT min(created_at) FROM outbox), then run again with --force (RecoverOpts.Force) to republish what is left",
+			ErrGapNotRetained, since.UTC().Format(time.RFC3339Nano))
+	}
+	if rec.ConfirmedCommitAt == nil {
+		return nil
+	}
+	if older, err = q.OutboxCreatedBefore(ctx, db, *rec.ConfirmedCommitAt); err != nil {
+		return fmt.Errorf("relay: recover: %w", err)
+	}
+	if older {
+		return nil
+	}
+	return fmt.Errorf("%w: the window to republish starts at %s, before Ferry first created slot %q (%s), but no outbox row is "+
+		"older than %s, the newest commit the slot confirmed, so rows of the window may have been deleted (by hand?) and their "+
+		"events would be missing from Kafka. Check (SELECT min(created_at) FROM outbox), then run again with --force "+
+		"(RecoverOpts.Force) to republish what is left", ErrGapNotRetained, since.UTC().Format(time.RFC3339Nano), rec.SlotName,
+		rec.FirstCreatedAt.UTC().Format(time.RFC3339Nano), rec.ConfirmedCommitAt.UTC().Format(time.RFC3339Nano))
 }
 
 // clearSlot makes room for the new slot: it drops a lost slot, a slot on
