@@ -204,6 +204,12 @@ type Config struct {
 	// Only the negative control of the fault suite sets it, to prove the
 	// checker sees the loss.
 	unsafeConfirmOnSend bool
+
+	// slotFault, set only by this package's tests (export_test.go), gives
+	// the statement a recovery runs on its replication connection in place
+	// of its attempt-th CREATE_REPLICATION_SLOT (attempts count from 1): a
+	// real refusal from the server. "" runs the real command.
+	slotFault func(attempt int) string
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.

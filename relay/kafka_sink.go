@@ -46,6 +46,12 @@ var errBatchTooLarge = errors.New("the broker refused a batch as too large")
 // refuse a batch (the limit changed), the records in it fail with
 // errBatchTooLarge, the session restarts, and the client is rebuilt with
 // fresh limits.
+//
+// Produce never waits for Kafka: the replication loop calls it, and that
+// loop must send PostgreSQL a status update within the server timeout
+// whatever the brokers do. A record of a topic whose limit is not known, or
+// past its time, waits in the topic's queue while a goroutine asks the
+// broker, and goes out, in order, once it answered.
 type kafkaSink struct {
 	opts   []kgo.Opt
 	log    *slog.Logger
@@ -56,8 +62,25 @@ type kafkaSink struct {
 	cl      *kgo.Client
 	rebuild atomic.Bool
 
+	// learnMu guards learning: the topics whose limit is being read, with
+	// their records. Records are handed to the client under it when they
+	// leave a queue, so that none is sent after AbortBufferedRecords
+	// drained the queues.
+	learnMu  sync.Mutex
+	learning map[string]*learningTopic
+
 	strikesMu sync.Mutex
 	strikes   map[string]int // record id -> broker "too large" refusals
+}
+
+// learningTopic holds, in order, the records of a topic whose limit is
+// being read.
+type learningTopic struct{ queue []queuedRecord }
+
+type queuedRecord struct {
+	ctx     context.Context
+	rec     *kgo.Record
+	promise func(*kgo.Record, error)
 }
 
 type topicLimit struct {
@@ -66,7 +89,8 @@ type topicLimit struct {
 }
 
 func newKafkaSink(opts []kgo.Opt, ttl time.Duration, log *slog.Logger) (*kafkaSink, error) {
-	s := &kafkaSink{opts: opts, ttl: ttl, log: log, strikes: map[string]int{}}
+	s := &kafkaSink{opts: opts, ttl: ttl, log: log, strikes: map[string]int{},
+		learning: map[string]*learningTopic{}}
 	cl, err := s.newClient()
 	if err != nil {
 		return nil, err
@@ -125,22 +149,59 @@ func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) (ex
 	return true
 }
 
-// Produce implements Sink.
+// Produce implements Sink. It never waits for Kafka (see kafkaSink).
 func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
 	if faultDrop != nil && faultDrop(rec, s.log) {
 		promise(rec, nil)
 		return
 	}
-	cl := s.client()
+	s.learnMu.Lock()
+	if l, ok := s.learning[rec.Topic]; ok {
+		l.queue = append(l.queue, queuedRecord{ctx, rec, promise})
+		s.learnMu.Unlock()
+		return
+	}
 	if v, ok := s.limits.Load(rec.Topic); !ok || time.Since(v.(topicLimit).learned) > s.ttl {
-		if !s.learn(ctx, cl, rec.Topic) && !s.autoCreate(cl) {
-			// Refused at once, rather than after franz-go's own retries of
-			// an unknown topic (tens of seconds): the session holds it.
-			promise(rec, fmt.Errorf("topic %s: %w", rec.Topic, kerr.UnknownTopicOrPartition))
-			return
+		l := &learningTopic{queue: []queuedRecord{{ctx, rec, promise}}}
+		s.learning[rec.Topic] = l
+		s.learnMu.Unlock()
+		go s.learnThenSend(ctx, rec.Topic, l)
+		return
+	}
+	s.learnMu.Unlock()
+	s.produce(ctx, rec, promise)
+}
+
+// learnThenSend reads the limit of topic, then sends l's records in order,
+// those queued meanwhile included, and lets the topic's next records go
+// straight to the client.
+func (s *kafkaSink) learnThenSend(ctx context.Context, topic string, l *learningTopic) {
+	cl := s.client()
+	exists := s.learn(ctx, cl, topic) || s.autoCreate(cl)
+	s.learnMu.Lock()
+	if s.learning[topic] != l {
+		s.learnMu.Unlock()
+		return // aborted: AbortBufferedRecords answered the records
+	}
+	delete(s.learning, topic)
+	if exists {
+		for _, q := range l.queue { // before any later record of the topic
+			s.produce(q.ctx, q.rec, q.promise)
 		}
 	}
-	cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
+	s.learnMu.Unlock()
+	if !exists {
+		// Refused at once, rather than after franz-go's own retries of an
+		// unknown topic (tens of seconds): the session holds them.
+		for _, q := range l.queue {
+			q.promise(q.rec, fmt.Errorf("topic %s: %w", q.rec.Topic, kerr.UnknownTopicOrPartition))
+		}
+	}
+}
+
+// produce hands rec to the client.
+func (s *kafkaSink) produce(ctx context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
+	s.client().Produce(ctx, rec, func(r *kgo.Record, err error) {
 		if err != nil && errors.Is(err, kerr.MessageTooLarge) && !s.tooLargeAlone(r) {
 			err = fmt.Errorf("%w: %w", errBatchTooLarge, err)
 			s.rebuild.Store(true)
@@ -204,6 +265,17 @@ func userSize(r *kgo.Record) int {
 // as too large. A new client learns the topics' limits again. The error is
 // the abort's, and nil once the client is replaced.
 func (s *kafkaSink) AbortBufferedRecords(ctx context.Context) error {
+	s.learnMu.Lock()
+	var queued []queuedRecord
+	for topic, l := range s.learning {
+		queued = append(queued, l.queue...)
+		delete(s.learning, topic)
+	}
+	s.learnMu.Unlock()
+	for _, q := range queued {
+		q.promise(q.rec, kgo.ErrAborting)
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.cl.AbortBufferedRecords(ctx)

@@ -18,7 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
 // RecoverMarginDefault is how long before the last confirmed commit time a
@@ -32,7 +34,9 @@ var (
 	// Ferry published from: `relay run` streams from it.
 	ErrNothingToRecover = errors.New("relay: nothing to recover")
 	// ErrGapNotRetained means the outbox holds no row older than the start
-	// of the window to republish, so retention (or someone) may have
+	// of the window to republish (or, for a window that reaches back
+	// before Ferry first created the slot, none older than the newest
+	// commit the slot confirmed), so retention (or someone) may have
 	// deleted rows from it; RecoverOpts.Force republishes what is left.
 	ErrGapNotRetained = errors.New("relay: the outbox may no longer hold every event of the gap")
 )
@@ -46,8 +50,8 @@ type RecoverOpts struct {
 	// at or after it), instead of the record's commit time less Margin. It
 	// is required when Ferry has no record of the slot.
 	Since time.Time
-	// Force republishes even when the outbox holds no row older than the
-	// start, that is when part of the window may have been deleted.
+	// Force republishes even when part of the window may have been
+	// deleted (ErrGapNotRetained).
 	Force bool
 }
 
@@ -66,7 +70,9 @@ type RecoverResult struct {
 //  1. it marks the recovery in ferry_relay_slot, so no relay streams from
 //     the new slot before the gap is republished, even if Recover dies;
 //  2. it creates the new slot first, with the snapshot of its starting
-//     point;
+//     point, trying again while the server refuses for now (a
+//     serialization failure such as "initial slot snapshot too large", a
+//     server restarting);
 //  3. in that snapshot (exactly the transactions the new slot will not
 //     send) it republishes every outbox row created since the last
 //     confirmed commit time less the margin, in id order, before anything
@@ -133,15 +139,10 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 	default:
 		res.Since = rec.CreatedAt.Add(-o.Margin)
 	}
-	older, err := q.OutboxCreatedBefore(ctx, pool, res.Since)
-	if err != nil {
-		return nil, fmt.Errorf("relay: recover: %w", err)
-	}
-	if !older && !o.Force {
-		return nil, fmt.Errorf("%w: no outbox row is older than %s, the start of the window to republish, so rows of the window "+
-			"may have been deleted (retention, or by hand) and their events would be missing from Kafka. Check "+
-			"(SELECT min(created_at) FROM outbox), then run again with --force (RecoverOpts.Force) to republish what is left",
-			ErrGapNotRetained, res.Since.UTC().Format(time.RFC3339Nano))
+	if !o.Force {
+		if err := windowRetained(ctx, pool, rec, res.Since); err != nil {
+			return nil, err
+		}
 	}
 	if err := q.RelaySlotRecovering(ctx, pool, dbsqlc.RelaySlotRecoveringParams{SlotName: r.cfg.Slot, Since: res.Since}); err != nil {
 		return nil, fmt.Errorf("relay: recover: mark the recovery in ferry_relay_slot: %w", err)
@@ -159,15 +160,11 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 
 	// The new slot first: from its starting point on it keeps every
 	// transaction; the snapshot it exports sees exactly those before.
-	conn, err := r.replicationConn(ctx)
+	conn, created, err := r.createRecoverySlot(ctx, log)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	created, err := createSlotExportingSnapshot(ctx, conn, r.cfg.Slot)
-	if err != nil {
-		return nil, fmt.Errorf("relay: recover: create slot %q: %w", r.cfg.Slot, err)
-	}
 	res.SlotLSN = created.ConsistentPoint
 	log.Info("recovery: created the new slot; republishing the outbox from its snapshot",
 		slog.String("lsn", created.ConsistentPoint), slog.Time("since", res.Since))
@@ -188,12 +185,53 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 	if err != nil {
 		return res, fmt.Errorf("relay: recover: %w (the recovery is marked unfinished: run it again)", err)
 	}
-	if err := recordSlot(ctx, pool, r.cfg.Slot, created.ConsistentPoint, pgtype.Int8{Int64: routeSeq, Valid: true}); err != nil {
+	if err := recordSlot(ctx, pool, r.cfg.Slot, created.ConsistentPoint, pgtype.Int8{Int64: routeSeq, Valid: true}, true); err != nil {
 		return res, fmt.Errorf("relay: recover: %w (run it again)", err)
 	}
 	log.Info("recovery finished: `relay run` streams on from the new slot",
 		slog.Int("republished", res.Republished), slog.Int("quarantined", res.Quarantined))
 	return res, nil
+}
+
+// windowRetained refuses, with ErrGapNotRetained, a window from since that
+// the outbox may no longer hold in full. Rows go oldest first (retention),
+// so a row older than the window's start shows that none of the window
+// went. A window that reaches back before Ferry first created the slot
+// (rec.FirstCreatedAt; a database younger than the margin, a new service)
+// can have no row older than its start, and needs none: no slot of that
+// name streamed a transaction committed before then, so nothing from
+// before can be missing. There a row older than the newest commit the slot
+// confirmed shows that the outbox was not cut past what Kafka has; with
+// nothing confirmed yet, nothing was published.
+func windowRetained(ctx context.Context, db dbsqlc.DBTX, rec *slotRecord, since time.Time) error {
+	q := dbsqlc.New()
+	older, err := q.OutboxCreatedBefore(ctx, db, since)
+	if err != nil {
+		return fmt.Errorf("relay: recover: %w", err)
+	}
+	if older {
+		return nil
+	}
+	if rec == nil || rec.FirstCreatedAt == nil || !since.Before(*rec.FirstCreatedAt) {
+		return fmt.Errorf("%w: no outbox row is older than %s, the start of the window to republish, so rows of the window "+
+			"may have been deleted (retention, or by hand) and their events would be missing from Kafka. Check "+
+			"(SELECT min(created_at) FROM outbox), then run again with --force (RecoverOpts.Force) to republish what is left",
+			ErrGapNotRetained, since.UTC().Format(time.RFC3339Nano))
+	}
+	if rec.ConfirmedCommitAt == nil {
+		return nil
+	}
+	if older, err = q.OutboxCreatedBefore(ctx, db, *rec.ConfirmedCommitAt); err != nil {
+		return fmt.Errorf("relay: recover: %w", err)
+	}
+	if older {
+		return nil
+	}
+	return fmt.Errorf("%w: the window to republish starts at %s, before Ferry first created slot %q (%s), but no outbox row is "+
+		"older than %s, the newest commit the slot confirmed, so rows of the window may have been deleted (by hand?) and their "+
+		"events would be missing from Kafka. Check (SELECT min(created_at) FROM outbox), then run again with --force "+
+		"(RecoverOpts.Force) to republish what is left", ErrGapNotRetained, since.UTC().Format(time.RFC3339Nano), rec.SlotName,
+		rec.FirstCreatedAt.UTC().Format(time.RFC3339Nano), rec.ConfirmedCommitAt.UTC().Format(time.RFC3339Nano))
 }
 
 // clearSlot makes room for the new slot: it drops a lost slot, a slot on
@@ -363,6 +401,66 @@ type refusal struct {
 	p      *inflight
 	reason string
 	err    error
+}
+
+// slotAttempts bounds the tries at creating a recovery's slot while the
+// server refuses it for now (createRecoverySlot): about 20 s of backoff.
+const slotAttempts = 8
+
+// createRecoverySlot creates the recovery's slot and returns the snapshot
+// of its starting point with the replication connection that holds it (the
+// snapshot lives while the connection stays open and runs nothing else). A
+// refusal the server may not repeat is tried again, with backoff, on a new
+// connection, up to slotAttempts times: a serialization failure or a
+// deadlock (PostgreSQL refuses to export a snapshot while too many
+// transactions run beside it: "initial slot snapshot too large", 40001),
+// or the server unreachable for a moment (restarting, the connection
+// lost). Any other refusal fails at once.
+func (r *Relay) createRecoverySlot(ctx context.Context, log *slog.Logger) (*pgconn.PgConn, pglogrepl.CreateReplicationSlotResult, error) {
+	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
+		conn, err := r.replicationConn(ctx)
+		if errors.Is(err, ErrFatal) {
+			return nil, pglogrepl.CreateReplicationSlotResult{}, err
+		}
+		if err == nil {
+			var created pglogrepl.CreateReplicationSlotResult
+			if created, err = r.createSlot(ctx, conn, attempt); err == nil {
+				return conn, created, nil
+			}
+			conn.Close(context.Background())
+		}
+		switch {
+		case !pgerr.Transient(err) && !pgerr.Unreachable(err):
+			return nil, pglogrepl.CreateReplicationSlotResult{}, fmt.Errorf("relay: recover: create slot %q: %w "+
+				"(the recovery is marked unfinished: run it again once that is fixed)", r.cfg.Slot, err)
+		case attempt == slotAttempts:
+			return nil, pglogrepl.CreateReplicationSlotResult{}, fmt.Errorf("relay: recover: create slot %q: the server refused "+
+				"for now, and still after %d attempts: %w (the recovery is marked unfinished: run it again, when fewer "+
+				"transactions run if the snapshot was too large)", r.cfg.Slot, attempt, err)
+		}
+		wait := retry.Next()
+		log.Warn("recovery: the server refused to create the slot for now; trying again", slog.Int("attempt", attempt),
+			slog.String("error", err.Error()), slog.Duration("retry_in", wait))
+		if !sleep(ctx, wait) {
+			return nil, pglogrepl.CreateReplicationSlotResult{}, fmt.Errorf("relay: recover: create slot %q: %w", r.cfg.Slot, ctx.Err())
+		}
+	}
+}
+
+// createSlot makes the attempt-th try at creating the recovery's slot on
+// conn, or runs the fault a test put in its place (Config.slotFault).
+func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn, attempt int) (pglogrepl.CreateReplicationSlotResult, error) {
+	if r.cfg.slotFault != nil {
+		if stmt := r.cfg.slotFault(attempt); stmt != "" {
+			_, err := conn.Exec(ctx, stmt).ReadAll()
+			if err == nil {
+				err = fmt.Errorf("the fault %q did not fail", stmt)
+			}
+			return pglogrepl.CreateReplicationSlotResult{}, err
+		}
+	}
+	return createSlotExportingSnapshot(ctx, conn, r.cfg.Slot)
 }
 
 // createSlotExportingSnapshot creates the slot on a replication connection

@@ -3,6 +3,8 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,8 +158,13 @@ func TestRecoverRefusals(t *testing.T) {
 	b.write(t, evt("order", "a", 1))
 	b.dropSlot(t)
 
-	// Nothing in the outbox is older than the window's start: rows of the
-	// window may have been deleted.
+	// Nothing in an outbox Ferry has served for two hours is older than
+	// the window's start: rows of the window may have been deleted. (On a
+	// younger one, TestRecoverOnAYoungDatabase, nothing before the first
+	// slot can be missing.)
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE ferry_relay_slot SET first_created_at = now() - interval '2 hours' WHERE slot_name = $1`, b.slot); err != nil {
+		t.Fatal(err)
+	}
 	since := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
 	if _, err := r.Recover(b.ctx, &relay.RecoverOpts{Since: since}); !errors.Is(err, relay.ErrGapNotRetained) {
 		t.Fatalf("Recover with nothing older than the window = %v, want ErrGapNotRetained", err)
@@ -259,5 +266,162 @@ func TestRecoverKeepsCommitOrderOfLockedWrites(t *testing.T) {
 			seqs = append(seqs, header(rec, "seq"))
 		}
 		t.Fatalf("republished seqs %v, want [1 2]: commit order", seqs)
+	}
+}
+
+// refusal is a statement that fails on the server as CREATE_REPLICATION_SLOT
+// can: with code and message.
+func refusal(code, message string) string {
+	return fmt.Sprintf(`DO $$BEGIN RAISE EXCEPTION '%s' USING ERRCODE = '%s'; END$$`, message, code)
+}
+
+// A recovery's slot creation that the server refuses for now (the fault
+// suite saw "initial slot snapshot too large", a serialization failure,
+// under load) is tried again on a new connection, and the recovery
+// finishes; a refusal a retry cannot change fails at once, naming it; and
+// one that lasts fails after the retries, saying so. A refused recovery
+// stays marked unfinished and creates no slot.
+func TestRecoverRetriesATransientSlotRefusal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 1)
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	old := b.write(t, evt("order", "a", 1)) // older than the window
+	var since time.Time
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT created_at + interval '1 microsecond' FROM outbox WHERE id = $1`, old[0]).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	recoverWith := func(fault func(attempt int) string) (attempts int, res *relay.RecoverResult, err error) {
+		t.Helper()
+		if b.slotExists(t) {
+			b.dropSlot(t)
+		}
+		cfg := b.cfg
+		relay.InjectSlotFault(&cfg, func(attempt int) string {
+			attempts = attempt
+			return fault(attempt)
+		})
+		r, err := relay.New(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err = r.Recover(b.ctx, &relay.RecoverOpts{Since: since})
+		return attempts, res, err
+	}
+	tooLarge := refusal("40001", "initial slot snapshot too large")
+
+	gap := b.write(t, evt("order", "a", 2))
+	attempts, res, err := recoverWith(func(attempt int) string {
+		if attempt < 3 {
+			return tooLarge
+		}
+		return ""
+	})
+	if err != nil || attempts != 3 || res.Republished != 1 {
+		t.Fatalf("Recover refused twice for now = %+v, %v after %d attempts; want the slot made at the third, 1 event republished", res, err, attempts)
+	}
+	consume(t, []string{topic}, gap, time.Minute, 0)
+
+	unfinished := func() {
+		t.Helper()
+		if b.slotExists(t) {
+			t.Fatal("a refused recovery left a slot")
+		}
+		var marked bool
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT recovering_since IS NOT NULL FROM ferry_relay_slot WHERE slot_name = $1`, b.slot).Scan(&marked); err != nil || !marked {
+			t.Fatalf("the refused recovery is not marked unfinished: %v, %v", marked, err)
+		}
+	}
+	attempts, _, err = recoverWith(func(int) string {
+		return refusal("53400", "all replication slots are in use")
+	})
+	if err == nil || attempts != 1 || !strings.Contains(err.Error(), "all replication slots are in use") || !strings.Contains(err.Error(), "create slot") {
+		t.Fatalf("Recover refused for good = %v after %d attempts; want it to fail at once, naming the refusal", err, attempts)
+	}
+	unfinished()
+	t.Logf("refused for good: %v", err)
+
+	attempts, _, err = recoverWith(func(int) string { return tooLarge })
+	if err == nil || attempts < 2 || !strings.Contains(err.Error(), "initial slot snapshot too large") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("%d attempts", attempts)) {
+		t.Fatalf("Recover refused for now every time = %v after %d attempts; want it to give up, saying it tried that often", err, attempts)
+	}
+	unfinished()
+	t.Logf("refused for now every time: %v", err)
+}
+
+// On a database younger than the recovery margin (a fresh install, a new
+// service) no outbox row is older than the window's start, an hour before
+// the last confirmed commit: the window reaches back before Ferry first
+// created the slot, and nothing created before then can be missing, so
+// recover needs no --force. A row the slot confirmed still there shows that
+// the outbox was not cut past what was published: recover still refuses
+// when those rows are gone (deleted by hand), and, as before, on a
+// database Ferry has served for longer than the window with no row older
+// than it.
+func TestRecoverOnAYoungDatabase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 1)
+	if err := relay.Setup(b.ctx, b.db.Pool, b.slot, b.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := runUntilStopped(t, b.cfg)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, b.write(t, evt("order", "a", i))...)
+	}
+	consume(t, []string{topic}, ids, time.Minute, 0)
+	if err := stop(); err != nil { // records what it confirmed on the way out
+		t.Fatal(err)
+	}
+	b.dropSlot(t)
+	for i := 3; i < 5; i++ {
+		ids = append(ids, b.write(t, evt("order", "a", i))...) // the gap
+	}
+
+	r, err := relay.New(&b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Recover(b.ctx, nil)
+	if err != nil || res.Republished < 2 {
+		t.Fatalf("Recover on a young database = %+v, %v; want the gap republished without --force", res, err)
+	}
+	_, stop = runUntilStopped(t, b.cfg)
+	ids = append(ids, b.write(t, evt("order", "a", 5))...)
+	consume(t, []string{topic}, ids, time.Minute, 0).checkFirstArrivalOrder(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.dropSlot(t)
+
+	// Ferry has served this outbox for longer than the window: no row
+	// older than its start means rows of it may have been deleted.
+	var first time.Time
+	if err := b.db.Pool.QueryRow(b.ctx, `UPDATE ferry_relay_slot SET first_created_at = first_created_at - interval '2 hours'
+		WHERE slot_name = $1 RETURNING first_created_at + interval '2 hours'`, b.slot).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Recover(b.ctx, nil); !errors.Is(err, relay.ErrGapNotRetained) || !strings.Contains(err.Error(), "the start of the window") {
+		t.Fatalf("Recover on an outbox served for 2 hours with no row older than the window = %v, want ErrGapNotRetained", err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE ferry_relay_slot SET first_created_at = $2 WHERE slot_name = $1`, b.slot, first); err != nil {
+		t.Fatal(err)
+	}
+
+	// Young, but every row the slot confirmed is gone.
+	if _, err := b.db.Pool.Exec(b.ctx, `DELETE FROM outbox WHERE created_at < (SELECT confirmed_commit_at FROM ferry_relay_slot WHERE slot_name = $1)`, b.slot); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Recover(b.ctx, nil)
+	if !errors.Is(err, relay.ErrGapNotRetained) || !strings.Contains(err.Error(), "confirmed") {
+		t.Fatalf("Recover on a young database whose confirmed rows were deleted = %v, want ErrGapNotRetained", err)
+	}
+	t.Logf("refused: %v", err)
+	if b.slotExists(t) {
+		t.Fatal("a refused recovery created a slot")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,17 +301,24 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 
 // producerOpts are the caller's Kafka options plus the relay's own:
 // idempotent acks=all production (franz-go's default) that retries forever,
-// with room for the in-flight budget.
+// into a buffer that never blocks.
 func (r *Relay) producerOpts() []kgo.Opt {
 	return append(append([]kgo.Opt{}, r.cfg.KafkaOpts...), r.producerOptsOwn()...)
 }
 
 // producerOptsOwn are the relay's own producer options, for every channel
 // it writes; fences (route.go) go to the partition they name.
+//
+// The client's buffer has no bound of its own: a full one blocks Produce
+// until Kafka acknowledges, and Produce runs in the replication loop, which
+// must send PostgreSQL a status update within Config.ServerTimeout whatever
+// Kafka does. The session's in-flight budget bounds what is buffered;
+// beyond it only the fences before an event, one per partition of its
+// topic.
 func (r *Relay) producerOptsOwn() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.MaxBufferedRecords(r.cfg.MaxInFlightRecords + 1),
+		kgo.MaxBufferedRecords(math.MaxInt),
 		kgo.ProducerLinger(time.Millisecond),
 		kgo.RecordPartitioner(fencePartitioner()),
 	}

@@ -121,6 +121,9 @@ type router struct {
 	outs    map[migration.Side]*channelOut
 	fenced  map[fenceKey]int       // the epoch whose fences this session wrote, per topic
 	unknown map[fenceKey]time.Time // topics found missing, and when
+	// partitions are those of topics looked up off the loop for the
+	// fences before an event (lookUpFences); fence takes them.
+	partitions map[fenceKey]int
 
 	// epoch mirrors the step in effect for watchAbandon; abandonAt is the
 	// epoch after which watchAbandon found OLD_ONLY committed (0: not yet).
@@ -265,7 +268,7 @@ func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string,
 		return err
 	}
 	rt := &router{plan: p, outs: map[migration.Side]*channelOut{migration.OldSide: s.own, migration.NewSide: newOut},
-		fenced: map[fenceKey]int{}, unknown: map[fenceKey]time.Time{}}
+		fenced: map[fenceKey]int{}, unknown: map[fenceKey]time.Time{}, partitions: map[fenceKey]int{}}
 	rt.setHistory(h)
 	s.route = rt
 	s.r.newGate.Store(newOut.gate)
@@ -379,7 +382,8 @@ func (s *session) stepReady() bool {
 }
 
 // applyStep records the committed steps with the slot, routes by them,
-// and releases their transaction for confirmation.
+// and releases their transaction for confirmation. It calls Kafka and the
+// database: the loop runs it as a pending call.
 func (s *session) applyStep(ctx context.Context) error {
 	ps := s.step
 	last := ps.steps[len(ps.steps)-1]
@@ -396,7 +400,7 @@ func (s *session) applyStep(ctx context.Context) error {
 	}
 	// The new step's fences, counted in its transaction: it is confirmed
 	// once they are acknowledged.
-	if err := s.fenceAll(ps.tx); err != nil {
+	if err := s.fenceAll(ctx, ps.tx); err != nil {
 		return err
 	}
 	s.step = nil
@@ -449,12 +453,30 @@ func (s *session) follow(ctx context.Context, st migration.Step) error {
 }
 
 // publishRouted hands one event to the channels the step in effect names,
-// each copy stamped; the authoritative copy first.
+// each copy stamped; the authoritative copy first. When a fence must come
+// before a copy and its topic's partitions are not known, they are looked
+// up off the loop first, and the event goes out once they are.
 func (s *session) publishRouted(p *inflight) {
 	rt := s.route
 	st := rt.step()
+	copies := st.Route(p.row.AggregateID)
+	if st.Phase != migration.OldRetired {
+		if keys := s.fenceLookups(&p.row, copies); len(keys) > 0 {
+			s.await(func(ctx context.Context) error { return s.lookUpFences(ctx, keys) },
+				func() error { s.routeCopies(p, copies); return nil })
+			return
+		}
+	}
+	s.routeCopies(p, copies)
+}
+
+// routeCopies sends p's copies, each after its topic's fence when one is
+// due.
+func (s *session) routeCopies(p *inflight, copies []migration.Copy) {
+	rt := s.route
+	st := rt.step()
 	slice := migration.Slice(p.row.AggregateID)
-	for i, c := range st.Route(p.row.AggregateID) {
+	for i, c := range copies {
 		q := p
 		if i > 0 {
 			q = &inflight{Context: s.sctx, row: p.row, tx: p.tx, commit: p.commit, heard: p.heard, lsn: p.lsn, seq: p.seq}
@@ -474,10 +496,7 @@ func (s *session) publishRouted(p *inflight) {
 		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(stamp.String())})
 		q.size = recordSize(&q.rec)
 		if topic.problem == "" && st.Phase != migration.OldRetired {
-			if err := s.fence(out, topic.name, peer, p.tx); err != nil {
-				s.fail(err)
-				return
-			}
+			s.fence(out, topic.name, peer, p.tx)
 		}
 		s.tracker.produce(q.tx, q.size)
 		if i == 0 && s.hold != nil && !s.hold.admit(s.sctx, q) {
@@ -506,32 +525,76 @@ type fenceRecord struct {
 
 // fence writes the step's fence to every partition of topic on out (its
 // value the other channel, peer the same events' topic there), once per
-// step and session, counted in tx like a record of it. A topic that does
-// not exist holds nothing to fence; it is looked up again, at most once a
-// second, until it does.
-func (s *session) fence(out *channelOut, topic, peer string, tx *txn) error {
+// step and session, counted in tx like a record of it, with the partitions
+// lookUpFences found. A topic that does not exist holds nothing to fence
+// (its records are held, then quarantined, by the gate); it is looked up
+// again, at most once a second, until it does.
+func (s *session) fence(out *channelOut, topic, peer string, tx *txn) {
 	rt := s.route
 	key := fenceKey{out.side, topic}
+	if !rt.unfenced(key, out) {
+		return
+	}
+	n, ok := rt.partitions[key]
+	if !ok {
+		return
+	}
+	delete(rt.partitions, key)
+	s.writeFences(out, topic, peer, n, tx)
+}
+
+// unfenced reports whether the topic of key on out needs the fence of the
+// step in effect before its next record: this session has not written it,
+// the channel is not given up, and the topic was not found missing within
+// the last second.
+func (rt *router) unfenced(key fenceKey, out *channelOut) bool {
 	if e, ok := rt.fenced[key]; ok && e == rt.step().Epoch {
-		return nil
+		return false
 	}
 	if out.released.Load() {
-		return nil
+		return false
 	}
-	if at, ok := rt.unknown[key]; ok && time.Since(at) < time.Second {
-		return nil
+	at, ok := rt.unknown[key]
+	return !ok || time.Since(at) >= time.Second
+}
+
+// fenceLookups returns the topics of r's copies that need a fence and whose
+// partitions the session does not know.
+func (s *session) fenceLookups(r *row, copies []migration.Copy) []fenceKey {
+	rt := s.route
+	var keys []fenceKey
+	for _, c := range copies {
+		out := rt.outs[c.Side]
+		topic := out.namer.topic(r)
+		key := fenceKey{c.Side, topic.name}
+		if topic.problem != "" || !rt.unfenced(key, out) {
+			continue
+		}
+		if _, ok := rt.partitions[key]; !ok {
+			keys = append(keys, key)
+		}
 	}
-	td, err := s.metadata(out, topic)
-	if err != nil {
-		return err
+	return keys
+}
+
+// lookUpFences reads the partitions of the topics of keys, each on its
+// channel, for fence; a topic found missing is remembered as such. It calls
+// Kafka: the loop runs it as a pending call.
+func (s *session) lookUpFences(ctx context.Context, keys []fenceKey) error {
+	rt := s.route
+	for _, key := range keys {
+		td, err := s.metadata(ctx, rt.outs[key.side], key.topic)
+		if err != nil {
+			return err
+		}
+		d, ok := td[key.topic]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			rt.unknown[key] = time.Now()
+			continue
+		}
+		delete(rt.unknown, key)
+		rt.partitions[key] = len(d.Partitions)
 	}
-	d, ok := td[topic]
-	if !ok || d.Err != nil || len(d.Partitions) == 0 {
-		rt.unknown[key] = time.Now()
-		return nil // its records are held, then quarantined, by the gate
-	}
-	delete(rt.unknown, key)
-	s.writeFences(out, topic, peer, len(d.Partitions), tx)
 	return nil
 }
 
@@ -541,14 +604,14 @@ func (s *session) fence(out *channelOut, topic, peer string, tx *txn) error {
 // follows (the drain before OLD_RETIRED waits for them). A topic whose
 // peer the other template cannot name (it uses a placeholder this one
 // lacks) is fenced by its events only.
-func (s *session) fenceAll(tx *txn) error {
+func (s *session) fenceAll(ctx context.Context, tx *txn) error {
 	rt := s.route
 	if rt == nil || rt.step().Phase == migration.OldRetired {
 		return nil
 	}
 	for _, side := range []migration.Side{migration.OldSide, migration.NewSide} {
 		out, peerOut := rt.outs[side], rt.outs[other(side)]
-		td, err := s.metadata(out)
+		td, err := s.metadata(ctx, out)
 		if err != nil {
 			return err
 		}
@@ -597,10 +660,11 @@ func (s *session) writeFences(out *channelOut, topic, peer string, n int, tx *tx
 }
 
 // metadata returns the details of topics on out (every topic when none is
-// named). While the channel does not answer it retries in place, reading
-// no further but still sending status updates (so PostgreSQL keeps the
-// connection) and showing why in Ready.
-func (s *session) metadata(out *channelOut, topics ...string) (kadm.TopicDetails, error) {
+// named). While the channel does not answer it retries in place, showing
+// why in Ready; it runs off the loop (a pending call), which reads no
+// further meanwhile but goes on sending status updates, so PostgreSQL keeps
+// the connection however long the channel takes.
+func (s *session) metadata(ctx context.Context, out *channelOut, topics ...string) (kadm.TopicDetails, error) {
 	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 5 * time.Second}
 	defer s.r.fenceWait.Store(nil)
 	what := "its topics"
@@ -611,8 +675,8 @@ func (s *session) metadata(out *channelOut, topics ...string) (kadm.TopicDetails
 		if out.side == migration.NewSide && s.releaseNew() {
 			return kadm.TopicDetails{}, nil // nothing to fence there any more
 		}
-		ctx, cancel := context.WithTimeout(s.sctx, 5*time.Second)
-		td, err := out.admin.ListTopics(ctx, topics...)
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		td, err := out.admin.ListTopics(lctx, topics...)
 		cancel()
 		if err == nil {
 			return td, nil
@@ -623,12 +687,11 @@ func (s *session) metadata(out *channelOut, topics ...string) (kadm.TopicDetails
 				slog.String("side", string(out.side)), slog.String("topics", what), slog.String("error", err.Error()))
 		}
 		s.r.heartbeat()
-		if err := s.report(false); err != nil {
-			return nil, err
-		}
 		select {
 		case <-s.failed:
 			return nil, s.failErr
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		case <-s.stopping:
 			return nil, fmt.Errorf("stopped while waiting to fence %s on the %s channel", what, out.side)
 		case <-time.After(retry.Next()):

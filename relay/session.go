@@ -75,6 +75,10 @@ type session struct {
 	route    *router
 	step     *pendingStep
 	stopping <-chan struct{} // the stream's context ends: a stop was asked
+
+	// pending is work the stream waits for off the loop (pendingCall); nil
+	// when there is none.
+	pending *pendingCall
 }
 
 func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log *slog.Logger) error {
@@ -223,9 +227,12 @@ func (s *session) stream(ctx context.Context) error {
 	// for a keepalive, so silence for ServerTimeout means the server or the
 	// path to it is gone.
 	heard := time.Now()
+	defer s.abandonPending()
 
 	for {
-		s.r.heartbeat()
+		if s.pending == nil {
+			s.r.heartbeat() // a pending call beats as it goes (see pendingCall)
+		}
 		select {
 		case <-s.failed:
 			return s.failErr
@@ -237,6 +244,9 @@ func (s *session) stream(ctx context.Context) error {
 			s.log.Info("stopping: finishing the current transaction and waiting for Kafka's acknowledgements")
 		}
 		if !stopBy.IsZero() && (s.open == nil || now.After(stopBy)) {
+			// A step not applied yet is not confirmed either: the next
+			// session applies it again.
+			s.abandonPending()
 			return s.stop(stopBy)
 		}
 		// Report at every interval, and promptly whenever the confirmed
@@ -259,15 +269,35 @@ func (s *session) stream(ctx context.Context) error {
 			deadline = stopBy
 		}
 
+		// A pending call: read no further, keep reporting (above).
+		if s.pending != nil {
+			stopping := ctx.Done()
+			if !stopBy.IsZero() {
+				stopping = nil
+			}
+			ended, err := s.waitPending(deadline, stopping)
+			heard = time.Now() // not reading is no evidence of silence
+			if ended && err != nil {
+				if ctx.Err() == nil {
+					return err
+				}
+				// Cut short by the stop: what it was for is not
+				// confirmed, and nothing after it is read.
+				if stopBy.IsZero() {
+					stopBy = time.Now().Add(s.cfg.ShutdownTimeout)
+				}
+				return s.stop(stopBy)
+			}
+			continue
+		}
+
 		// Back-pressure: read no further while the budget is spent. It
 		// counts what a crash would publish again, not only what Kafka has
 		// yet to acknowledge: a partition that stops acknowledging holds
 		// the confirmed position, and what flows past it counts too.
 		s.releaseNew()
 		if s.stepReady() {
-			if err := s.applyStep(ctx); err != nil {
-				return err
-			}
+			s.await(s.applyStep, nil)
 			continue
 		}
 		stepWaits := s.step != nil && s.step.end != 0

@@ -236,7 +236,7 @@ func ensureSlot(ctx context.Context, db dbsqlc.DBTX, slot string, noCreate bool,
 		// Created by an administrator (or by a relay that stopped before
 		// recording it): Ferry knows it from now on.
 		log.Info("recording replication slot", slog.String("slot", slot), slog.String("confirmed_flush_lsn", st.ConfirmedFlushLsn))
-		return recordSlot(ctx, db, slot, st.ConfirmedFlushLsn, pgtype.Int8{})
+		return recordSlot(ctx, db, slot, st.ConfirmedFlushLsn, pgtype.Int8{}, false)
 	}
 	return nil
 }
@@ -267,7 +267,7 @@ func createRecordedSlot(ctx context.Context, db dbsqlc.DBTX, slot string, failov
 		if err != nil {
 			return err
 		}
-		return recordSlot(ctx, tx, slot, lsn, pgtype.Int8{Int64: seq, Valid: true})
+		return recordSlot(ctx, tx, slot, lsn, pgtype.Int8{Int64: seq, Valid: true}, true)
 	})
 	if pgerr.DuplicateObject(err) {
 		return nil // another relay created it, and records it

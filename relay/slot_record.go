@@ -46,11 +46,14 @@ func readSlotRecord(ctx context.Context, db dbsqlc.DBTX, slot string) (*slotReco
 	return rec, nil
 }
 
-// recordSlot remembers a slot at lsn: one the relay just created, with the
-// newest migration step before its start (routeSeq), or one it finds
-// without a record (an administrator created it; routeSeq invalid).
-func recordSlot(ctx context.Context, db dbsqlc.DBTX, slot, lsn string, routeSeq pgtype.Int8) error {
-	if err := dbsqlc.New().RelaySlotCreated(ctx, db, dbsqlc.RelaySlotCreatedParams{SlotName: slot, CreatedLsn: lsn, RouteSeq: routeSeq}); err != nil {
+// recordSlot remembers a slot at lsn: one the relay just created (created),
+// with the newest migration step before its start (routeSeq), or one it
+// finds without a record (an administrator created it; routeSeq invalid).
+// The first slot of the name Ferry created bounds a recovery's check
+// (first_created_at, see Recover).
+func recordSlot(ctx context.Context, db dbsqlc.DBTX, slot, lsn string, routeSeq pgtype.Int8, created bool) error {
+	p := dbsqlc.RelaySlotCreatedParams{SlotName: slot, CreatedLsn: lsn, RouteSeq: routeSeq, Created: created}
+	if err := dbsqlc.New().RelaySlotCreated(ctx, db, p); err != nil {
 		return fmt.Errorf("record slot %q in ferry_relay_slot: %w", slot, err)
 	}
 	return nil

@@ -8,7 +8,8 @@ SELECT
     confirmed_lsn::text AS confirmed_lsn,
     confirmed_commit_at,
     recovering_since,
-    updated_at
+    updated_at,
+    first_created_at
 FROM ferry_relay_slot
 WHERE slot_name = @slot_name::text;
 
@@ -17,11 +18,15 @@ WHERE slot_name = @slot_name::text;
 -- created again under the same name starts the record over, and a
 -- recovery that made it is finished. route_seq is the newest migration step
 -- before the slot's start (NULL: unknown, for a slot found without record).
-INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at, route_seq)
+-- created says Ferry created the slot (false: it found one an administrator
+-- made); the first time it did stays in first_created_at.
+INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at, route_seq, first_created_at)
 SELECT @slot_name::text, s.system_identifier::text, pg_lsn(@created_lsn::text), pg_lsn(@created_lsn::text),
-       sqlc.narg('confirmed_commit_at')::timestamptz, sqlc.narg('route_seq')::bigint
+       sqlc.narg('confirmed_commit_at')::timestamptz, sqlc.narg('route_seq')::bigint,
+       CASE WHEN @created::boolean THEN now() END
 FROM pg_control_system() s
 ON CONFLICT (slot_name) DO UPDATE SET
+    first_created_at    = coalesce(ferry_relay_slot.first_created_at, excluded.first_created_at),
     route_seq           = excluded.route_seq,
     route_lsn           = NULL,
     system_identifier   = excluded.system_identifier,

@@ -37,11 +37,13 @@ func (q *Queries) RelaySlotConfirmed(ctx context.Context, db DBTX, arg RelaySlot
 }
 
 const relaySlotCreated = `-- name: RelaySlotCreated :exec
-INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at, route_seq)
+INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at, route_seq, first_created_at)
 SELECT $1::text, s.system_identifier::text, pg_lsn($2::text), pg_lsn($2::text),
-       $3::timestamptz, $4::bigint
+       $3::timestamptz, $4::bigint,
+       CASE WHEN $5::boolean THEN now() END
 FROM pg_control_system() s
 ON CONFLICT (slot_name) DO UPDATE SET
+    first_created_at    = coalesce(ferry_relay_slot.first_created_at, excluded.first_created_at),
     route_seq           = excluded.route_seq,
     route_lsn           = NULL,
     system_identifier   = excluded.system_identifier,
@@ -58,18 +60,22 @@ type RelaySlotCreatedParams struct {
 	CreatedLsn        string
 	ConfirmedCommitAt *time.Time
 	RouteSeq          pgtype.Int8
+	Created           bool
 }
 
 // Records a slot the relay just created, at its creation position: a slot
 // created again under the same name starts the record over, and a
 // recovery that made it is finished. route_seq is the newest migration step
 // before the slot's start (NULL: unknown, for a slot found without record).
+// created says Ferry created the slot (false: it found one an administrator
+// made); the first time it did stays in first_created_at.
 func (q *Queries) RelaySlotCreated(ctx context.Context, db DBTX, arg RelaySlotCreatedParams) error {
 	_, err := db.Exec(ctx, relaySlotCreated,
 		arg.SlotName,
 		arg.CreatedLsn,
 		arg.ConfirmedCommitAt,
 		arg.RouteSeq,
+		arg.Created,
 	)
 	return err
 }
@@ -83,7 +89,8 @@ SELECT
     confirmed_lsn::text AS confirmed_lsn,
     confirmed_commit_at,
     recovering_since,
-    updated_at
+    updated_at,
+    first_created_at
 FROM ferry_relay_slot
 WHERE slot_name = $1::text
 `
@@ -97,6 +104,7 @@ type RelaySlotGetRow struct {
 	ConfirmedCommitAt *time.Time
 	RecoveringSince   *time.Time
 	UpdatedAt         time.Time
+	FirstCreatedAt    *time.Time
 }
 
 // What Ferry knows of a slot it published from; no row if none.
@@ -112,6 +120,7 @@ func (q *Queries) RelaySlotGet(ctx context.Context, db DBTX, slotName string) (*
 		&i.ConfirmedCommitAt,
 		&i.RecoveringSince,
 		&i.UpdatedAt,
+		&i.FirstCreatedAt,
 	)
 	return &i, err
 }

@@ -109,6 +109,7 @@ type FerryRelaySlot struct {
 	UpdatedAt         time.Time
 	RouteSeq          pgtype.Int8
 	RouteLsn          *string
+	FirstCreatedAt    *time.Time
 }
 
 type Inbox struct {

@@ -17,7 +17,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	margin := f.PositiveDuration("recover-margin", relay.RecoverMarginDefault, "republish from this long before the last confirmed commit time")
 	var since cli.TimeValue
 	f.FlagSet.Var(&since, "since", "republish outbox rows created at or after this RFC 3339 time or duration ago (7d); needed when Ferry has no record of the slot")
-	force := f.FlagSet.Bool("force", false, "republish even when the outbox holds no row older than the window, that is when rows of it may have been deleted")
+	force := f.FlagSet.Bool("force", false, "republish even when rows of the window may have been deleted: no outbox row is older than it (on a database younger than it, none older than the last confirmed commit)")
 	_, cfg, err := e.parse(ctx, f, args, stderr)
 	if err != nil {
 		return err
