@@ -12,6 +12,7 @@ type txn struct {
 	end          pglogrepl.LSN // end of the commit record; set when Commit arrives
 	at           time.Time     // commit time; set when Commit arrives
 	committed    bool          // Commit has been decoded
+	step         bool          // a migration step in it has not applied yet (holdStep)
 	pending      int           // records produced and not yet acknowledged
 	pendingBytes int64         // their size
 	records      int           // records produced
@@ -81,6 +82,27 @@ func (t *lsnTracker) produce(x *txn, size int) {
 	t.mu.Unlock()
 }
 
+// holdStep keeps x unconfirmed until releaseStep: a migration step
+// decoded in x applies only once x committed and everything before it was
+// acknowledged (route.go). The hold is no record: it counts in no window,
+// since the commit it waits for is further on in the stream, which the
+// session stops reading while the window is full.
+func (t *lsnTracker) holdStep(x *txn) {
+	t.mu.Lock()
+	x.step = true
+	t.mu.Unlock()
+}
+
+// releaseStep lets x be confirmed once its records are acknowledged: its
+// step applied.
+func (t *lsnTracker) releaseStep(x *txn) {
+	t.mu.Lock()
+	x.step = false
+	t.advanceLocked()
+	t.mu.Unlock()
+	t.signal()
+}
+
 // commit marks x fully decoded, ending at end, committed at at.
 func (t *lsnTracker) commit(x *txn, end pglogrepl.LSN, at time.Time) {
 	t.mu.Lock()
@@ -106,6 +128,11 @@ func (t *lsnTracker) ack(x *txn, size int) {
 	}
 	t.advanceLocked()
 	t.mu.Unlock()
+	t.signal()
+}
+
+// signal wakes the session if it waits for space in the window.
+func (t *lsnTracker) signal() {
 	select {
 	case t.space <- struct{}{}:
 	default:
@@ -114,7 +141,7 @@ func (t *lsnTracker) ack(x *txn, size int) {
 
 func (t *lsnTracker) advanceLocked() {
 	n := 0
-	for n < len(t.queue) && t.queue[n].committed && t.queue[n].pending == 0 {
+	for n < len(t.queue) && t.queue[n].committed && t.queue[n].pending == 0 && !t.queue[n].step {
 		if t.queue[n].end > t.confirmed {
 			t.confirmed = t.queue[n].end
 		}
@@ -161,11 +188,11 @@ func (t *lsnTracker) position() (confirmed pglogrepl.LSN, window int, windowByte
 }
 
 // onlyHolds reports whether x is the oldest unconfirmed transaction and
-// waits for nothing but one record: a migration step's hold (route.go).
+// waits for nothing but its migration step (holdStep).
 func (t *lsnTracker) onlyHolds(x *txn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.queue) > 0 && t.queue[0] == x && x.committed && x.pending == 1
+	return len(t.queue) > 0 && t.queue[0] == x && x.committed && x.pending == 0 && x.step
 }
 
 // unacknowledged returns the records sent and not yet acknowledged.

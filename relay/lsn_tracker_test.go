@@ -156,16 +156,16 @@ func TestTrackerRecordsOfACommittedTransactionCountOnce(t *testing.T) {
 	t.Parallel()
 	tr := newLSNTracker(10)
 	step := tr.begin()
-	tr.produce(step, 0) // the step's hold
+	tr.holdStep(step)
 	tr.commit(step, 20, at(20))
 	tr.produce(step, 30) // fences
 	tr.produce(step, 30)
-	tr.ack(step, 0)
+	tr.releaseStep(step)
 	if got := confirmed(tr); got != 10 {
 		t.Fatalf("confirmed %d with the fences unacknowledged, want 10", got)
 	}
-	if _, n, b, _ := tr.position(); n != 3 || b != 60 {
-		t.Fatalf("window %d records, %d bytes; want 3, 60", n, b)
+	if _, n, b, _ := tr.position(); n != 2 || b != 60 {
+		t.Fatalf("window %d records, %d bytes; want 2, 60", n, b)
 	}
 	tr.ack(step, 30)
 	tr.ack(step, 30)
@@ -174,5 +174,46 @@ func TestTrackerRecordsOfACommittedTransactionCountOnce(t *testing.T) {
 	}
 	if _, n, b, busy := tr.position(); n != 0 || b != 0 || busy {
 		t.Fatalf("window %d records, %d bytes, busy %t after the step was confirmed; want 0, 0, false", n, b, busy)
+	}
+}
+
+// A migration step's hold keeps its transaction unconfirmed until the step
+// applies, and counts in no window: with --max-in-flight 1 the hold of a
+// step decoded in an open transaction spent the whole budget, and the
+// session never read on to the commit the step waited for.
+func TestTrackerStepHoldCountsInNoWindow(t *testing.T) {
+	t.Parallel()
+	tr := newLSNTracker(10)
+	before, step := tr.begin(), tr.begin()
+	tr.produce(before, 5)
+	tr.commit(before, 15, at(15))
+	tr.holdStep(step)
+	if _, n, b, _ := tr.position(); n != 1 || b != 5 {
+		t.Fatalf("window %d records, %d bytes with the step's transaction open; want 1, 5 (the record before it only)", n, b)
+	}
+	if got := tr.unacknowledged(); got != 1 {
+		t.Fatalf("%d records unacknowledged, want 1: the hold is no record", got)
+	}
+	tr.commit(step, 20, at(20))
+	if tr.onlyHolds(step) {
+		t.Fatal("the step may apply while a record before it is unacknowledged")
+	}
+	tr.ack(before, 5)
+	if got := confirmed(tr); got != 15 {
+		t.Fatalf("confirmed %d, want 15: the transaction before the step, not the step's", got)
+	}
+	if !tr.onlyHolds(step) {
+		t.Fatal("the step may not apply with everything before it confirmed")
+	}
+	if _, n, b, busy := tr.position(); n != 0 || b != 0 || !busy {
+		t.Fatalf("window %d records, %d bytes, busy %t while the step waits to apply; want 0, 0, true", n, b, busy)
+	}
+	tr.idle(100)
+	if got := confirmed(tr); got != 15 {
+		t.Fatalf("a keepalive moved confirmed to %d past the unapplied step, want 15", got)
+	}
+	tr.releaseStep(step)
+	if got := confirmed(tr); got != 20 {
+		t.Fatalf("confirmed %d once the step applied, want 20", got)
 	}
 }

@@ -94,6 +94,55 @@ func (m *migrationBundle) writeBatch(t *testing.T, n int) []string {
 	return ids
 }
 
+// writeTx commits n events of 16 aggregates in one transaction, and
+// remembers the history in effect at its commit.
+func (m *migrationBundle) writeTx(t *testing.T, n int) []string {
+	t.Helper()
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = evt("order", fmt.Sprintf("o%d", i%16), len(m.want)+i)
+	}
+	ids := m.write(t, events...)
+	for _, id := range ids {
+		m.want[id] = append(migration.History(nil), m.history...)
+	}
+	return ids
+}
+
+// walPosition is the server's current WAL position: every transaction
+// committed so far ends at or before it.
+func (m *migrationBundle) walPosition(t *testing.T) string {
+	t.Helper()
+	var lsn string
+	if err := m.db.Pool.QueryRow(m.ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// waitConfirmedPast waits up to a minute until the slot's confirmed
+// position is at or past lsn, where what (named in the failure, with r's
+// figures) ends.
+func (m *migrationBundle) waitConfirmedPast(t *testing.T, r *relay.Relay, lsn, what string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var past bool
+		if err := m.db.Pool.QueryRow(m.ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+			m.slot, lsn).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute on, the slot's confirmed position %s is not past %s, the end of %s; relay stats %+v, Ready: %v",
+				m.confirmed(t), lsn, what, r.Stats(), r.Ready())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // expected returns the ids that must reach each side.
 func (m *migrationBundle) expected() (old, nw []string) {
 	for id, h := range m.want {
@@ -286,6 +335,41 @@ func TestRelayRoutesEveryEventByTheStepInEffectAtItsCommit(t *testing.T) {
 	m.checkFences(t, migration.OldSide, oldRecs, 3, []int{1, 2, 3, 4, 5, 6})
 	m.checkFences(t, migration.NewSide, newRecs, 4, []int{1, 2, 3, 4, 5, 6})
 	t.Logf("%d events, %d stamped copies on the old channel, %d on the new", len(m.want), nOld, nNew)
+}
+
+// With an in-flight budget of one record (--max-in-flight 1) a step
+// applies at its point while events flow, and a transaction of more
+// records than the budget streams through the dual write. Before, the
+// step's hold counted as an unacknowledged record of its still open
+// transaction: it spent the budget, the relay read no further, and the
+// commit the step waited for never came. No event after the step reached
+// either channel and the slot stayed before the step for good.
+func TestMigrationStepAppliesWithAnInFlightBudgetOfOne(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 2, 2, nil)
+	cfg := m.cfg
+	cfg.MaxInFlightRecords = 1
+	r := m.start(t, cfg)
+
+	m.writeBatch(t, 20)
+	m.request(t, migration.DualWrite, 0)
+	after := m.writeBatch(t, 20)
+	after = append(after, m.writeTx(t, 30)...)
+	m.waitConfirmedPast(t, r, m.walPosition(t), "the DUAL_WRITE step and the 50 events after it")
+
+	wantOld, wantNew := m.expected()
+	if len(wantNew) != len(after) {
+		t.Fatalf("%d events expected on the new channel, want the %d written after the step", len(wantNew), len(after))
+	}
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
+	nOld := m.checkCopies(t, migration.OldSide, oldRecs)
+	nNew := m.checkCopies(t, migration.NewSide, newRecs)
+	if nOld != len(after) || nNew != len(after) {
+		t.Errorf("stamped copies: %d on the old channel, %d on the new; want %d on each", nOld, nNew, len(after))
+	}
+	m.checkFences(t, migration.OldSide, oldRecs, 2, []int{1})
+	m.checkFences(t, migration.NewSide, newRecs, 2, []int{1})
 }
 
 // A relay that stops and starts again routes each event by the step in

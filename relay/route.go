@@ -371,7 +371,7 @@ func (s *session) noteStep(st stepRow) {
 	}
 	if s.step == nil {
 		s.step = &pendingStep{tx: s.open}
-		s.tracker.produce(s.open, 0) // holds the transaction until applied
+		s.tracker.holdStep(s.open) // unconfirmed until it applies
 	}
 	s.step.steps = append(s.step.steps, st)
 }
@@ -404,7 +404,7 @@ func (s *session) applyStep(ctx context.Context) error {
 		return err
 	}
 	s.step = nil
-	s.tracker.ack(ps.tx, 0)
+	s.tracker.releaseStep(ps.tx)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,5 +132,70 @@ func TestStuckPartitionBoundsTheWindow(t *testing.T) {
 			t.Fatal("the confirmed position did not pass the stuck record once its partition answered")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// outstandingSink is the real Kafka client that keeps the most records it
+// ever had produced and not yet answered.
+type outstandingSink struct {
+	cl        *kgo.Client
+	mu        sync.Mutex
+	out, most int
+}
+
+func (s *outstandingSink) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	s.mu.Lock()
+	s.out++
+	s.most = max(s.most, s.out)
+	s.mu.Unlock()
+	s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		s.mu.Lock()
+		s.out-- // before the relay hears of it, and may produce the next
+		s.mu.Unlock()
+		promise(r, err)
+	})
+}
+
+func (s *outstandingSink) AbortBufferedRecords(ctx context.Context) error {
+	return s.cl.AbortBufferedRecords(ctx)
+}
+
+// A transaction of far more records than --max-in-flight streams through
+// it: only its unacknowledged records count while it is read, and nothing
+// but Kafka's answers is needed to free them, so the relay reads on to its
+// commit one record at a time, delivers it whole and confirms past it.
+func TestLargeTransactionStreamsThroughAnInFlightBudgetOfOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := b.topic(t, "order", 4)
+	sink := &outstandingSink{cl: ferrytest.Client(t)}
+	cfg := b.cfg
+	cfg.Sink = sink
+	cfg.MaxInFlightRecords = 1
+	b.start(t, cfg)
+
+	events := make([]outbox.Event, 200)
+	for i := range events {
+		events[i] = evt("order", fmt.Sprintf("agg-%d", i%16), i)
+	}
+	ids := b.write(t, events...)
+	var end string
+	if err := b.db.Pool.QueryRow(b.ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	consume(t, []string{topic}, ids, time.Minute, 0).checkFirstArrivalOrder(t)
+	waitFor(t, "the slot to confirm past the large transaction", func() bool {
+		var past bool
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+			b.slot, end).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		return past
+	})
+	sink.mu.Lock()
+	most := sink.most
+	sink.mu.Unlock()
+	if most != 1 {
+		t.Fatalf("at most %d records were out at a time, want 1 (--max-in-flight 1)", most)
 	}
 }
