@@ -74,7 +74,11 @@ type Config struct {
 	// balancing, no auto-commit, read-committed isolation), so those cannot
 	// be overridden. FetchMaxWait defaults to 500ms (Kafka's default, not
 	// franz-go's 5s) so that a partition resumed after backpressure is
-	// fetched promptly. Required.
+	// fetched promptly. During a live migration (package migration) the
+	// clients of the new channel take these options too, all but those
+	// that choose the cluster and its credentials (kgo.SeedBrokers,
+	// kgo.DialTLSConfig and kgo.DialTLS, kgo.Dialer, kgo.SASL), which come
+	// from the plan's new channel instead. Required.
 	KafkaOpts []kgo.Opt
 
 	// Consumers, when set, limits Run to these registered consumers, so

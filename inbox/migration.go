@@ -297,7 +297,7 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 	if err != nil {
 		return fmt.Errorf("migration %s: cannot reach the new channel: %w", plan, err)
 	}
-	g, err := newGroupConsumer(w, consumer, map[string]Handler{peer: h}, opts)
+	g, err := newGroupConsumer(w, consumer, map[string]Handler{peer: h}, channelKafkaOpts(w.cfg.KafkaOpts, opts))
 	if err != nil {
 		return err
 	}
