@@ -34,6 +34,7 @@ const (
 	OffsetResetDefault                  = OffsetResetEarliest
 	MigrationReportIntervalDefault      = 10 * time.Second
 	MigrationAllowedLatenessDefault     = 30 * time.Second
+	MigrationReportWindowDefault        = 2 * time.Minute
 	MigrationQuarantineAfterDefault     = 5 * time.Minute
 )
 
@@ -166,6 +167,17 @@ type Config struct {
 	// MigrationAllowedLatenessDefault (30s).
 	MigrationAllowedLateness time.Duration
 
+	// MigrationReportWindow is how far back a migration report looks: the
+	// shadow gate judges the copies received in this window before the
+	// report (their lateness, missing shadows, mismatches), so it closes
+	// while a stall's late copies are in it and passes again once they
+	// left it, nothing else being late. Longer is a stricter gate (one
+	// outage keeps CUTOVER refused for longer), shorter a more forgiving
+	// one. It must exceed MigrationAllowedLateness, or no copy would be
+	// old enough in it to show a missing shadow. Defaults to
+	// MigrationReportWindowDefault (2m).
+	MigrationReportWindow time.Duration
+
 	// MigrationQuarantineAfter is how long after its shadow copy arrived an
 	// event never applied goes to the migration quarantine
 	// (MigrationQuarantined): its authoritative copy was lost, or is late
@@ -239,8 +251,9 @@ type Config struct {
 type hooks struct {
 	beforeDBCommit func(*Message)
 	afterDBCommit  func(*Message)
-	stopped        func() // partitions being released were told to stop
-	periodicCommit func() // the commit loop's tick, before it commits
+	stopped        func()           // partitions being released were told to stop
+	periodicCommit func()           // the commit loop's tick, before it commits
+	reportClock    func() time.Time // the migration reports' clock (migration_report.go)
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -257,6 +270,7 @@ func (c Config) WithDefaults() Config {
 	c.HealthTimeout = cmp.Or(c.HealthTimeout, max(HealthTimeoutDefault, c.minHealthTimeout()+30*time.Second))
 	c.MigrationReportInterval = cmp.Or(c.MigrationReportInterval, MigrationReportIntervalDefault)
 	c.MigrationAllowedLateness = cmp.Or(c.MigrationAllowedLateness, MigrationAllowedLatenessDefault)
+	c.MigrationReportWindow = cmp.Or(c.MigrationReportWindow, MigrationReportWindowDefault)
 	c.MigrationQuarantineAfter = cmp.Or(c.MigrationQuarantineAfter, MigrationQuarantineAfterDefault)
 	c.MaxBufferedBytesPerPartition = cmp.Or(c.MaxBufferedBytesPerPartition, MaxBufferedBytesPerPartitionDefault)
 	c.OffsetReset = cmp.Or(c.OffsetReset, OffsetResetDefault)
@@ -313,7 +327,7 @@ func (c Config) validate() error {
 		{"RetryBackoff", c.RetryBackoff}, {"RetryBackoffMax", c.RetryBackoffMax}, {"HandlerTimeout", c.HandlerTimeout},
 		{"DrainTimeout", c.DrainTimeout}, {"CommitInterval", c.CommitInterval}, {"HealthTimeout", c.HealthTimeout},
 		{"MigrationReportInterval", c.MigrationReportInterval}, {"MigrationAllowedLateness", c.MigrationAllowedLateness},
-		{"MigrationQuarantineAfter", c.MigrationQuarantineAfter},
+		{"MigrationReportWindow", c.MigrationReportWindow}, {"MigrationQuarantineAfter", c.MigrationQuarantineAfter},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("inbox: Config.%s is %s: must be positive", f.name, f.v)
@@ -323,6 +337,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("inbox: Config.HealthTimeout is %s: must exceed %s, HandlerTimeout + %s and CommitInterval + 2 x %s, "+
 			"which a healthy worker may spend in one transaction or between offset commits",
 			c.HealthTimeout, c.minHealthTimeout(), commitTimeout, commitTimeout)
+	}
+	if c.MigrationReportWindow <= c.MigrationAllowedLateness {
+		return fmt.Errorf("inbox: Config.MigrationReportWindow (%s) must exceed Config.MigrationAllowedLateness (%s): "+
+			"no copy in the window would be old enough to show a missing shadow", c.MigrationReportWindow, c.MigrationAllowedLateness)
 	}
 	if c.RetryBackoffMax < c.RetryBackoff {
 		return fmt.Errorf("inbox: Config.RetryBackoffMax (%s) is below Config.RetryBackoff (%s)", c.RetryBackoffMax, c.RetryBackoff)

@@ -34,13 +34,20 @@ func (passEvidence) Drained(context.Context, migration.Plan, string, int) error 
 type liveMigration struct {
 	*bundle
 	oldTopic, newTopic string
+	slot               string
 	ctl                *migration.Controller
 	written            atomic.Int64
 }
 
 func setupLiveMigration(t *testing.T) *liveMigration {
 	t.Helper()
-	ctx := ferrytest.Context(t, 4*time.Minute)
+	return setupLiveMigrationFor(t, 4*time.Minute)
+}
+
+// setupLiveMigrationFor is setupLiveMigration with a test of at most d.
+func setupLiveMigrationFor(t *testing.T, d time.Duration) *liveMigration {
+	t.Helper()
+	ctx := ferrytest.Context(t, d)
 	db := ferrytest.NewMigratedDB(t)
 	if _, err := db.Pool.Exec(ctx, effectsTable); err != nil {
 		t.Fatal(err)
@@ -53,6 +60,7 @@ func setupLiveMigration(t *testing.T) *liveMigration {
 		oldTopic: "mig." + suffix + ".order",
 		newTopic: "migb." + suffix + ".order",
 		ctl:      &migration.Controller{DB: db.Pool, Evidence: passEvidence{}},
+		slot:     "ferry_" + suffix,
 	}
 	m.topic = m.oldTopic
 	ferrytest.CreateTopic(t, m.oldTopic, 3)
@@ -60,11 +68,10 @@ func setupLiveMigration(t *testing.T) *liveMigration {
 	ferrytest.CreateTopicB(t, m.newTopic, 4)
 	ferrytest.CreateTopicB(t, m.newTopic+DeadLetterSuffixDefault, 1)
 
-	slot := "ferry_" + suffix
-	if err := relay.Setup(ctx, db.Pool, slot, "ferry", nil); err != nil {
+	if err := relay.Setup(ctx, db.Pool, m.slot, "ferry", nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(&relay.Config{DatabaseURL: db.URL, Slot: slot, TopicTemplate: oldTemplate,
+	r, err := relay.New(&relay.Config{DatabaseURL: db.URL, Slot: m.slot, TopicTemplate: oldTemplate,
 		KafkaOpts: m.kopts, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -512,4 +519,85 @@ func TestAFenceInsideABatchIsPassed(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	b.waitCommitted(b.consumer, 0, int64(len(recs)))
+}
+
+// copyRows records synthetic copies of plan "move" for consumer: each event
+// id's authoritative copy (old side) at a and its shadow (new side) at s,
+// identical payloads.
+func (b *bundle) copyRows(ids []string, a, s []time.Time) {
+	b.t.Helper()
+	if _, err := b.db.Pool.Exec(b.ctx, `
+		INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at)
+		SELECT $1, id, 'move', side, role, 1, '\x01', at
+		FROM unnest($2::text[], $3::timestamptz[], $4::timestamptz[]) AS c(id, a, s),
+		     LATERAL (VALUES ('old', 'authoritative', c.a), ('new', 'shadow', c.s)) AS v(side, role, at)`,
+		b.consumer, ids, a, s); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// followsMove makes consumer follow plan "move" (as a fence of its old
+// channel would): it reports on it.
+func (b *bundle) followsMove() {
+	b.t.Helper()
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
+		VALUES ($1, 'move', 'old', $2, 'unused.peer', '{}')`, b.consumer, b.topic); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// A stall (a broker outage: the shadow copies of five events came 5 s
+// after their authoritative copies) closes the shadow gate, and once the
+// late copies are older than the report window (MigrationReportWindow,
+// 2 minutes by default) it passes again, with nothing else late: the gate
+// judges what holds now. Issue 21 item 7: the window was ten minutes, so
+// one outage kept CUTOVER refused for ten minutes after it ended. The
+// reports' clock is the test's, moved on instead of waited for.
+func TestAStallClosesTheGateOnlyForTheReportWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	cfg := b.config()
+	cfg.MigrationReportInterval = 100 * time.Millisecond
+	cfg.MigrationAllowedLateness = time.Second
+	cfg.hooks.reportClock = clock
+	w := b.newWorker(cfg, effectHandler)
+	b.followsMove()
+
+	base := time.Now()
+	var ids []string
+	var as, ss []time.Time
+	for i := range 5 { // the stall
+		ids = append(ids, fmt.Sprintf("late-%d", i))
+		as, ss = append(as, base.Add(-20*time.Second)), append(ss, base.Add(-15*time.Second))
+	}
+	for i := range 300 { // on time, from before the stall's end to 3 minutes after it
+		at := base.Add(-10*time.Second + time.Duration(i)*190*time.Second/300)
+		ids = append(ids, fmt.Sprintf("ok-%d", i))
+		as, ss = append(as, at), append(ss, at.Add(10*time.Millisecond))
+	}
+	b.copyRows(ids, as, ss)
+	b.start(w)
+
+	ev := &migration.KafkaEvidence{MaxP99Lateness: time.Second, MaxAge: time.Minute, Now: clock}
+	plan := migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "unused"}}
+	gateAt := func(after time.Time) (migration.Report, error) {
+		t.Helper()
+		var r migration.Report
+		b.waitFor("a report made at "+after.Format(time.TimeOnly)+" or later", func() (bool, error) {
+			reports, err := ev.Reports(b.ctx, plan)
+			r = reports[b.consumer]
+			return err == nil && !r.At.Before(after), nil
+		})
+		return r, ev.ShadowGate(b.ctx, plan, b.consumer)
+	}
+	if _, err := gateAt(base); err == nil || !strings.Contains(err.Error(), "p99 lateness 5s above 1s") {
+		t.Fatalf("the gate right after the stall: %v; want it closed for the p99 lateness", err)
+	}
+	offset.Store(int64(2*time.Minute + 10*time.Second))
+	if r, err := gateAt(base.Add(2*time.Minute + 10*time.Second)); err != nil {
+		t.Fatalf("the gate 2m10s after the stall, the stall's copies out of the default window and nothing else late: %v "+
+			"(report: %d checked, p99 %s, window %s)", err, r.Checked, r.P99Lateness, r.Window)
+	}
 }

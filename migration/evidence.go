@@ -19,9 +19,10 @@ import (
 // controller learns what the consumers saw.
 const ReportTopic = "ferry.migration.reports"
 
-// Report is what a consumer group saw of a plan's copies over the last ten
-// minutes: the shadow gate's evidence. Every instance of the group computes it from the group's
-// database, so any instance's newest report speaks for the group.
+// Report is what a consumer group saw of a plan's copies in the Window
+// before At: the shadow gate's evidence, which so judges what holds now and
+// not a stall long past. Every instance of the group computes it from the
+// group's database, so any instance's newest report speaks for the group.
 type Report struct {
 	Plan  string    `json:"plan"`
 	Group string    `json:"group"`
@@ -35,6 +36,10 @@ type Report struct {
 	// AllowedLateness ago whose shadow never came.
 	Missing         int64         `json:"missing"`
 	AllowedLateness time.Duration `json:"allowed_lateness_ns"`
+	// Window is how far back the report looks (the workers'
+	// MigrationReportWindow, --migration-report-window): the copies
+	// received in the Window before At count.
+	Window time.Duration `json:"window_ns"`
 	// Aged counts the authoritative copies received more than
 	// AllowedLateness ago: those whose shadow could be missing.
 	Aged int64 `json:"aged"`
@@ -90,6 +95,9 @@ func (r Report) Gate(maxP99 time.Duration) error {
 	}
 	if r.P99Lateness > maxP99 {
 		why = append(why, fmt.Sprintf("p99 lateness %s above %s", r.P99Lateness, maxP99))
+	}
+	if len(why) > 0 && r.Window > 0 {
+		why[len(why)-1] += fmt.Sprintf(" (copies received in the last %s count: the workers' --migration-report-window)", r.Window)
 	}
 	if len(why) == 0 {
 		return nil

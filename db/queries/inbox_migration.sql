@@ -57,22 +57,26 @@ WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = @consumer AND i.messa
 SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER BY plan;
 
 -- name: InboxCopyReport :one
--- A consumer's shadow report of a plan (migration.Report), over the copies
--- received in the last @window_seconds (what holds now, not a lag long
--- past): the copies of each role, the events with both copies, those whose
--- payloads differ, the authoritative copies older than the allowed lateness
--- without a shadow, and the delay between an event's two copies (p99 and
--- max, seconds), and the authoritative copies of each side that arrived
--- after their event was applied (duplicates the inbox blocked: a bridged
--- copy, a copy brought again after a rollback).
+-- A consumer's shadow report of a plan (migration.Report) at report_at, over
+-- the copies received in the @window_seconds before it (what holds now, not a
+-- lag long past): the copies of each role, the events with both copies,
+-- those whose payloads differ, the authoritative copies older than the
+-- allowed lateness without a shadow, and the delay between an event's two
+-- copies (p99 and max, seconds), and the authoritative copies of each side
+-- that arrived after their event was applied (duplicates the inbox blocked:
+-- a bridged copy, a copy brought again after a rollback).
 WITH a AS (
-    SELECT c.message_id, c.side, c.digest, c.received_at FROM ferry_inbox_copy c
+    SELECT c.message_id, c.side, c.digest, c.received_at,
+           c.received_at < sqlc.arg(report_at)::timestamptz - make_interval(secs => @allowed_seconds::float8) AS aged
+    FROM ferry_inbox_copy c
     WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'authoritative'
-      AND c.received_at > now() - make_interval(secs => @window_seconds::float8)
+      AND c.received_at > sqlc.arg(report_at)::timestamptz - make_interval(secs => @window_seconds::float8)
+      AND c.received_at <= sqlc.arg(report_at)::timestamptz
 ), s AS (
     SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
     WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'shadow'
-      AND c.received_at > now() - make_interval(secs => @window_seconds::float8)
+      AND c.received_at > sqlc.arg(report_at)::timestamptz - make_interval(secs => @window_seconds::float8)
+      AND c.received_at <= sqlc.arg(report_at)::timestamptz
 ), pairs AS (
     SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
     FROM a JOIN s USING (message_id)
@@ -82,9 +86,8 @@ SELECT
     (SELECT count(*) FROM s)::bigint AS shadow,
     (SELECT count(*) FROM pairs)::bigint AS checked,
     (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
-    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => @allowed_seconds::float8)
-        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
-    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => @allowed_seconds::float8))::bigint AS aged,
+    (SELECT count(*) FROM a WHERE a.aged AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
+    (SELECT count(*) FROM a WHERE a.aged)::bigint AS aged,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
     coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
     (SELECT count(*) FROM a JOIN inbox i ON i.consumer = @consumer AND i.message_id = a.message_id

@@ -151,13 +151,17 @@ func (q *Queries) InboxCopyPlans(ctx context.Context, db DBTX, consumer string) 
 
 const inboxCopyReport = `-- name: InboxCopyReport :one
 WITH a AS (
-    SELECT c.message_id, c.side, c.digest, c.received_at FROM ferry_inbox_copy c
-    WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'authoritative'
-      AND c.received_at > now() - make_interval(secs => $4::float8)
+    SELECT c.message_id, c.side, c.digest, c.received_at,
+           c.received_at < $2::timestamptz - make_interval(secs => $3::float8) AS aged
+    FROM ferry_inbox_copy c
+    WHERE c.consumer = $1 AND c.plan = $4 AND c.role = 'authoritative'
+      AND c.received_at > $2::timestamptz - make_interval(secs => $5::float8)
+      AND c.received_at <= $2::timestamptz
 ), s AS (
     SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
-    WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'shadow'
-      AND c.received_at > now() - make_interval(secs => $4::float8)
+    WHERE c.consumer = $1 AND c.plan = $4 AND c.role = 'shadow'
+      AND c.received_at > $2::timestamptz - make_interval(secs => $5::float8)
+      AND c.received_at <= $2::timestamptz
 ), pairs AS (
     SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
     FROM a JOIN s USING (message_id)
@@ -167,20 +171,20 @@ SELECT
     (SELECT count(*) FROM s)::bigint AS shadow,
     (SELECT count(*) FROM pairs)::bigint AS checked,
     (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
-    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => $1::float8)
-        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
-    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => $1::float8))::bigint AS aged,
+    (SELECT count(*) FROM a WHERE a.aged AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
+    (SELECT count(*) FROM a WHERE a.aged)::bigint AS aged,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
     coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
-    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $2 AND i.message_id = a.message_id
+    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $1 AND i.message_id = a.message_id
         WHERE a.side = 'old' AND i.processed_at < a.received_at)::bigint AS duplicates_old,
-    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $2 AND i.message_id = a.message_id
+    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $1 AND i.message_id = a.message_id
         WHERE a.side = 'new' AND i.processed_at < a.received_at)::bigint AS duplicates_new
 `
 
 type InboxCopyReportParams struct {
-	AllowedSeconds float64
 	Consumer       string
+	ReportAt       time.Time
+	AllowedSeconds float64
 	Plan           string
 	WindowSeconds  float64
 }
@@ -198,18 +202,19 @@ type InboxCopyReportRow struct {
 	DuplicatesNew int64
 }
 
-// A consumer's shadow report of a plan (migration.Report), over the copies
-// received in the last @window_seconds (what holds now, not a lag long
-// past): the copies of each role, the events with both copies, those whose
-// payloads differ, the authoritative copies older than the allowed lateness
-// without a shadow, and the delay between an event's two copies (p99 and
-// max, seconds), and the authoritative copies of each side that arrived
-// after their event was applied (duplicates the inbox blocked: a bridged
-// copy, a copy brought again after a rollback).
+// A consumer's shadow report of a plan (migration.Report) at report_at, over
+// the copies received in the @window_seconds before it (what holds now, not a
+// lag long past): the copies of each role, the events with both copies,
+// those whose payloads differ, the authoritative copies older than the
+// allowed lateness without a shadow, and the delay between an event's two
+// copies (p99 and max, seconds), and the authoritative copies of each side
+// that arrived after their event was applied (duplicates the inbox blocked:
+// a bridged copy, a copy brought again after a rollback).
 func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyReportParams) (*InboxCopyReportRow, error) {
 	row := db.QueryRow(ctx, inboxCopyReport,
-		arg.AllowedSeconds,
 		arg.Consumer,
+		arg.ReportAt,
+		arg.AllowedSeconds,
 		arg.Plan,
 		arg.WindowSeconds,
 	)

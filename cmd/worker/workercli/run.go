@@ -39,6 +39,7 @@ var configFlags = map[string]string{
 	"Config.HealthTimeout":            "health-timeout",
 	"Config.MigrationReportInterval":  "migration-report-interval",
 	"Config.MigrationAllowedLateness": "migration-allowed-lateness",
+	"Config.MigrationReportWindow":    "migration-report-window",
 	"Config.MigrationQuarantineAfter": "migration-quarantine-after",
 	"Config.OffsetReset":              "offset-reset",
 	"Config.Consumers":                "consumers",
@@ -89,6 +90,9 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		"live migration: how often the consumers' shadow reports go to "+migration.ReportTopic)
 	allowedLateness := f.PositiveDuration("migration-allowed-lateness", inbox.MigrationAllowedLatenessDefault,
 		"live migration: how late a shadow copy may be before the report counts it missing")
+	reportWindow := f.PositiveDuration("migration-report-window", inbox.MigrationReportWindowDefault,
+		"live migration: how far back a shadow report looks; the gate judges the copies received in this window, "+
+			"so a stall's late copies keep CUTOVER refused until they are older (must exceed --migration-allowed-lateness)")
 	quarantineAfter := f.PositiveDuration("migration-quarantine-after", inbox.MigrationQuarantineAfterDefault,
 		"live migration: how long after its shadow copy an event never applied is quarantined")
 	offsetReset := f.String("offset-reset", string(inbox.OffsetResetDefault), "where a partition without a committed offset starts: earliest, latest or none")
@@ -150,6 +154,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		HealthTimeout:            *healthTimeout,
 		MigrationReportInterval:  *reportInterval,
 		MigrationAllowedLateness: *allowedLateness,
+		MigrationReportWindow:    *reportWindow,
 		MigrationQuarantineAfter: *quarantineAfter,
 		OffsetReset:              inbox.OffsetReset(*offsetReset),
 		DeadLetterTopic:          func(topic string) string { return topic + suffix },
