@@ -19,8 +19,9 @@ import (
 // controller learns what the consumers saw.
 const ReportTopic = "ferry.migration.reports"
 
-// Report is what a consumer group saw of a plan's copies in the Window
-// before At: the shadow gate's evidence, which so judges what holds now and
+// Report is what a consumer group saw of a plan's events of which a copy
+// arrived in the Window before At, each with both its copies wherever they
+// arrived: the shadow gate's evidence, which so judges what holds now and
 // not a stall long past. Every instance of the group computes it from the
 // group's database, so any instance's newest report speaks for the group.
 type Report struct {

@@ -150,43 +150,48 @@ func (q *Queries) InboxCopyPlans(ctx context.Context, db DBTX, consumer string) 
 }
 
 const inboxCopyReport = `-- name: InboxCopyReport :one
-WITH a AS (
+WITH recent AS (
+    SELECT DISTINCT c.message_id FROM ferry_inbox_copy c
+    WHERE c.consumer = $1 AND c.plan = $2
+      AND c.received_at > $3::timestamptz - make_interval(secs => $4::float8)
+      AND c.received_at <= $3::timestamptz
+), a AS (
     SELECT c.message_id, c.side, c.digest, c.received_at,
-           c.received_at < $2::timestamptz - make_interval(secs => $3::float8) AS aged
-    FROM ferry_inbox_copy c
-    WHERE c.consumer = $1 AND c.plan = $4 AND c.role = 'authoritative'
-      AND c.received_at > $2::timestamptz - make_interval(secs => $5::float8)
-      AND c.received_at <= $2::timestamptz
+           c.received_at > $3::timestamptz - make_interval(secs => $4::float8) AS in_window,
+           c.received_at < $3::timestamptz - make_interval(secs => $5::float8) AS aged
+    FROM recent JOIN ferry_inbox_copy c ON c.consumer = $1 AND c.message_id = recent.message_id
+    WHERE c.plan = $2 AND c.role = 'authoritative' AND c.received_at <= $3::timestamptz
 ), s AS (
-    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
-    WHERE c.consumer = $1 AND c.plan = $4 AND c.role = 'shadow'
-      AND c.received_at > $2::timestamptz - make_interval(secs => $5::float8)
-      AND c.received_at <= $2::timestamptz
+    SELECT c.message_id, c.digest, c.received_at,
+           c.received_at > $3::timestamptz - make_interval(secs => $4::float8) AS in_window
+    FROM recent JOIN ferry_inbox_copy c ON c.consumer = $1 AND c.message_id = recent.message_id
+    WHERE c.plan = $2 AND c.role = 'shadow' AND c.received_at <= $3::timestamptz
 ), pairs AS (
     SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
     FROM a JOIN s USING (message_id)
 )
 SELECT
-    (SELECT count(*) FROM a)::bigint AS authoritative,
-    (SELECT count(*) FROM s)::bigint AS shadow,
+    (SELECT count(*) FROM a WHERE a.in_window)::bigint AS authoritative,
+    (SELECT count(*) FROM s WHERE s.in_window)::bigint AS shadow,
     (SELECT count(*) FROM pairs)::bigint AS checked,
     (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
-    (SELECT count(*) FROM a WHERE a.aged AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
-    (SELECT count(*) FROM a WHERE a.aged)::bigint AS aged,
+    (SELECT count(*) FROM a WHERE a.in_window AND a.aged
+        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
+    (SELECT count(*) FROM a WHERE a.in_window AND a.aged)::bigint AS aged,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
     coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
     (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $1 AND i.message_id = a.message_id
-        WHERE a.side = 'old' AND i.processed_at < a.received_at)::bigint AS duplicates_old,
+        WHERE a.in_window AND a.side = 'old' AND i.processed_at < a.received_at)::bigint AS duplicates_old,
     (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $1 AND i.message_id = a.message_id
-        WHERE a.side = 'new' AND i.processed_at < a.received_at)::bigint AS duplicates_new
+        WHERE a.in_window AND a.side = 'new' AND i.processed_at < a.received_at)::bigint AS duplicates_new
 `
 
 type InboxCopyReportParams struct {
 	Consumer       string
-	ReportAt       time.Time
-	AllowedSeconds float64
 	Plan           string
+	ReportAt       time.Time
 	WindowSeconds  float64
+	AllowedSeconds float64
 }
 
 type InboxCopyReportRow struct {
@@ -202,21 +207,25 @@ type InboxCopyReportRow struct {
 	DuplicatesNew int64
 }
 
-// A consumer's shadow report of a plan (migration.Report) at report_at, over
-// the copies received in the @window_seconds before it (what holds now, not a
-// lag long past): the copies of each role, the events with both copies,
-// those whose payloads differ, the authoritative copies older than the
-// allowed lateness without a shadow, and the delay between an event's two
-// copies (p99 and max, seconds), and the authoritative copies of each side
-// that arrived after their event was applied (duplicates the inbox blocked:
-// a bridged copy, a copy brought again after a rollback).
+// A consumer's shadow report of a plan (migration.Report) at report_at, on
+// the events of which a copy arrived in the @window_seconds before it (what
+// holds now, not a stall long past), each with both its copies wherever
+// they arrived: an event counts while either copy is in the window, so a
+// shadow that came first is still there when its authoritative copy comes.
+// It counts the copies of each role received in the window, the events with
+// both copies, those whose payloads differ, the authoritative copies in the
+// window older than the allowed lateness without a shadow, and the delay
+// between an event's two copies (p99 and max, seconds), and the
+// authoritative copies of each side in the window that arrived after their
+// event was applied (duplicates the inbox blocked: a bridged copy, a copy
+// brought again after a rollback).
 func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyReportParams) (*InboxCopyReportRow, error) {
 	row := db.QueryRow(ctx, inboxCopyReport,
 		arg.Consumer,
-		arg.ReportAt,
-		arg.AllowedSeconds,
 		arg.Plan,
+		arg.ReportAt,
 		arg.WindowSeconds,
+		arg.AllowedSeconds,
 	)
 	var i InboxCopyReportRow
 	err := row.Scan(
