@@ -59,7 +59,7 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 			}
 			row, err := w.queries.InboxCopyReport(ctx, tx, dbsqlc.InboxCopyReportParams{
 				Consumer: g.name, Plan: plan, ReportAt: at, AllowedSeconds: w.cfg.MigrationAllowedLateness.Seconds(),
-				WindowSeconds: w.cfg.MigrationReportWindow.Seconds()})
+				WindowSeconds: w.cfg.MigrationReportWindow.Seconds(), LateBounds: lateBounds})
 			if err != nil {
 				return err
 			}
@@ -76,6 +76,7 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 				Authoritative: row.Authoritative, Shadow: row.Shadow, Checked: row.Checked, Missing: row.Missing, Aged: row.Aged,
 				AllowedLateness: w.cfg.MigrationAllowedLateness, Window: w.cfg.MigrationReportWindow, Mismatched: row.Mismatched,
 				P99Lateness: seconds(row.P99Seconds), MaxLateness: seconds(row.MaxSeconds),
+				MissingNewest: epochTime(row.MissingNewest), Late: lateMarks(row.LateOver, row.LateNewest),
 				DuplicatesOld: row.DuplicatesOld, DuplicatesNew: row.DuplicatesNew})
 			w.metrics.migrationLateness.WithLabelValues(g.name, plan, "0.99").Set(row.P99Seconds)
 			w.metrics.migrationLateness.WithLabelValues(g.name, plan, "1").Set(row.MaxSeconds)
@@ -138,3 +139,28 @@ func (w *Worker) reportClock() time.Time {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// lateBounds are migration.LateBounds in seconds, for the report query.
+var lateBounds = func() []float64 {
+	out := make([]float64, len(migration.LateBounds))
+	for i, b := range migration.LateBounds {
+		out[i] = b.Seconds()
+	}
+	return out
+}()
+
+// epochTime is a time from seconds since the Unix epoch (0: zero).
+func epochTime(s float64) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s*float64(time.Second))).UTC()
+}
+
+func lateMarks(over, newest []float64) []migration.LateMark {
+	out := make([]migration.LateMark, 0, len(over))
+	for i := range min(len(over), len(newest)) {
+		out = append(out, migration.LateMark{Over: seconds(over[i]), Newest: epochTime(newest[i])})
+	}
+	return out
+}

@@ -592,8 +592,17 @@ func TestAStallClosesTheGateOnlyForTheReportWindow(t *testing.T) {
 		})
 		return r, ev.ShadowGate(b.ctx, plan, b.consumer)
 	}
-	if _, err := gateAt(base); err == nil || !strings.Contains(err.Error(), "p99 lateness 5s above 1s") {
+	_, err := gateAt(base)
+	if err == nil || !strings.Contains(err.Error(), "p99 lateness 5s above 1s") {
 		t.Fatalf("the gate right after the stall: %v; want it closed for the p99 lateness", err)
+	}
+	// It says by when it passes if nothing else is late: once the stall's
+	// last copies (15 s before base) are older than the window.
+	want := base.Add(-15*time.Second + MigrationReportWindowDefault)
+	_, rest, ok := strings.Cut(err.Error(), "if no copy is late from now on, the gate passes by ")
+	by, perr := time.Parse(time.RFC3339, strings.SplitN(rest, ",", 2)[0])
+	if !ok || perr != nil || by.Sub(want).Abs() > time.Second {
+		t.Fatalf("the gate right after the stall: %v; want it to say it passes by %s if nothing else is late", err, want.UTC().Format(time.RFC3339))
 	}
 	offset.Store(int64(2*time.Minute + 10*time.Second))
 	if r, err := gateAt(base.Add(2*time.Minute + 10*time.Second)); err != nil {

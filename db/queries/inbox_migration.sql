@@ -68,7 +68,11 @@ SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER B
 -- between an event's two copies (p99 and max, seconds), and the
 -- authoritative copies of each side in the window that arrived after their
 -- event was applied (duplicates the inbox blocked: a bridged copy, a copy
--- brought again after a rollback).
+-- brought again after a rollback). For the rejection to say when the gate
+-- would pass if nothing else were late: for each of @late_bounds (seconds),
+-- when the newest event whose copies are further apart than it completed
+-- (late_over and late_newest, epoch seconds, for the bounds some event
+-- exceeds), and when the newest authoritative copy counted missing came.
 WITH recent AS (
     SELECT DISTINCT c.message_id FROM ferry_inbox_copy c
     WHERE c.consumer = @consumer AND c.plan = @plan
@@ -86,8 +90,12 @@ WITH recent AS (
     FROM recent JOIN ferry_inbox_copy c ON c.consumer = @consumer AND c.message_id = recent.message_id
     WHERE c.plan = @plan AND c.role = 'shadow' AND c.received_at <= sqlc.arg(report_at)::timestamptz
 ), pairs AS (
-    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
+    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness,
+           greatest(a.received_at, s.received_at) AS completed
     FROM a JOIN s USING (message_id)
+), marks AS (
+    SELECT u.bound, (SELECT max(p.completed) FROM pairs p WHERE p.lateness > u.bound) AS newest
+    FROM unnest(@late_bounds::float8[]) AS u(bound)
 )
 SELECT
     (SELECT count(*) FROM a WHERE a.in_window)::bigint AS authoritative,
@@ -97,6 +105,11 @@ SELECT
     (SELECT count(*) FROM a WHERE a.in_window AND a.aged
         AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
     (SELECT count(*) FROM a WHERE a.in_window AND a.aged)::bigint AS aged,
+    coalesce(extract(epoch FROM (SELECT max(a.received_at) FROM a WHERE a.in_window AND a.aged
+        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))), 0)::float8 AS missing_newest,
+    (SELECT coalesce(array_agg(m.bound ORDER BY m.bound), '{}') FROM marks m WHERE m.newest IS NOT NULL)::float8[] AS late_over,
+    (SELECT coalesce(array_agg(extract(epoch FROM m.newest) ORDER BY m.bound), '{}') FROM marks m
+        WHERE m.newest IS NOT NULL)::float8[] AS late_newest,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
     coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
     (SELECT count(*) FROM a JOIN inbox i ON i.consumer = @consumer AND i.message_id = a.message_id

@@ -167,8 +167,12 @@ WITH recent AS (
     FROM recent JOIN ferry_inbox_copy c ON c.consumer = $1 AND c.message_id = recent.message_id
     WHERE c.plan = $2 AND c.role = 'shadow' AND c.received_at <= $3::timestamptz
 ), pairs AS (
-    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
+    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness,
+           greatest(a.received_at, s.received_at) AS completed
     FROM a JOIN s USING (message_id)
+), marks AS (
+    SELECT u.bound, (SELECT max(p.completed) FROM pairs p WHERE p.lateness > u.bound) AS newest
+    FROM unnest($6::float8[]) AS u(bound)
 )
 SELECT
     (SELECT count(*) FROM a WHERE a.in_window)::bigint AS authoritative,
@@ -178,6 +182,11 @@ SELECT
     (SELECT count(*) FROM a WHERE a.in_window AND a.aged
         AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
     (SELECT count(*) FROM a WHERE a.in_window AND a.aged)::bigint AS aged,
+    coalesce(extract(epoch FROM (SELECT max(a.received_at) FROM a WHERE a.in_window AND a.aged
+        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))), 0)::float8 AS missing_newest,
+    (SELECT coalesce(array_agg(m.bound ORDER BY m.bound), '{}') FROM marks m WHERE m.newest IS NOT NULL)::float8[] AS late_over,
+    (SELECT coalesce(array_agg(extract(epoch FROM m.newest) ORDER BY m.bound), '{}') FROM marks m
+        WHERE m.newest IS NOT NULL)::float8[] AS late_newest,
     coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
     coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
     (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $1 AND i.message_id = a.message_id
@@ -192,6 +201,7 @@ type InboxCopyReportParams struct {
 	ReportAt       time.Time
 	WindowSeconds  float64
 	AllowedSeconds float64
+	LateBounds     []float64
 }
 
 type InboxCopyReportRow struct {
@@ -201,6 +211,9 @@ type InboxCopyReportRow struct {
 	Mismatched    int64
 	Missing       int64
 	Aged          int64
+	MissingNewest float64
+	LateOver      []float64
+	LateNewest    []float64
 	P99Seconds    float64
 	MaxSeconds    float64
 	DuplicatesOld int64
@@ -218,7 +231,11 @@ type InboxCopyReportRow struct {
 // between an event's two copies (p99 and max, seconds), and the
 // authoritative copies of each side in the window that arrived after their
 // event was applied (duplicates the inbox blocked: a bridged copy, a copy
-// brought again after a rollback).
+// brought again after a rollback). For the rejection to say when the gate
+// would pass if nothing else were late: for each of @late_bounds (seconds),
+// when the newest event whose copies are further apart than it completed
+// (late_over and late_newest, epoch seconds, for the bounds some event
+// exceeds), and when the newest authoritative copy counted missing came.
 func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyReportParams) (*InboxCopyReportRow, error) {
 	row := db.QueryRow(ctx, inboxCopyReport,
 		arg.Consumer,
@@ -226,6 +243,7 @@ func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyRep
 		arg.ReportAt,
 		arg.WindowSeconds,
 		arg.AllowedSeconds,
+		arg.LateBounds,
 	)
 	var i InboxCopyReportRow
 	err := row.Scan(
@@ -235,6 +253,9 @@ func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyRep
 		&i.Mismatched,
 		&i.Missing,
 		&i.Aged,
+		&i.MissingNewest,
+		&i.LateOver,
+		&i.LateNewest,
 		&i.P99Seconds,
 		&i.MaxSeconds,
 		&i.DuplicatesOld,

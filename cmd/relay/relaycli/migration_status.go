@@ -271,7 +271,7 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", cli.Cell(g, 100), now.Sub(r.At).Round(time.Second),
 			r.Authoritative, r.Shadow, r.Checked, r.Missing, r.Mismatched, delay(r.P99Lateness), delay(r.MaxLateness),
-			r.DuplicatesOld, r.DuplicatesNew, r.OldFenceEpoch, r.Quarantined, deadLetters, cli.Cell(verdict, 300))
+			r.DuplicatesOld, r.DuplicatesNew, r.OldFenceEpoch, r.Quarantined, deadLetters, cli.Cell(verdict, 600))
 	}
 	return w.Flush()
 }
