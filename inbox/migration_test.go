@@ -656,3 +656,60 @@ func TestAShadowThatCameFirstIsNotMissing(t *testing.T) {
 			"p99 %s; want 0 missing, 20 checked, p99 10s", r.Missing, r.Checked, r.P99Lateness)
 	}
 }
+
+// Once the old channel is retired the relay writes each event to the new
+// channel alone: none has a shadow to miss. Issue 21 item 5: the report
+// counted every such event as a missing shadow ("fails: 21330 shadow
+// copies missing beyond the allowed lateness of 30s", load stopped, lag 0).
+func TestNoShadowIsMissingAfterOldRetired(t *testing.T) {
+	t.Parallel()
+	m := setupLiveMigration(t)
+	cfg := m.config()
+	cfg.MigrationReportInterval = 100 * time.Millisecond
+	cfg.MigrationAllowedLateness = time.Second
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
+		return insertEffect(ctx, tx, msg, msg.Topic)
+	})
+	m.start(w)
+	stop := make(chan struct{})
+	errs := m.writeUntil(stop)
+	m.afterMore(50)
+	m.request(migration.DualWrite, 0)
+	m.afterMore(100)
+	m.request(migration.Cutover, migration.Slices)
+	m.request(migration.DualWrite, 0) // the rollback drill
+	m.request(migration.Cutover, migration.Slices)
+	m.afterMore(100)
+	m.request(migration.OldRetired, 0)
+	m.afterMore(200) // written to the new channel alone
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	total := int(m.written.Load())
+	m.waitFor(fmt.Sprintf("%d events applied", total), func() (bool, error) {
+		return m.count(`SELECT count(DISTINCT message_id) FROM effects`) >= total, nil
+	})
+	var last time.Time
+	if err := m.db.Pool.QueryRow(m.ctx, `SELECT max(received_at) FROM ferry_inbox_copy WHERE consumer = $1`, m.consumer).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	ev := &migration.KafkaEvidence{MaxP99Lateness: time.Minute, MaxAge: time.Minute}
+	plan := migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "unused"}}
+	var r migration.Report
+	m.waitFor("a report made when every copy is past its allowed lateness", func() (bool, error) {
+		reports, err := ev.Reports(m.ctx, plan)
+		r = reports[m.consumer]
+		return err == nil && r.At.After(last.Add(cfg.MigrationAllowedLateness)), nil
+	})
+	retired := m.count(`SELECT count(*) FROM ferry_inbox_copy c WHERE role = 'authoritative'
+		AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy s WHERE s.message_id = c.message_id AND s.role = 'shadow')`)
+	if retired == 0 || r.Missing != 0 {
+		t.Fatalf("%d events written to the new channel alone; the report counts %d shadow copies missing (of %d authoritative "+
+			"copies, %d checked), want 0", retired, r.Missing, r.Authoritative, r.Checked)
+	}
+}

@@ -24,10 +24,11 @@ WHERE consumer = @consumer AND plan = @plan AND side = @side AND topic = @topic;
 
 -- name: InboxCopyInsert :exec
 -- A shadow copy keeps its record (topic to headers), to stand in for a lost
--- authoritative copy; an authoritative one passes NULLs.
-INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+-- authoritative copy; an authoritative one passes NULLs, and alone when the
+-- relay wrote it to one channel only (migration.Stamp.Alone).
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone,
     topic, partition, record_offset, record_key, record_value, record_headers)
-VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_at,
+VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_at, @alone,
     sqlc.narg('topic'), sqlc.narg('partition'), sqlc.narg('record_offset'), sqlc.narg('record_key'),
     sqlc.narg('record_value'), sqlc.narg('record_headers'))
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
@@ -64,7 +65,8 @@ SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER B
 -- shadow that came first is still there when its authoritative copy comes.
 -- It counts the copies of each role received in the window, the events with
 -- both copies, those whose payloads differ, the authoritative copies in the
--- window older than the allowed lateness without a shadow, and the delay
+-- window older than the allowed lateness without a shadow (but those the
+-- relay wrote to one channel only: alone), and the delay
 -- between an event's two copies (p99 and max, seconds), and the
 -- authoritative copies of each side in the window that arrived after their
 -- event was applied (duplicates the inbox blocked: a bridged copy, a copy
@@ -81,7 +83,7 @@ WITH recent AS (
 ), a AS (
     SELECT c.message_id, c.side, c.digest, c.received_at,
            c.received_at > sqlc.arg(report_at)::timestamptz - make_interval(secs => @window_seconds::float8) AS in_window,
-           c.received_at < sqlc.arg(report_at)::timestamptz - make_interval(secs => @allowed_seconds::float8) AS aged
+           NOT c.alone AND c.received_at < sqlc.arg(report_at)::timestamptz - make_interval(secs => @allowed_seconds::float8) AS aged
     FROM recent JOIN ferry_inbox_copy c ON c.consumer = @consumer AND c.message_id = recent.message_id
     WHERE c.plan = @plan AND c.role = 'authoritative' AND c.received_at <= sqlc.arg(report_at)::timestamptz
 ), s AS (

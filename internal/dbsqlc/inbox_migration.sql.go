@@ -77,11 +77,11 @@ func (q *Queries) InboxChannels(ctx context.Context, db DBTX, consumer string) (
 }
 
 const inboxCopyInsert = `-- name: InboxCopyInsert :exec
-INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone,
     topic, partition, record_offset, record_key, record_value, record_headers)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11, $12,
-    $13, $14)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+    $10, $11, $12, $13,
+    $14, $15)
 ON CONFLICT (consumer, message_id, side) DO NOTHING
 `
 
@@ -94,6 +94,7 @@ type InboxCopyInsertParams struct {
 	Epoch         int32
 	Digest        []byte
 	ReceivedAt    time.Time
+	Alone         bool
 	Topic         pgtype.Text
 	Partition     pgtype.Int4
 	RecordOffset  pgtype.Int8
@@ -103,7 +104,8 @@ type InboxCopyInsertParams struct {
 }
 
 // A shadow copy keeps its record (topic to headers), to stand in for a lost
-// authoritative copy; an authoritative one passes NULLs.
+// authoritative copy; an authoritative one passes NULLs, and alone when the
+// relay wrote it to one channel only (migration.Stamp.Alone).
 func (q *Queries) InboxCopyInsert(ctx context.Context, db DBTX, arg InboxCopyInsertParams) error {
 	_, err := db.Exec(ctx, inboxCopyInsert,
 		arg.Consumer,
@@ -114,6 +116,7 @@ func (q *Queries) InboxCopyInsert(ctx context.Context, db DBTX, arg InboxCopyIns
 		arg.Epoch,
 		arg.Digest,
 		arg.ReceivedAt,
+		arg.Alone,
 		arg.Topic,
 		arg.Partition,
 		arg.RecordOffset,
@@ -158,7 +161,7 @@ WITH recent AS (
 ), a AS (
     SELECT c.message_id, c.side, c.digest, c.received_at,
            c.received_at > $3::timestamptz - make_interval(secs => $4::float8) AS in_window,
-           c.received_at < $3::timestamptz - make_interval(secs => $5::float8) AS aged
+           NOT c.alone AND c.received_at < $3::timestamptz - make_interval(secs => $5::float8) AS aged
     FROM recent JOIN ferry_inbox_copy c ON c.consumer = $1 AND c.message_id = recent.message_id
     WHERE c.plan = $2 AND c.role = 'authoritative' AND c.received_at <= $3::timestamptz
 ), s AS (
@@ -227,7 +230,8 @@ type InboxCopyReportRow struct {
 // shadow that came first is still there when its authoritative copy comes.
 // It counts the copies of each role received in the window, the events with
 // both copies, those whose payloads differ, the authoritative copies in the
-// window older than the allowed lateness without a shadow, and the delay
+// window older than the allowed lateness without a shadow (but those the
+// relay wrote to one channel only: alone), and the delay
 // between an event's two copies (p99 and max, seconds), and the
 // authoritative copies of each side in the window that arrived after their
 // event was applied (duplicates the inbox blocked: a bridged copy, a copy

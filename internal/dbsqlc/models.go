@@ -37,6 +37,7 @@ type FerryInboxCopy struct {
 	RecordKey     []byte
 	RecordValue   []byte
 	RecordHeaders []byte
+	Alone         bool
 }
 
 type FerryInboxFence struct {
