@@ -158,44 +158,43 @@ WITH recent AS (
     WHERE c.consumer = $1 AND c.plan = $2
       AND c.received_at > $3::timestamptz - make_interval(secs => $4::float8)
       AND c.received_at <= $3::timestamptz
-), a AS (
-    SELECT c.message_id, c.side, c.digest, c.received_at,
-           c.received_at > $3::timestamptz - make_interval(secs => $4::float8) AS in_window,
-           NOT c.alone AND c.received_at < $3::timestamptz - make_interval(secs => $5::float8) AS aged
-    FROM recent JOIN ferry_inbox_copy c ON c.consumer = $1 AND c.message_id = recent.message_id
-    WHERE c.plan = $2 AND c.role = 'authoritative' AND c.received_at <= $3::timestamptz
-), s AS (
-    SELECT c.message_id, c.digest, c.received_at,
-           c.received_at > $3::timestamptz - make_interval(secs => $4::float8) AS in_window
-    FROM recent JOIN ferry_inbox_copy c ON c.consumer = $1 AND c.message_id = recent.message_id
-    WHERE c.plan = $2 AND c.role = 'shadow' AND c.received_at <= $3::timestamptz
-), pairs AS (
-    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness,
-           greatest(a.received_at, s.received_at) AS completed
-    FROM a JOIN s USING (message_id)
+), copies AS (
+    -- Each authoritative copy of those events, with the event's shadow and
+    -- inbox row: looked up by id (the primary key), so that the plan stays
+    -- linear even before the table has statistics.
+    SELECT a.side, a.received_at AS a_at, a.alone, s.received_at AS s_at, a.digest <> s.digest AS mismatch,
+           abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness,
+           greatest(a.received_at, s.received_at) AS completed, i.processed_at,
+           a.received_at > $3::timestamptz - make_interval(secs => $4::float8) AS in_window,
+           NOT a.alone AND a.received_at < $3::timestamptz - make_interval(secs => $5::float8) AS aged
+    FROM recent r
+    JOIN ferry_inbox_copy a ON a.consumer = $1 AND a.message_id = r.message_id AND a.role = 'authoritative'
+    LEFT JOIN ferry_inbox_copy s ON s.consumer = $1 AND s.message_id = r.message_id AND s.role = 'shadow'
+        AND s.received_at <= $3::timestamptz
+    LEFT JOIN inbox i ON i.consumer = $1 AND i.message_id = r.message_id
+    WHERE a.received_at <= $3::timestamptz
 ), marks AS (
-    SELECT u.bound, (SELECT max(p.completed) FROM pairs p WHERE p.lateness > u.bound) AS newest
+    SELECT u.bound, (SELECT max(c.completed) FROM copies c WHERE c.lateness > u.bound) AS newest
     FROM unnest($6::float8[]) AS u(bound)
 )
 SELECT
-    (SELECT count(*) FROM a WHERE a.in_window)::bigint AS authoritative,
-    (SELECT count(*) FROM s WHERE s.in_window)::bigint AS shadow,
-    (SELECT count(*) FROM pairs)::bigint AS checked,
-    (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
-    (SELECT count(*) FROM a WHERE a.in_window AND a.aged
-        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
-    (SELECT count(*) FROM a WHERE a.in_window AND a.aged)::bigint AS aged,
-    coalesce(extract(epoch FROM (SELECT max(a.received_at) FROM a WHERE a.in_window AND a.aged
-        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))), 0)::float8 AS missing_newest,
+    count(*) FILTER (WHERE c.in_window)::bigint AS authoritative,
+    (SELECT count(*) FROM ferry_inbox_copy sc WHERE sc.consumer = $1 AND sc.plan = $2 AND sc.role = 'shadow'
+        AND sc.received_at > $3::timestamptz - make_interval(secs => $4::float8)
+        AND sc.received_at <= $3::timestamptz)::bigint AS shadow,
+    count(c.s_at)::bigint AS checked,
+    count(*) FILTER (WHERE c.mismatch)::bigint AS mismatched,
+    count(*) FILTER (WHERE c.in_window AND c.aged AND c.s_at IS NULL)::bigint AS missing,
+    count(*) FILTER (WHERE c.in_window AND c.aged)::bigint AS aged,
+    coalesce(extract(epoch FROM max(c.a_at) FILTER (WHERE c.in_window AND c.aged AND c.s_at IS NULL)), 0)::float8 AS missing_newest,
     (SELECT coalesce(array_agg(m.bound ORDER BY m.bound), '{}') FROM marks m WHERE m.newest IS NOT NULL)::float8[] AS late_over,
     (SELECT coalesce(array_agg(extract(epoch FROM m.newest) ORDER BY m.bound), '{}') FROM marks m
         WHERE m.newest IS NOT NULL)::float8[] AS late_newest,
-    coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
-    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
-    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $1 AND i.message_id = a.message_id
-        WHERE a.in_window AND a.side = 'old' AND i.processed_at < a.received_at)::bigint AS duplicates_old,
-    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $1 AND i.message_id = a.message_id
-        WHERE a.in_window AND a.side = 'new' AND i.processed_at < a.received_at)::bigint AS duplicates_new
+    coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY c.lateness), 0)::float8 AS p99_seconds,
+    coalesce(max(c.lateness), 0)::float8 AS max_seconds,
+    count(*) FILTER (WHERE c.in_window AND c.side = 'old' AND c.processed_at < c.a_at)::bigint AS duplicates_old,
+    count(*) FILTER (WHERE c.in_window AND c.side = 'new' AND c.processed_at < c.a_at)::bigint AS duplicates_new
+FROM copies c
 `
 
 type InboxCopyReportParams struct {
