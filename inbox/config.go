@@ -178,12 +178,16 @@ type Config struct {
 	// MigrationReportWindowDefault (2m).
 	MigrationReportWindow time.Duration
 
-	// MigrationQuarantineAfter is how long after its shadow copy arrived an
-	// event never applied goes to the migration quarantine
-	// (MigrationQuarantined): its authoritative copy was lost, or is late
-	// beyond reason. It should exceed what a message may take to apply:
-	// retries, backoffs, a partition held behind a fence. Defaults to
-	// MigrationQuarantineAfterDefault (5m).
+	// MigrationQuarantineAfter bounds how far apart in time an event's two
+	// copies reach their clusters during a live migration. An event whose
+	// shadow copy arrived and which was never applied goes to the migration
+	// quarantine (MigrationQuarantined) once its group consumed the
+	// partition its authoritative copy was written to past where that copy
+	// would be: past a fence of a later step there, or to the end the
+	// partition had at least this long after the shadow came. A group that
+	// lags there keeps the event out of the quarantine, however long: its
+	// copy is still to come. Defaults to MigrationQuarantineAfterDefault
+	// (5m).
 	MigrationQuarantineAfter time.Duration
 
 	// MaxBufferedBytesPerPartition is how much fetched data (keys, values,
@@ -254,6 +258,7 @@ type hooks struct {
 	stopped        func()           // partitions being released were told to stop
 	periodicCommit func()           // the commit loop's tick, before it commits
 	reportClock    func() time.Time // the migration reports' clock (migration_report.go)
+	quarantined    func()           // a pass of the migration quarantine ended (migration_quarantine.go)
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.

@@ -49,9 +49,6 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 		if err != nil {
 			return err
 		}
-		if err := w.quarantineShadows(ctx, tx, g.name, w.cfg.MigrationQuarantineAfter); err != nil {
-			return err
-		}
 		for _, plan := range plans {
 			quarantined, err := w.queries.InboxQuarantineCount(ctx, tx, dbsqlc.InboxQuarantineCountParams{Consumer: g.name, Plan: plan})
 			if err != nil {

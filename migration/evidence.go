@@ -78,8 +78,9 @@ type Report struct {
 	// to their end in time).
 	OldDeadLetters int64 `json:"old_dead_letters"`
 	// Quarantined counts the events the group received a shadow copy of
-	// and never applied (the authoritative copy lost, or late beyond
-	// reason), waiting in its quarantine to be replayed.
+	// and never applied whose authoritative copy will not come (the group
+	// consumed its partition past it), waiting in its quarantine to be
+	// replayed.
 	Quarantined int64 `json:"quarantined"`
 }
 

@@ -139,19 +139,84 @@ WHERE q.consumer = @consumer
        OR EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = q.consumer AND a.message_id = q.message_id
                   AND a.role = 'authoritative'));
 
+-- name: InboxShadowsUnlocated :many
+-- The consumer's shadow copies of events neither applied nor accounted for
+-- (an authoritative copy row: applied, or dead-lettered), with a record,
+-- whose authoritative copy's partition is not known yet, oldest first.
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key
+FROM ferry_inbox_copy c
+WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+ORDER BY c.received_at
+LIMIT @max_rows;
+
+-- name: InboxShadowsLocate :exec
+-- Records where shadow copies' authoritative copies were written.
+WITH u AS (
+    SELECT unnest(@message_ids::text[]) AS message_id, unnest(@sides::text[]) AS side,
+           unnest(@topics::text[]) AS topic, unnest(@partitions::int[]) AS partition
+)
+UPDATE ferry_inbox_copy c SET auth_topic = u.topic, auth_partition = u.partition
+FROM u
+WHERE c.consumer = @consumer AND c.message_id = u.message_id AND c.side = u.side;
+
+-- name: InboxChannelRoutes :many
+-- For each topic of an old channel a consumer learned a new channel from:
+-- the topic there, and each topic's partition count as the fences the
+-- consumer passed say (0: none passed yet).
+SELECT ch.plan, ch.topic AS old_topic, ch.peer AS new_topic,
+    coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
+              AND f.side = 'old' AND f.topic = ch.topic), 0)::int AS old_partitions,
+    coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
+              AND f.side = 'new' AND f.topic = ch.peer), 0)::int AS new_partitions
+FROM ferry_inbox_channel ch
+WHERE ch.consumer = @consumer AND ch.side = 'old';
+
+-- name: InboxQuarantineAwaited :many
+-- The partitions where the authoritative copies of the consumer's shadows
+-- older than @after_seconds, never applied nor accounted for, would be
+-- (plan, the authoritative side, topic, partition), but those a fence
+-- passed since tells already: the group's position there decides.
+SELECT DISTINCT c.plan, (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)::text AS side,
+       c.auth_topic::text AS topic, c.auth_partition::int AS partition
+FROM ferry_inbox_copy c
+WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
+  AND c.received_at < now() - make_interval(secs => @after_seconds::float8)
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_quarantine q WHERE q.consumer = c.consumer AND q.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_fence f WHERE f.consumer = c.consumer AND f.plan = c.plan
+                  AND f.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END) AND f.topic = c.auth_topic
+                  AND f.partition = c.auth_partition AND f.epoch > c.epoch);
+
 -- name: InboxQuarantineShadows :execrows
--- Quarantines the events a consumer received a shadow copy of more than
--- @after_seconds ago and never applied nor dead-lettered: their
--- authoritative copy was lost, or is late beyond reason.
+-- Quarantines the events a consumer received a shadow copy of and never
+-- applied nor dead-lettered, whose authoritative copy will not come: the
+-- group consumed the partition it was written to past where it would be.
+-- Either it passed there a fence of a later epoch than the copies' (written
+-- after every record of the earlier steps), or it consumed everything the
+-- partition held at a time (@reached_at, per partition) at least
+-- @after_seconds after the shadow came: the relay writes an event's two
+-- copies together, and @after_seconds bounds how far apart they reach
+-- their clusters.
+WITH r AS (
+    SELECT unnest(@reached_plans::text[]) AS plan, unnest(@reached_sides::text[]) AS side,
+           unnest(@reached_topics::text[]) AS topic, unnest(@reached_partitions::int[]) AS partition,
+           unnest(@reached_at::timestamptz[]) AS at
+)
 INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side, topic, partition, record_offset,
     record_key, record_value, record_headers, reason, received_at)
 SELECT c.consumer, c.message_id, c.plan, c.side, c.topic, c.partition, c.record_offset,
        c.record_key, c.record_value, c.record_headers,
-       'the authoritative copy was never applied; the shadow copy from the ' || c.side || ' channel stands in for it',
+       'its authoritative copy will not come: the group consumed partition ' || c.auth_partition || ' of '
+           || c.auth_topic || ' on the ' || (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)
+           || ' channel past it; the shadow copy from the ' || c.side || ' channel stands in for it',
        c.received_at
 FROM ferry_inbox_copy c
-WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL
-  AND c.received_at < now() - make_interval(secs => @after_seconds::float8)
+WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
   -- within the inbox's retention (0: none): past it, an applied event's
   -- inbox row may be gone
   AND (@within_seconds::float8 = 0 OR c.received_at > now() - make_interval(secs => @within_seconds::float8))
@@ -159,6 +224,13 @@ WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL
   -- an authoritative copy dead-lettered is accounted for by its dead letter
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
+  AND (EXISTS (SELECT 1 FROM ferry_inbox_fence f WHERE f.consumer = c.consumer AND f.plan = c.plan
+               AND f.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END) AND f.topic = c.auth_topic
+               AND f.partition = c.auth_partition AND f.epoch > c.epoch)
+       OR EXISTS (SELECT 1 FROM r
+                  WHERE r.plan = c.plan AND r.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)
+                    AND r.topic = c.auth_topic AND r.partition = c.auth_partition
+                    AND c.received_at <= r.at - make_interval(secs => @after_seconds::float8)))
 -- A replay spends the shadow's record and deletes the quarantined event in
 -- one statement (InboxQuarantineDelete), the shadow's row first. Locking it
 -- here makes this statement wait for a replay in progress and then read the

@@ -44,6 +44,53 @@ func (q *Queries) InboxChannelLearn(ctx context.Context, db DBTX, arg InboxChann
 	return result.RowsAffected(), nil
 }
 
+const inboxChannelRoutes = `-- name: InboxChannelRoutes :many
+SELECT ch.plan, ch.topic AS old_topic, ch.peer AS new_topic,
+    coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
+              AND f.side = 'old' AND f.topic = ch.topic), 0)::int AS old_partitions,
+    coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
+              AND f.side = 'new' AND f.topic = ch.peer), 0)::int AS new_partitions
+FROM ferry_inbox_channel ch
+WHERE ch.consumer = $1 AND ch.side = 'old'
+`
+
+type InboxChannelRoutesRow struct {
+	Plan          string
+	OldTopic      string
+	NewTopic      string
+	OldPartitions int32
+	NewPartitions int32
+}
+
+// For each topic of an old channel a consumer learned a new channel from:
+// the topic there, and each topic's partition count as the fences the
+// consumer passed say (0: none passed yet).
+func (q *Queries) InboxChannelRoutes(ctx context.Context, db DBTX, consumer string) ([]*InboxChannelRoutesRow, error) {
+	rows, err := db.Query(ctx, inboxChannelRoutes, consumer)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxChannelRoutesRow
+	for rows.Next() {
+		var i InboxChannelRoutesRow
+		if err := rows.Scan(
+			&i.Plan,
+			&i.OldTopic,
+			&i.NewTopic,
+			&i.OldPartitions,
+			&i.NewPartitions,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxChannels = `-- name: InboxChannels :many
 SELECT consumer, plan, side, topic, peer, channel, learned_at FROM ferry_inbox_channel WHERE consumer = $1 ORDER BY learned_at, plan, side, topic
 `
@@ -394,6 +441,62 @@ func (q *Queries) InboxNotApplied(ctx context.Context, db DBTX, arg InboxNotAppl
 	return column_1, err
 }
 
+const inboxQuarantineAwaited = `-- name: InboxQuarantineAwaited :many
+SELECT DISTINCT c.plan, (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)::text AS side,
+       c.auth_topic::text AS topic, c.auth_partition::int AS partition
+FROM ferry_inbox_copy c
+WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
+  AND c.received_at < now() - make_interval(secs => $2::float8)
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_quarantine q WHERE q.consumer = c.consumer AND q.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_fence f WHERE f.consumer = c.consumer AND f.plan = c.plan
+                  AND f.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END) AND f.topic = c.auth_topic
+                  AND f.partition = c.auth_partition AND f.epoch > c.epoch)
+`
+
+type InboxQuarantineAwaitedParams struct {
+	Consumer     string
+	AfterSeconds float64
+}
+
+type InboxQuarantineAwaitedRow struct {
+	Plan      string
+	Side      string
+	Topic     string
+	Partition int32
+}
+
+// The partitions where the authoritative copies of the consumer's shadows
+// older than @after_seconds, never applied nor accounted for, would be
+// (plan, the authoritative side, topic, partition), but those a fence
+// passed since tells already: the group's position there decides.
+func (q *Queries) InboxQuarantineAwaited(ctx context.Context, db DBTX, arg InboxQuarantineAwaitedParams) ([]*InboxQuarantineAwaitedRow, error) {
+	rows, err := db.Query(ctx, inboxQuarantineAwaited, arg.Consumer, arg.AfterSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxQuarantineAwaitedRow
+	for rows.Next() {
+		var i InboxQuarantineAwaitedRow
+		if err := rows.Scan(
+			&i.Plan,
+			&i.Side,
+			&i.Topic,
+			&i.Partition,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxQuarantineCount = `-- name: InboxQuarantineCount :one
 SELECT count(*)::bigint FROM ferry_inbox_quarantine WHERE consumer = $1 AND plan = $2
 `
@@ -516,35 +619,59 @@ func (q *Queries) InboxQuarantineResolved(ctx context.Context, db DBTX, consumer
 }
 
 const inboxQuarantineShadows = `-- name: InboxQuarantineShadows :execrows
+WITH r AS (
+    SELECT unnest($4::text[]) AS plan, unnest($5::text[]) AS side,
+           unnest($6::text[]) AS topic, unnest($7::int[]) AS partition,
+           unnest($8::timestamptz[]) AS at
+)
 INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side, topic, partition, record_offset,
     record_key, record_value, record_headers, reason, received_at)
 SELECT c.consumer, c.message_id, c.plan, c.side, c.topic, c.partition, c.record_offset,
        c.record_key, c.record_value, c.record_headers,
-       'the authoritative copy was never applied; the shadow copy from the ' || c.side || ' channel stands in for it',
+       'its authoritative copy will not come: the group consumed partition ' || c.auth_partition || ' of '
+           || c.auth_topic || ' on the ' || (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)
+           || ' channel past it; the shadow copy from the ' || c.side || ' channel stands in for it',
        c.received_at
 FROM ferry_inbox_copy c
-WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL
-  AND c.received_at < now() - make_interval(secs => $2::float8)
+WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
   -- within the inbox's retention (0: none): past it, an applied event's
   -- inbox row may be gone
-  AND ($3::float8 = 0 OR c.received_at > now() - make_interval(secs => $3::float8))
+  AND ($2::float8 = 0 OR c.received_at > now() - make_interval(secs => $2::float8))
   AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
   -- an authoritative copy dead-lettered is accounted for by its dead letter
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
+  AND (EXISTS (SELECT 1 FROM ferry_inbox_fence f WHERE f.consumer = c.consumer AND f.plan = c.plan
+               AND f.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END) AND f.topic = c.auth_topic
+               AND f.partition = c.auth_partition AND f.epoch > c.epoch)
+       OR EXISTS (SELECT 1 FROM r
+                  WHERE r.plan = c.plan AND r.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)
+                    AND r.topic = c.auth_topic AND r.partition = c.auth_partition
+                    AND c.received_at <= r.at - make_interval(secs => $3::float8)))
 FOR NO KEY UPDATE OF c
 ON CONFLICT (consumer, message_id) DO NOTHING
 `
 
 type InboxQuarantineShadowsParams struct {
-	Consumer      string
-	AfterSeconds  float64
-	WithinSeconds float64
+	Consumer          string
+	WithinSeconds     float64
+	AfterSeconds      float64
+	ReachedPlans      []string
+	ReachedSides      []string
+	ReachedTopics     []string
+	ReachedPartitions []int32
+	ReachedAt         []time.Time
 }
 
-// Quarantines the events a consumer received a shadow copy of more than
-// @after_seconds ago and never applied nor dead-lettered: their
-// authoritative copy was lost, or is late beyond reason.
+// Quarantines the events a consumer received a shadow copy of and never
+// applied nor dead-lettered, whose authoritative copy will not come: the
+// group consumed the partition it was written to past where it would be.
+// Either it passed there a fence of a later epoch than the copies' (written
+// after every record of the earlier steps), or it consumed everything the
+// partition held at a time (@reached_at, per partition) at least
+// @after_seconds after the shadow came: the relay writes an event's two
+// copies together, and @after_seconds bounds how far apart they reach
+// their clusters.
 // A replay spends the shadow's record and deletes the quarantined event in
 // one statement (InboxQuarantineDelete), the shadow's row first. Locking it
 // here makes this statement wait for a replay in progress and then read the
@@ -553,7 +680,16 @@ type InboxQuarantineShadowsParams struct {
 // quarantine the replayed event again. Both take the shadow's row before
 // the quarantine's, so they cannot deadlock.
 func (q *Queries) InboxQuarantineShadows(ctx context.Context, db DBTX, arg InboxQuarantineShadowsParams) (int64, error) {
-	result, err := db.Exec(ctx, inboxQuarantineShadows, arg.Consumer, arg.AfterSeconds, arg.WithinSeconds)
+	result, err := db.Exec(ctx, inboxQuarantineShadows,
+		arg.Consumer,
+		arg.WithinSeconds,
+		arg.AfterSeconds,
+		arg.ReachedPlans,
+		arg.ReachedSides,
+		arg.ReachedTopics,
+		arg.ReachedPartitions,
+		arg.ReachedAt,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -604,4 +740,87 @@ func (q *Queries) InboxShadowInsertMany(ctx context.Context, db DBTX, arg InboxS
 		arg.RecordHeaders,
 	)
 	return err
+}
+
+const inboxShadowsLocate = `-- name: InboxShadowsLocate :exec
+WITH u AS (
+    SELECT unnest($2::text[]) AS message_id, unnest($3::text[]) AS side,
+           unnest($4::text[]) AS topic, unnest($5::int[]) AS partition
+)
+UPDATE ferry_inbox_copy c SET auth_topic = u.topic, auth_partition = u.partition
+FROM u
+WHERE c.consumer = $1 AND c.message_id = u.message_id AND c.side = u.side
+`
+
+type InboxShadowsLocateParams struct {
+	Consumer   string
+	MessageIds []string
+	Sides      []string
+	Topics     []string
+	Partitions []int32
+}
+
+// Records where shadow copies' authoritative copies were written.
+func (q *Queries) InboxShadowsLocate(ctx context.Context, db DBTX, arg InboxShadowsLocateParams) error {
+	_, err := db.Exec(ctx, inboxShadowsLocate,
+		arg.Consumer,
+		arg.MessageIds,
+		arg.Sides,
+		arg.Topics,
+		arg.Partitions,
+	)
+	return err
+}
+
+const inboxShadowsUnlocated = `-- name: InboxShadowsUnlocated :many
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key
+FROM ferry_inbox_copy c
+WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+ORDER BY c.received_at
+LIMIT $2
+`
+
+type InboxShadowsUnlocatedParams struct {
+	Consumer string
+	MaxRows  int32
+}
+
+type InboxShadowsUnlocatedRow struct {
+	MessageID string
+	Plan      string
+	Side      string
+	Topic     string
+	RecordKey []byte
+}
+
+// The consumer's shadow copies of events neither applied nor accounted for
+// (an authoritative copy row: applied, or dead-lettered), with a record,
+// whose authoritative copy's partition is not known yet, oldest first.
+func (q *Queries) InboxShadowsUnlocated(ctx context.Context, db DBTX, arg InboxShadowsUnlocatedParams) ([]*InboxShadowsUnlocatedRow, error) {
+	rows, err := db.Query(ctx, inboxShadowsUnlocated, arg.Consumer, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxShadowsUnlocatedRow
+	for rows.Next() {
+		var i InboxShadowsUnlocatedRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.Plan,
+			&i.Side,
+			&i.Topic,
+			&i.RecordKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

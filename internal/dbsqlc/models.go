@@ -38,6 +38,8 @@ type FerryInboxCopy struct {
 	RecordValue   []byte
 	RecordHeaders []byte
 	Alone         bool
+	AuthTopic     pgtype.Text
+	AuthPartition pgtype.Int4
 }
 
 type FerryInboxFence struct {

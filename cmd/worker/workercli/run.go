@@ -94,7 +94,8 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		"live migration: how far back a shadow report looks; the gate judges the copies received in this window, "+
 			"so a stall's late copies keep CUTOVER refused until they are older (must exceed --migration-allowed-lateness)")
 	quarantineAfter := f.PositiveDuration("migration-quarantine-after", inbox.MigrationQuarantineAfterDefault,
-		"live migration: how long after its shadow copy an event never applied is quarantined")
+		"live migration: how far apart an event's two copies may reach their clusters; an event never applied is quarantined "+
+			"once its group consumed its authoritative copy's partition to where it stood this long after the shadow came")
 	offsetReset := f.String("offset-reset", string(inbox.OffsetResetDefault), "where a partition without a committed offset starts: earliest, latest or none")
 	dlqSuffix := f.String("dlq-suffix", inbox.DeadLetterSuffixDefault, "dead-letter topic = topic + this suffix")
 	hashIDs := f.Bool("id-from-payload-hash", false, "give records without an id header the SHA-256 of key and value as id, instead of dead-lettering them")
