@@ -30,7 +30,7 @@ import (
 // outages comes from (issue 21 item 6): the relay confirming copies B
 // never took fails the first check, a report that miscounts the second.
 // Before the load stops, the old channel falls behind the new one once
-// (its handler held while 1,000 events go by, and the worker fetches no
+// (its handler held while 3,000 events go by, and the worker fetches no
 // further than a small buffer), as a group's does when it lags or after a
 // worker was killed: those events' shadows come first.
 func TestFaultNewClusterOutagesLeaveNoShadowMissing(t *testing.T) {
@@ -39,7 +39,10 @@ func TestFaultNewClusterOutagesLeaveNoShadowMissing(t *testing.T) {
 	cfg.MigrationReportInterval = 200 * time.Millisecond
 	cfg.MigrationAllowedLateness = time.Second
 	cfg.MigrationReportWindow = 90 * time.Second
-	cfg.MaxBufferedBytesPerPartition = 64 << 10
+	// Small enough that a held partition stops fetching, large enough that
+	// the old channel keeps up with the load otherwise (64 KiB made it
+	// fall minutes behind on a busy machine, the test near its deadline).
+	cfg.MaxBufferedBytesPerPartition = 256 << 10
 	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -72,8 +75,8 @@ func TestFaultNewClusterOutagesLeaveNoShadowMissing(t *testing.T) {
 		m.afterMore(200)
 	}
 	holdOld.Store(true)
-	target := m.written.Load() + 1000
-	m.afterMore(1000)
+	target := m.written.Load() + 3000
+	m.afterMore(3000)
 	m.waitFor("the shadows of the events written while the old channel is held", func() (bool, error) {
 		return m.count(`SELECT count(*) FROM ferry_inbox_copy WHERE role = 'shadow'`) >= int(target), nil
 	})
