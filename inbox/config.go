@@ -34,6 +34,7 @@ const (
 	OffsetResetDefault                  = OffsetResetEarliest
 	MigrationReportIntervalDefault      = 10 * time.Second
 	MigrationAllowedLatenessDefault     = 30 * time.Second
+	MigrationReportWindowDefault        = 2 * time.Minute
 	MigrationQuarantineAfterDefault     = 5 * time.Minute
 )
 
@@ -74,7 +75,11 @@ type Config struct {
 	// balancing, no auto-commit, read-committed isolation), so those cannot
 	// be overridden. FetchMaxWait defaults to 500ms (Kafka's default, not
 	// franz-go's 5s) so that a partition resumed after backpressure is
-	// fetched promptly. Required.
+	// fetched promptly. During a live migration (package migration) the
+	// clients of the new channel take these options too, all but those
+	// that choose the cluster and its credentials (kgo.SeedBrokers,
+	// kgo.DialTLSConfig and kgo.DialTLS, kgo.Dialer, kgo.SASL), which come
+	// from the plan's new channel instead. Required.
 	KafkaOpts []kgo.Opt
 
 	// Consumers, when set, limits Run to these registered consumers, so
@@ -162,12 +167,27 @@ type Config struct {
 	// MigrationAllowedLatenessDefault (30s).
 	MigrationAllowedLateness time.Duration
 
-	// MigrationQuarantineAfter is how long after its shadow copy arrived an
-	// event never applied goes to the migration quarantine
-	// (MigrationQuarantined): its authoritative copy was lost, or is late
-	// beyond reason. It should exceed what a message may take to apply:
-	// retries, backoffs, a partition held behind a fence. Defaults to
-	// MigrationQuarantineAfterDefault (5m).
+	// MigrationReportWindow is how far back a migration report looks: the
+	// shadow gate judges the copies received in this window before the
+	// report (their lateness, missing shadows, mismatches), so it closes
+	// while a stall's late copies are in it and passes again once they
+	// left it, nothing else being late. Longer is a stricter gate (one
+	// outage keeps CUTOVER refused for longer), shorter a more forgiving
+	// one. It must exceed MigrationAllowedLateness, or no copy would be
+	// old enough in it to show a missing shadow. Defaults to
+	// MigrationReportWindowDefault (2m).
+	MigrationReportWindow time.Duration
+
+	// MigrationQuarantineAfter bounds how far apart in time an event's two
+	// copies reach their clusters during a live migration. An event whose
+	// shadow copy arrived and which was never applied goes to the migration
+	// quarantine (MigrationQuarantined) once its group consumed the
+	// partition its authoritative copy was written to past where that copy
+	// would be: past a fence of a later step there, or to the end the
+	// partition had at least this long after the shadow came. A group that
+	// lags there keeps the event out of the quarantine, however long: its
+	// copy is still to come. Defaults to MigrationQuarantineAfterDefault
+	// (5m).
 	MigrationQuarantineAfter time.Duration
 
 	// MaxBufferedBytesPerPartition is how much fetched data (keys, values,
@@ -235,8 +255,10 @@ type Config struct {
 type hooks struct {
 	beforeDBCommit func(*Message)
 	afterDBCommit  func(*Message)
-	stopped        func() // partitions being released were told to stop
-	periodicCommit func() // the commit loop's tick, before it commits
+	stopped        func()           // partitions being released were told to stop
+	periodicCommit func()           // the commit loop's tick, before it commits
+	reportClock    func() time.Time // the migration reports' clock (migration_report.go)
+	quarantined    func()           // a pass of the migration quarantine ended (migration_quarantine.go)
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -253,6 +275,7 @@ func (c Config) WithDefaults() Config {
 	c.HealthTimeout = cmp.Or(c.HealthTimeout, max(HealthTimeoutDefault, c.minHealthTimeout()+30*time.Second))
 	c.MigrationReportInterval = cmp.Or(c.MigrationReportInterval, MigrationReportIntervalDefault)
 	c.MigrationAllowedLateness = cmp.Or(c.MigrationAllowedLateness, MigrationAllowedLatenessDefault)
+	c.MigrationReportWindow = cmp.Or(c.MigrationReportWindow, MigrationReportWindowDefault)
 	c.MigrationQuarantineAfter = cmp.Or(c.MigrationQuarantineAfter, MigrationQuarantineAfterDefault)
 	c.MaxBufferedBytesPerPartition = cmp.Or(c.MaxBufferedBytesPerPartition, MaxBufferedBytesPerPartitionDefault)
 	c.OffsetReset = cmp.Or(c.OffsetReset, OffsetResetDefault)
@@ -309,7 +332,7 @@ func (c Config) validate() error {
 		{"RetryBackoff", c.RetryBackoff}, {"RetryBackoffMax", c.RetryBackoffMax}, {"HandlerTimeout", c.HandlerTimeout},
 		{"DrainTimeout", c.DrainTimeout}, {"CommitInterval", c.CommitInterval}, {"HealthTimeout", c.HealthTimeout},
 		{"MigrationReportInterval", c.MigrationReportInterval}, {"MigrationAllowedLateness", c.MigrationAllowedLateness},
-		{"MigrationQuarantineAfter", c.MigrationQuarantineAfter},
+		{"MigrationReportWindow", c.MigrationReportWindow}, {"MigrationQuarantineAfter", c.MigrationQuarantineAfter},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("inbox: Config.%s is %s: must be positive", f.name, f.v)
@@ -319,6 +342,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("inbox: Config.HealthTimeout is %s: must exceed %s, HandlerTimeout + %s and CommitInterval + 2 x %s, "+
 			"which a healthy worker may spend in one transaction or between offset commits",
 			c.HealthTimeout, c.minHealthTimeout(), commitTimeout, commitTimeout)
+	}
+	if c.MigrationReportWindow <= c.MigrationAllowedLateness {
+		return fmt.Errorf("inbox: Config.MigrationReportWindow (%s) must exceed Config.MigrationAllowedLateness (%s): "+
+			"no copy in the window would be old enough to show a missing shadow", c.MigrationReportWindow, c.MigrationAllowedLateness)
 	}
 	if c.RetryBackoffMax < c.RetryBackoff {
 		return fmt.Errorf("inbox: Config.RetryBackoffMax (%s) is below Config.RetryBackoff (%s)", c.RetryBackoffMax, c.RetryBackoff)

@@ -290,7 +290,7 @@ func TestTheReportCountsDuplicatesBlockedPerChannel(t *testing.T) {
 		applied(id, 14*time.Second)
 		insert(id, "old", "authoritative", 5*time.Second)
 	}
-	row, err := q.InboxCopyReport(b.ctx, b.db.Pool, dbsqlc.InboxCopyReportParams{Consumer: "c", Plan: "p", AllowedSeconds: 1, WindowSeconds: 600})
+	row, err := q.InboxCopyReport(b.ctx, b.db.Pool, dbsqlc.InboxCopyReportParams{Consumer: "c", Plan: "p", ReportAt: b.now, AllowedSeconds: 1, WindowSeconds: 600})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func (p *partition) copyParams(f fetched, st *migration.Stamp) (dbsqlc.InboxCopy
 	digest := sha256.Sum256(f.rec.Value)
 	params := dbsqlc.InboxCopyInsertParams{
 		Consumer: p.g.name, MessageID: m.ID, Plan: st.Plan, Side: string(st.Side), Role: string(st.Role),
-		Epoch: int32(st.Epoch), Digest: digest[:], ReceivedAt: f.received}
+		Epoch: int32(st.Epoch), Digest: digest[:], ReceivedAt: f.received, Alone: st.Alone()}
 	if st.Role == migration.Shadow {
 		params.Topic = pgtype.Text{String: f.rec.Topic, Valid: true}
 		params.Partition = pgtype.Int4{Int32: f.rec.Partition, Valid: true}
@@ -297,7 +297,7 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 	if err != nil {
 		return fmt.Errorf("migration %s: cannot reach the new channel: %w", plan, err)
 	}
-	g, err := newGroupConsumer(w, consumer, map[string]handling{peer: h}, opts)
+	g, err := newGroupConsumer(w, consumer, map[string]handling{peer: h}, channelKafkaOpts(w.cfg.KafkaOpts, opts))
 	if err != nil {
 		return err
 	}

@@ -42,13 +42,11 @@ func (w *Worker) reportLoop(ctx context.Context, groups []*groupConsumer) {
 // report computes and publishes g's reports.
 func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 	var reports []migration.Report
-	var since []time.Time // of each report: when the migration began at g
+	var since []time.Time       // of each report: when the migration began at g
+	at := w.reportClock().UTC() // before the snapshot: a report is as old as what it read
 	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
 		plans, err := w.queries.InboxCopyPlans(ctx, tx, g.name)
 		if err != nil {
-			return err
-		}
-		if err := w.quarantineShadows(ctx, tx, g.name, w.cfg.MigrationQuarantineAfter); err != nil {
 			return err
 		}
 		for _, plan := range plans {
@@ -57,8 +55,8 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 				return err
 			}
 			row, err := w.queries.InboxCopyReport(ctx, tx, dbsqlc.InboxCopyReportParams{
-				Consumer: g.name, Plan: plan, AllowedSeconds: w.cfg.MigrationAllowedLateness.Seconds(),
-				WindowSeconds: reportWindow.Seconds()})
+				Consumer: g.name, Plan: plan, ReportAt: at, AllowedSeconds: w.cfg.MigrationAllowedLateness.Seconds(),
+				WindowSeconds: w.cfg.MigrationReportWindow.Seconds(), LateBounds: lateBounds})
 			if err != nil {
 				return err
 			}
@@ -71,10 +69,11 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 				return err
 			}
 			since = append(since, began)
-			reports = append(reports, migration.Report{Plan: plan, Group: g.name, At: time.Now().UTC(), OldFenceEpoch: int(floor), Quarantined: quarantined,
+			reports = append(reports, migration.Report{Plan: plan, Group: g.name, At: at, OldFenceEpoch: int(floor), Quarantined: quarantined,
 				Authoritative: row.Authoritative, Shadow: row.Shadow, Checked: row.Checked, Missing: row.Missing, Aged: row.Aged,
-				AllowedLateness: w.cfg.MigrationAllowedLateness, Mismatched: row.Mismatched,
+				AllowedLateness: w.cfg.MigrationAllowedLateness, Window: w.cfg.MigrationReportWindow, Mismatched: row.Mismatched,
 				P99Lateness: seconds(row.P99Seconds), MaxLateness: seconds(row.MaxSeconds),
+				MissingNewest: epochTime(row.MissingNewest), Late: lateMarks(row.LateOver, row.LateNewest),
 				DuplicatesOld: row.DuplicatesOld, DuplicatesNew: row.DuplicatesNew})
 			w.metrics.migrationLateness.WithLabelValues(g.name, plan, "0.99").Set(row.P99Seconds)
 			w.metrics.migrationLateness.WithLabelValues(g.name, plan, "1").Set(row.MaxSeconds)
@@ -128,8 +127,37 @@ func (w *Worker) oldDeadLetters(ctx context.Context, consumer string, since time
 	return n
 }
 
-// reportWindow is how far back a report looks: the gate judges the copies
-// of the last ten minutes, so a lag long past does not close it for good.
-const reportWindow = 10 * time.Minute
+// reportClock is the time a report is made at: now, or a test's clock.
+func (w *Worker) reportClock() time.Time {
+	if h := w.cfg.hooks.reportClock; h != nil {
+		return h()
+	}
+	return time.Now()
+}
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// lateBounds are migration.LateBounds in seconds, for the report query.
+var lateBounds = func() []float64 {
+	out := make([]float64, len(migration.LateBounds))
+	for i, b := range migration.LateBounds {
+		out[i] = b.Seconds()
+	}
+	return out
+}()
+
+// epochTime is a time from seconds since the Unix epoch (0: zero).
+func epochTime(s float64) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s*float64(time.Second))).UTC()
+}
+
+func lateMarks(over, newest []float64) []migration.LateMark {
+	out := make([]migration.LateMark, 0, len(over))
+	for i := range min(len(over), len(newest)) {
+		out = append(out, migration.LateMark{Over: seconds(over[i]), Newest: epochTime(newest[i])})
+	}
+	return out
+}

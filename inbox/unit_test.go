@@ -28,6 +28,9 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	if err := long.validate(); err != nil || long.HealthTimeout <= long.HandlerTimeout {
 		t.Fatalf("HandlerTimeout 5m: HealthTimeout %s, %v", long.HealthTimeout, err)
 	}
+	if c.MigrationReportWindow != MigrationReportWindowDefault || MigrationReportWindowDefault != 2*time.Minute {
+		t.Fatalf("MigrationReportWindow defaults to %s, want 2m", c.MigrationReportWindow)
+	}
 	if c.OffsetReset != OffsetResetEarliest || c.BatchSize != BatchSizeDefault || c.KeyConcurrency != 1 || c.DeadLetterTopic("a.b") != "a.b.dlq" {
 		t.Fatalf("defaults: %+v", c)
 	}
@@ -45,6 +48,10 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		{func(c *Config) { c.HealthTimeout = time.Minute }, "Config.HealthTimeout"},
 		{func(c *Config) { c.HealthTimeout = -time.Second }, "Config.HealthTimeout"},
 		{func(c *Config) { c.Prune = &PruneConfig{InboxRetention: time.Hour} }, "InboxRetention"},
+		// A window no copy outlives the allowed lateness in never shows a
+		// missing shadow.
+		{func(c *Config) { c.MigrationReportWindow = 30 * time.Second }, "Config.MigrationReportWindow"},
+		{func(c *Config) { c.MigrationReportWindow = -time.Minute }, "Config.MigrationReportWindow"},
 		// Pruning runs statements outside a transaction: a DB that can only
 		// begin transactions is refused at start-up, not found out later.
 		{func(c *Config) { c.DB = beginOnly{pool}; c.Prune = &PruneConfig{} }, "Config.Prune needs a Config.DB"},

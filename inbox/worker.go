@@ -52,6 +52,11 @@ type Worker struct {
 	runWG     sync.WaitGroup
 	known     []*dbsqlc.FerryInboxChannel // read at start, by checkSchema
 	shadows   *shadowWriter
+	// marks are the partition ends the migration quarantine watches the
+	// groups reach (migration_quarantine.go).
+	marksMu   sync.Mutex
+	marks     map[positionKey]positionMark
+	channelUp map[channelKey]time.Time
 	// deadLetterTail reads the own cluster's dead-letter topics during a
 	// live migration (reportLoop).
 	deadLetterTail *deadLetterTail
@@ -79,6 +84,8 @@ func New(cfg *Config) (*Worker, error) {
 		since:     make([]atomic.Int64, c.Concurrency),
 		handlers:  make(map[string]map[string]handling),
 		followers: map[followKey]*groupConsumer{},
+		marks:     map[positionKey]positionMark{},
+		channelUp: map[channelKey]time.Time{},
 		passed:    map[fenceWait]int{},
 	}
 	for i := range c.Concurrency {
@@ -370,6 +377,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Go(func() { w.shadows.run(ctx) })
 	w.followKnown()
 	wg.Go(func() { w.reportLoop(ctx, groups) })
+	wg.Go(func() { w.quarantineLoop(ctx, groups) })
 	w.cfg.Logger.Info("worker running", slog.Any("consumers", consumers),
 		slog.Int("concurrency", w.cfg.Concurrency), slog.Int("batch_size", w.cfg.BatchSize),
 		slog.Int("key_concurrency", w.cfg.KeyConcurrency), slog.String("offset_reset", string(w.cfg.OffsetReset)))

@@ -54,6 +54,18 @@ type State struct {
 	Since  time.Time
 }
 
+// Moved is how many slices are on the new channel: Slices in CUTOVER,
+// all of them in OLD_RETIRED, none otherwise.
+func (s State) Moved() int {
+	switch s.Phase {
+	case Cutover:
+		return s.Slices
+	case OldRetired:
+		return Slices
+	}
+	return 0
+}
+
 // Decision is one recorded request.
 type Decision struct {
 	ID         int64

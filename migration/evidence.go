@@ -19,9 +19,11 @@ import (
 // controller learns what the consumers saw.
 const ReportTopic = "ferry.migration.reports"
 
-// Report is what a consumer group saw of a plan's copies over the last ten
-// minutes: the shadow gate's evidence. Every instance of the group computes it from the group's
-// database, so any instance's newest report speaks for the group.
+// Report is what a consumer group saw of a plan's events of which a copy
+// arrived in the Window before At, each with both its copies wherever they
+// arrived: the shadow gate's evidence, which so judges what holds now and
+// not a stall long past. Every instance of the group computes it from the
+// group's database, so any instance's newest report speaks for the group.
 type Report struct {
 	Plan  string    `json:"plan"`
 	Group string    `json:"group"`
@@ -35,6 +37,13 @@ type Report struct {
 	// AllowedLateness ago whose shadow never came.
 	Missing         int64         `json:"missing"`
 	AllowedLateness time.Duration `json:"allowed_lateness_ns"`
+	// Window is how far back the report looks (the workers'
+	// MigrationReportWindow, --migration-report-window): the copies
+	// received in the Window before At count.
+	Window time.Duration `json:"window_ns"`
+	// MissingNewest is when the newest of the Missing copies arrived (zero
+	// when none is missing).
+	MissingNewest time.Time `json:"missing_newest,omitzero"`
 	// Aged counts the authoritative copies received more than
 	// AllowedLateness ago: those whose shadow could be missing.
 	Aged int64 `json:"aged"`
@@ -44,6 +53,12 @@ type Report struct {
 	// copies, whichever came first.
 	P99Lateness time.Duration `json:"p99_lateness_ns"`
 	MaxLateness time.Duration `json:"max_lateness_ns"`
+	// Late says, for lateness bounds (a few from 10ms to an hour, in
+	// increasing order; only those some event exceeds), when the newest
+	// event whose copies are further apart than the bound completed (its
+	// later copy arrived): once that is older than the Window, no event in
+	// the report is later than the bound.
+	Late []LateMark `json:"late,omitempty"`
 	// OldFenceEpoch is the newest epoch whose fences the group passed on
 	// every partition of the old channel it consumes: it applied every
 	// record the old channel held before them.
@@ -63,9 +78,24 @@ type Report struct {
 	// to their end in time).
 	OldDeadLetters int64 `json:"old_dead_letters"`
 	// Quarantined counts the events the group received a shadow copy of
-	// and never applied (the authoritative copy lost, or late beyond
-	// reason), waiting in its quarantine to be replayed.
+	// and never applied whose authoritative copy will not come (the group
+	// consumed its partition past it), waiting in its quarantine to be
+	// replayed.
 	Quarantined int64 `json:"quarantined"`
+}
+
+// LateMark is one of Report.Late.
+type LateMark struct {
+	Over   time.Duration `json:"over_ns"`
+	Newest time.Time     `json:"newest"`
+}
+
+// LateBounds are the bounds of Report.Late.
+var LateBounds = []time.Duration{
+	10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second,
+	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, time.Hour,
 }
 
 // Key is the report's record key: the plan and the group.
@@ -73,7 +103,9 @@ func (r Report) Key() string { return r.Plan + "/" + r.Group }
 
 // Gate returns nil when the report passes the shadow gate: events checked,
 // none missing beyond the allowed lateness, no payload mismatch, p99
-// lateness within maxP99; else what fails.
+// lateness within maxP99; else what fails. When only lateness fails (p99,
+// missing shadows), it also says by when the gate passes if no copy is
+// late from then on: once the late copies are older than the Window.
 func (r Report) Gate(maxP99 time.Duration) error {
 	var why []string
 	if r.Checked == 0 {
@@ -94,7 +126,47 @@ func (r Report) Gate(maxP99 time.Duration) error {
 	if len(why) == 0 {
 		return nil
 	}
-	return errors.New(strings.Join(why, "; "))
+	msg := strings.Join(why, "; ")
+	if by, ok := r.passesBy(maxP99); ok {
+		msg += fmt.Sprintf("; if no copy is late from now on, the gate passes by %s, once the late copies are older than the reports' window of %s "+
+			"(the workers' --migration-report-window)", by.UTC().Format(time.RFC3339), r.Window)
+	} else if r.Window > 0 && (r.Missing > 0 || r.P99Lateness > maxP99) {
+		msg += fmt.Sprintf(" (over the copies of the last %s: the workers' --migration-report-window)", r.Window)
+	}
+	return errors.New(msg)
+}
+
+// passesBy returns when the report's late copies (beyond maxP99, or
+// missing their shadow) leave its window, when lateness is all that fails
+// it and the report says when they came; false otherwise.
+func (r Report) passesBy(maxP99 time.Duration) (time.Time, bool) {
+	p99 := r.P99Lateness > maxP99
+	if r.Window <= 0 || r.Checked == 0 || r.Aged == 0 || r.Mismatched > 0 || (!p99 && r.Missing == 0) {
+		return time.Time{}, false
+	}
+	var last time.Time
+	if r.Missing > 0 {
+		if r.MissingNewest.IsZero() {
+			return time.Time{}, false
+		}
+		last = r.MissingNewest
+	}
+	if p99 {
+		// The newest event later than the largest bound within maxP99 is
+		// no older than the newest later than maxP99: a bound by which the
+		// gate passes at the latest.
+		var mark *LateMark
+		for i := range r.Late {
+			if r.Late[i].Over <= maxP99 {
+				mark = &r.Late[i]
+			}
+		}
+		if mark == nil {
+			return time.Time{}, false
+		}
+		last = maxTime(last, mark.Newest)
+	}
+	return last.Add(r.Window), true
 }
 
 // KafkaEvidence is the controller's Evidence from the plan's old channel:

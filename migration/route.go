@@ -121,6 +121,15 @@ type Stamp struct {
 	Peer  string
 }
 
+// Alone reports whether the relay wrote the event to one channel only,
+// with no shadow copy on the other: an authoritative copy of OLD_RETIRED.
+// The relay stamps those with side new and no since; every other
+// authoritative copy on the new side has a since, as the new channel holds
+// a slice only from an epoch after the plan's creation (History.Since).
+func (st Stamp) Alone() bool {
+	return st.Role == Authoritative && st.Side == NewSide && st.Since == 0
+}
+
 // String renders the stamp as HeaderRoute's value:
 // "plan=move-1;epoch=3;slice=17;side=new;role=authoritative;since=3;peer=orders".
 func (st Stamp) String() string {

@@ -1,6 +1,7 @@
 package migration_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -127,6 +128,53 @@ func TestHistorySinceFollowsEveryMoveOfASlice(t *testing.T) {
 	if got := (migration.History{}).Since(1); got != 0 {
 		t.Errorf("empty history: since %d", got)
 	}
+}
+
+// A copy is alone (written to one channel, no shadow) exactly under
+// OLD_RETIRED: stamped as the relay stamps them (since from the history on
+// an authoritative copy, but in OLD_RETIRED), no copy of any other phase
+// looks alone, since the new channel holds a slice only from an epoch
+// after the plan's creation.
+func TestOnlyOldRetiredCopiesAreAlone(t *testing.T) {
+	t.Parallel()
+	h := migration.History{
+		{Epoch: 0, Phase: migration.OldOnly},
+		{Epoch: 1, Phase: migration.DualWrite},
+		{Epoch: 2, Phase: migration.Cutover, Slices: 6},
+		{Epoch: 3, Phase: migration.DualWrite},
+		{Epoch: 4, Phase: migration.Cutover, Slices: 64},
+		{Epoch: 5, Phase: migration.Cutover, Slices: migration.Slices},
+		{Epoch: 6, Phase: migration.OldRetired},
+	}
+	for i := 1; i < len(h); i++ {
+		step := h[i]
+		for slice := range migration.Slices {
+			agg := aggregateOfSlice(t, slice)
+			copies := step.Route(agg)
+			for _, c := range copies {
+				st := migration.Stamp{Plan: "p", Epoch: step.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
+				if c.Role == migration.Authoritative && step.Phase != migration.OldRetired {
+					st.Since = h[:i+1].Since(slice)
+				}
+				if want := step.Phase == migration.OldRetired; st.Alone() != want || (want && len(copies) != 1) {
+					t.Fatalf("%s epoch %d, slice %d: copy %+v alone %t of %d copies; want alone only in OLD_RETIRED",
+						step.Phase, step.Epoch, slice, c, st.Alone(), len(copies))
+				}
+			}
+		}
+	}
+}
+
+// aggregateOfSlice finds an aggregate id in slice.
+func aggregateOfSlice(t *testing.T, slice int) []byte {
+	t.Helper()
+	for i := 0; i < 1_000_000; i++ {
+		if id := []byte(fmt.Sprintf("agg-%d", i)); migration.Slice(id) == slice {
+			return id
+		}
+	}
+	t.Fatalf("no aggregate id in slice %d", slice)
+	return nil
 }
 
 // The stamp is outside input to a consumer: any value parses or is

@@ -24,10 +24,11 @@ WHERE consumer = @consumer AND plan = @plan AND side = @side AND topic = @topic;
 
 -- name: InboxCopyInsert :exec
 -- A shadow copy keeps its record (topic to headers), to stand in for a lost
--- authoritative copy; an authoritative one passes NULLs.
-INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+-- authoritative copy; an authoritative one passes NULLs, and alone when the
+-- relay wrote it to one channel only (migration.Stamp.Alone).
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone,
     topic, partition, record_offset, record_key, record_value, record_headers)
-VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_at,
+VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_at, @alone,
     sqlc.narg('topic'), sqlc.narg('partition'), sqlc.narg('record_offset'), sqlc.narg('record_key'),
     sqlc.narg('record_value'), sqlc.narg('record_headers'))
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
@@ -57,40 +58,65 @@ WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = @consumer AND i.messa
 SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER BY plan;
 
 -- name: InboxCopyReport :one
--- A consumer's shadow report of a plan (migration.Report), over the copies
--- received in the last @window_seconds (what holds now, not a lag long
--- past): the copies of each role, the events with both copies, those whose
--- payloads differ, the authoritative copies older than the allowed lateness
--- without a shadow, and the delay between an event's two copies (p99 and
--- max, seconds), and the authoritative copies of each side that arrived
--- after their event was applied (duplicates the inbox blocked: a bridged
--- copy, a copy brought again after a rollback).
-WITH a AS (
-    SELECT c.message_id, c.side, c.digest, c.received_at FROM ferry_inbox_copy c
-    WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'authoritative'
-      AND c.received_at > now() - make_interval(secs => @window_seconds::float8)
-), s AS (
-    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
-    WHERE c.consumer = @consumer AND c.plan = @plan AND c.role = 'shadow'
-      AND c.received_at > now() - make_interval(secs => @window_seconds::float8)
-), pairs AS (
-    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
-    FROM a JOIN s USING (message_id)
+-- A consumer's shadow report of a plan (migration.Report) at report_at, on
+-- the events of which a copy arrived in the @window_seconds before it (what
+-- holds now, not a stall long past), each with both its copies wherever
+-- they arrived: an event counts while either copy is in the window, so a
+-- shadow that came first is still there when its authoritative copy comes.
+-- It counts the copies of each role received in the window, the events with
+-- both copies, those whose payloads differ, the authoritative copies in the
+-- window older than the allowed lateness without a shadow (but those the
+-- relay wrote to one channel only: alone), and the delay
+-- between an event's two copies (p99 and max, seconds), and the
+-- authoritative copies of each side in the window that arrived after their
+-- event was applied (duplicates the inbox blocked: a bridged copy, a copy
+-- brought again after a rollback). For the rejection to say when the gate
+-- would pass if nothing else were late: for each of @late_bounds (seconds),
+-- when the newest event whose copies are further apart than it completed
+-- (late_over and late_newest, epoch seconds, for the bounds some event
+-- exceeds), and when the newest authoritative copy counted missing came.
+WITH recent AS (
+    SELECT DISTINCT c.message_id FROM ferry_inbox_copy c
+    WHERE c.consumer = @consumer AND c.plan = @plan
+      AND c.received_at > sqlc.arg(report_at)::timestamptz - make_interval(secs => @window_seconds::float8)
+      AND c.received_at <= sqlc.arg(report_at)::timestamptz
+), copies AS (
+    -- Each authoritative copy of those events, with the event's shadow and
+    -- inbox row: looked up by id (the primary key), so that the plan stays
+    -- linear even before the table has statistics.
+    SELECT a.side, a.received_at AS a_at, a.alone, s.received_at AS s_at, a.digest <> s.digest AS mismatch,
+           abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness,
+           greatest(a.received_at, s.received_at) AS completed, i.processed_at,
+           a.received_at > sqlc.arg(report_at)::timestamptz - make_interval(secs => @window_seconds::float8) AS in_window,
+           NOT a.alone AND a.received_at < sqlc.arg(report_at)::timestamptz - make_interval(secs => @allowed_seconds::float8) AS aged
+    FROM recent r
+    JOIN ferry_inbox_copy a ON a.consumer = @consumer AND a.message_id = r.message_id AND a.role = 'authoritative'
+    LEFT JOIN ferry_inbox_copy s ON s.consumer = @consumer AND s.message_id = r.message_id AND s.role = 'shadow'
+        AND s.received_at <= sqlc.arg(report_at)::timestamptz
+    LEFT JOIN inbox i ON i.consumer = @consumer AND i.message_id = r.message_id
+    WHERE a.received_at <= sqlc.arg(report_at)::timestamptz
+), marks AS (
+    SELECT u.bound, (SELECT max(c.completed) FROM copies c WHERE c.lateness > u.bound) AS newest
+    FROM unnest(@late_bounds::float8[]) AS u(bound)
 )
 SELECT
-    (SELECT count(*) FROM a)::bigint AS authoritative,
-    (SELECT count(*) FROM s)::bigint AS shadow,
-    (SELECT count(*) FROM pairs)::bigint AS checked,
-    (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
-    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => @allowed_seconds::float8)
-        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
-    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => @allowed_seconds::float8))::bigint AS aged,
-    coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
-    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
-    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = @consumer AND i.message_id = a.message_id
-        WHERE a.side = 'old' AND i.processed_at < a.received_at)::bigint AS duplicates_old,
-    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = @consumer AND i.message_id = a.message_id
-        WHERE a.side = 'new' AND i.processed_at < a.received_at)::bigint AS duplicates_new;
+    count(*) FILTER (WHERE c.in_window)::bigint AS authoritative,
+    (SELECT count(*) FROM ferry_inbox_copy sc WHERE sc.consumer = @consumer AND sc.plan = @plan AND sc.role = 'shadow'
+        AND sc.received_at > sqlc.arg(report_at)::timestamptz - make_interval(secs => @window_seconds::float8)
+        AND sc.received_at <= sqlc.arg(report_at)::timestamptz)::bigint AS shadow,
+    count(c.s_at)::bigint AS checked,
+    count(*) FILTER (WHERE c.mismatch)::bigint AS mismatched,
+    count(*) FILTER (WHERE c.in_window AND c.aged AND c.s_at IS NULL)::bigint AS missing,
+    count(*) FILTER (WHERE c.in_window AND c.aged)::bigint AS aged,
+    coalesce(extract(epoch FROM max(c.a_at) FILTER (WHERE c.in_window AND c.aged AND c.s_at IS NULL)), 0)::float8 AS missing_newest,
+    (SELECT coalesce(array_agg(m.bound ORDER BY m.bound), '{}') FROM marks m WHERE m.newest IS NOT NULL)::float8[] AS late_over,
+    (SELECT coalesce(array_agg(extract(epoch FROM m.newest) ORDER BY m.bound), '{}') FROM marks m
+        WHERE m.newest IS NOT NULL)::float8[] AS late_newest,
+    coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY c.lateness), 0)::float8 AS p99_seconds,
+    coalesce(max(c.lateness), 0)::float8 AS max_seconds,
+    count(*) FILTER (WHERE c.in_window AND c.side = 'old' AND c.processed_at < c.a_at)::bigint AS duplicates_old,
+    count(*) FILTER (WHERE c.in_window AND c.side = 'new' AND c.processed_at < c.a_at)::bigint AS duplicates_new
+FROM copies c;
 
 -- name: InboxFenceFloor :one
 -- The newest epoch whose fences the consumer passed on every partition of
@@ -113,19 +139,84 @@ WHERE q.consumer = @consumer
        OR EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = q.consumer AND a.message_id = q.message_id
                   AND a.role = 'authoritative'));
 
+-- name: InboxShadowsUnlocated :many
+-- The consumer's shadow copies of events neither applied nor accounted for
+-- (an authoritative copy row: applied, or dead-lettered), with a record,
+-- whose authoritative copy's partition is not known yet, oldest first.
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key
+FROM ferry_inbox_copy c
+WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+ORDER BY c.received_at
+LIMIT @max_rows;
+
+-- name: InboxShadowsLocate :exec
+-- Records where shadow copies' authoritative copies were written.
+WITH u AS (
+    SELECT unnest(@message_ids::text[]) AS message_id, unnest(@sides::text[]) AS side,
+           unnest(@topics::text[]) AS topic, unnest(@partitions::int[]) AS partition
+)
+UPDATE ferry_inbox_copy c SET auth_topic = u.topic, auth_partition = u.partition
+FROM u
+WHERE c.consumer = @consumer AND c.message_id = u.message_id AND c.side = u.side;
+
+-- name: InboxChannelRoutes :many
+-- For each topic of an old channel a consumer learned a new channel from:
+-- the topic there, and each topic's partition count as the fences the
+-- consumer passed say (0: none passed yet).
+SELECT ch.plan, ch.topic AS old_topic, ch.peer AS new_topic,
+    coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
+              AND f.side = 'old' AND f.topic = ch.topic), 0)::int AS old_partitions,
+    coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
+              AND f.side = 'new' AND f.topic = ch.peer), 0)::int AS new_partitions
+FROM ferry_inbox_channel ch
+WHERE ch.consumer = @consumer AND ch.side = 'old';
+
+-- name: InboxQuarantineAwaited :many
+-- The partitions where the authoritative copies of the consumer's shadows
+-- older than @after_seconds, never applied nor accounted for, would be
+-- (plan, the authoritative side, topic, partition), but those a fence
+-- passed since tells already: the group's position there decides.
+SELECT DISTINCT c.plan, (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)::text AS side,
+       c.auth_topic::text AS topic, c.auth_partition::int AS partition
+FROM ferry_inbox_copy c
+WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
+  AND c.received_at < now() - make_interval(secs => @after_seconds::float8)
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_quarantine q WHERE q.consumer = c.consumer AND q.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_fence f WHERE f.consumer = c.consumer AND f.plan = c.plan
+                  AND f.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END) AND f.topic = c.auth_topic
+                  AND f.partition = c.auth_partition AND f.epoch > c.epoch);
+
 -- name: InboxQuarantineShadows :execrows
--- Quarantines the events a consumer received a shadow copy of more than
--- @after_seconds ago and never applied nor dead-lettered: their
--- authoritative copy was lost, or is late beyond reason.
+-- Quarantines the events a consumer received a shadow copy of and never
+-- applied nor dead-lettered, whose authoritative copy will not come: the
+-- group consumed the partition it was written to past where it would be.
+-- Either it passed there a fence of a later epoch than the copies' (written
+-- after every record of the earlier steps), or it consumed everything the
+-- partition held at a time (@reached_at, per partition) at least
+-- @after_seconds after the shadow came: the relay writes an event's two
+-- copies together, and @after_seconds bounds how far apart they reach
+-- their clusters.
+WITH r AS (
+    SELECT unnest(@reached_plans::text[]) AS plan, unnest(@reached_sides::text[]) AS side,
+           unnest(@reached_topics::text[]) AS topic, unnest(@reached_partitions::int[]) AS partition,
+           unnest(@reached_at::timestamptz[]) AS at
+)
 INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side, topic, partition, record_offset,
     record_key, record_value, record_headers, reason, received_at)
 SELECT c.consumer, c.message_id, c.plan, c.side, c.topic, c.partition, c.record_offset,
        c.record_key, c.record_value, c.record_headers,
-       'the authoritative copy was never applied; the shadow copy from the ' || c.side || ' channel stands in for it',
+       'its authoritative copy will not come: the group consumed partition ' || c.auth_partition || ' of '
+           || c.auth_topic || ' on the ' || (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)
+           || ' channel past it; the shadow copy from the ' || c.side || ' channel stands in for it',
        c.received_at
 FROM ferry_inbox_copy c
-WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL
-  AND c.received_at < now() - make_interval(secs => @after_seconds::float8)
+WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
   -- within the inbox's retention (0: none): past it, an applied event's
   -- inbox row may be gone
   AND (@within_seconds::float8 = 0 OR c.received_at > now() - make_interval(secs => @within_seconds::float8))
@@ -133,6 +224,13 @@ WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL
   -- an authoritative copy dead-lettered is accounted for by its dead letter
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
+  AND (EXISTS (SELECT 1 FROM ferry_inbox_fence f WHERE f.consumer = c.consumer AND f.plan = c.plan
+               AND f.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END) AND f.topic = c.auth_topic
+               AND f.partition = c.auth_partition AND f.epoch > c.epoch)
+       OR EXISTS (SELECT 1 FROM r
+                  WHERE r.plan = c.plan AND r.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)
+                    AND r.topic = c.auth_topic AND r.partition = c.auth_partition
+                    AND c.received_at <= r.at - make_interval(secs => @after_seconds::float8)))
 -- A replay spends the shadow's record and deletes the quarantined event in
 -- one statement (InboxQuarantineDelete), the shadow's row first. Locking it
 -- here makes this statement wait for a replay in progress and then read the

@@ -44,6 +44,53 @@ func (q *Queries) InboxChannelLearn(ctx context.Context, db DBTX, arg InboxChann
 	return result.RowsAffected(), nil
 }
 
+const inboxChannelRoutes = `-- name: InboxChannelRoutes :many
+SELECT ch.plan, ch.topic AS old_topic, ch.peer AS new_topic,
+    coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
+              AND f.side = 'old' AND f.topic = ch.topic), 0)::int AS old_partitions,
+    coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
+              AND f.side = 'new' AND f.topic = ch.peer), 0)::int AS new_partitions
+FROM ferry_inbox_channel ch
+WHERE ch.consumer = $1 AND ch.side = 'old'
+`
+
+type InboxChannelRoutesRow struct {
+	Plan          string
+	OldTopic      string
+	NewTopic      string
+	OldPartitions int32
+	NewPartitions int32
+}
+
+// For each topic of an old channel a consumer learned a new channel from:
+// the topic there, and each topic's partition count as the fences the
+// consumer passed say (0: none passed yet).
+func (q *Queries) InboxChannelRoutes(ctx context.Context, db DBTX, consumer string) ([]*InboxChannelRoutesRow, error) {
+	rows, err := db.Query(ctx, inboxChannelRoutes, consumer)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxChannelRoutesRow
+	for rows.Next() {
+		var i InboxChannelRoutesRow
+		if err := rows.Scan(
+			&i.Plan,
+			&i.OldTopic,
+			&i.NewTopic,
+			&i.OldPartitions,
+			&i.NewPartitions,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxChannels = `-- name: InboxChannels :many
 SELECT consumer, plan, side, topic, peer, channel, learned_at FROM ferry_inbox_channel WHERE consumer = $1 ORDER BY learned_at, plan, side, topic
 `
@@ -77,11 +124,11 @@ func (q *Queries) InboxChannels(ctx context.Context, db DBTX, consumer string) (
 }
 
 const inboxCopyInsert = `-- name: InboxCopyInsert :exec
-INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone,
     topic, partition, record_offset, record_key, record_value, record_headers)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11, $12,
-    $13, $14)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+    $10, $11, $12, $13,
+    $14, $15)
 ON CONFLICT (consumer, message_id, side) DO NOTHING
 `
 
@@ -94,6 +141,7 @@ type InboxCopyInsertParams struct {
 	Epoch         int32
 	Digest        []byte
 	ReceivedAt    time.Time
+	Alone         bool
 	Topic         pgtype.Text
 	Partition     pgtype.Int4
 	RecordOffset  pgtype.Int8
@@ -103,7 +151,8 @@ type InboxCopyInsertParams struct {
 }
 
 // A shadow copy keeps its record (topic to headers), to stand in for a lost
-// authoritative copy; an authoritative one passes NULLs.
+// authoritative copy; an authoritative one passes NULLs, and alone when the
+// relay wrote it to one channel only (migration.Stamp.Alone).
 func (q *Queries) InboxCopyInsert(ctx context.Context, db DBTX, arg InboxCopyInsertParams) error {
 	_, err := db.Exec(ctx, inboxCopyInsert,
 		arg.Consumer,
@@ -114,6 +163,7 @@ func (q *Queries) InboxCopyInsert(ctx context.Context, db DBTX, arg InboxCopyIns
 		arg.Epoch,
 		arg.Digest,
 		arg.ReceivedAt,
+		arg.Alone,
 		arg.Topic,
 		arg.Partition,
 		arg.RecordOffset,
@@ -150,39 +200,57 @@ func (q *Queries) InboxCopyPlans(ctx context.Context, db DBTX, consumer string) 
 }
 
 const inboxCopyReport = `-- name: InboxCopyReport :one
-WITH a AS (
-    SELECT c.message_id, c.side, c.digest, c.received_at FROM ferry_inbox_copy c
-    WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'authoritative'
-      AND c.received_at > now() - make_interval(secs => $4::float8)
-), s AS (
-    SELECT c.message_id, c.digest, c.received_at FROM ferry_inbox_copy c
-    WHERE c.consumer = $2 AND c.plan = $3 AND c.role = 'shadow'
-      AND c.received_at > now() - make_interval(secs => $4::float8)
-), pairs AS (
-    SELECT a.digest <> s.digest AS mismatch, abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness
-    FROM a JOIN s USING (message_id)
+WITH recent AS (
+    SELECT DISTINCT c.message_id FROM ferry_inbox_copy c
+    WHERE c.consumer = $1 AND c.plan = $2
+      AND c.received_at > $3::timestamptz - make_interval(secs => $4::float8)
+      AND c.received_at <= $3::timestamptz
+), copies AS (
+    -- Each authoritative copy of those events, with the event's shadow and
+    -- inbox row: looked up by id (the primary key), so that the plan stays
+    -- linear even before the table has statistics.
+    SELECT a.side, a.received_at AS a_at, a.alone, s.received_at AS s_at, a.digest <> s.digest AS mismatch,
+           abs(extract(epoch FROM s.received_at - a.received_at))::float8 AS lateness,
+           greatest(a.received_at, s.received_at) AS completed, i.processed_at,
+           a.received_at > $3::timestamptz - make_interval(secs => $4::float8) AS in_window,
+           NOT a.alone AND a.received_at < $3::timestamptz - make_interval(secs => $5::float8) AS aged
+    FROM recent r
+    JOIN ferry_inbox_copy a ON a.consumer = $1 AND a.message_id = r.message_id AND a.role = 'authoritative'
+    LEFT JOIN ferry_inbox_copy s ON s.consumer = $1 AND s.message_id = r.message_id AND s.role = 'shadow'
+        AND s.received_at <= $3::timestamptz
+    LEFT JOIN inbox i ON i.consumer = $1 AND i.message_id = r.message_id
+    WHERE a.received_at <= $3::timestamptz
+), marks AS (
+    SELECT u.bound, (SELECT max(c.completed) FROM copies c WHERE c.lateness > u.bound) AS newest
+    FROM unnest($6::float8[]) AS u(bound)
 )
 SELECT
-    (SELECT count(*) FROM a)::bigint AS authoritative,
-    (SELECT count(*) FROM s)::bigint AS shadow,
-    (SELECT count(*) FROM pairs)::bigint AS checked,
-    (SELECT count(*) FROM pairs WHERE mismatch)::bigint AS mismatched,
-    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => $1::float8)
-        AND NOT EXISTS (SELECT 1 FROM s WHERE s.message_id = a.message_id))::bigint AS missing,
-    (SELECT count(*) FROM a WHERE a.received_at < now() - make_interval(secs => $1::float8))::bigint AS aged,
-    coalesce((SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness) FROM pairs), 0)::float8 AS p99_seconds,
-    coalesce((SELECT max(lateness) FROM pairs), 0)::float8 AS max_seconds,
-    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $2 AND i.message_id = a.message_id
-        WHERE a.side = 'old' AND i.processed_at < a.received_at)::bigint AS duplicates_old,
-    (SELECT count(*) FROM a JOIN inbox i ON i.consumer = $2 AND i.message_id = a.message_id
-        WHERE a.side = 'new' AND i.processed_at < a.received_at)::bigint AS duplicates_new
+    count(*) FILTER (WHERE c.in_window)::bigint AS authoritative,
+    (SELECT count(*) FROM ferry_inbox_copy sc WHERE sc.consumer = $1 AND sc.plan = $2 AND sc.role = 'shadow'
+        AND sc.received_at > $3::timestamptz - make_interval(secs => $4::float8)
+        AND sc.received_at <= $3::timestamptz)::bigint AS shadow,
+    count(c.s_at)::bigint AS checked,
+    count(*) FILTER (WHERE c.mismatch)::bigint AS mismatched,
+    count(*) FILTER (WHERE c.in_window AND c.aged AND c.s_at IS NULL)::bigint AS missing,
+    count(*) FILTER (WHERE c.in_window AND c.aged)::bigint AS aged,
+    coalesce(extract(epoch FROM max(c.a_at) FILTER (WHERE c.in_window AND c.aged AND c.s_at IS NULL)), 0)::float8 AS missing_newest,
+    (SELECT coalesce(array_agg(m.bound ORDER BY m.bound), '{}') FROM marks m WHERE m.newest IS NOT NULL)::float8[] AS late_over,
+    (SELECT coalesce(array_agg(extract(epoch FROM m.newest) ORDER BY m.bound), '{}') FROM marks m
+        WHERE m.newest IS NOT NULL)::float8[] AS late_newest,
+    coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY c.lateness), 0)::float8 AS p99_seconds,
+    coalesce(max(c.lateness), 0)::float8 AS max_seconds,
+    count(*) FILTER (WHERE c.in_window AND c.side = 'old' AND c.processed_at < c.a_at)::bigint AS duplicates_old,
+    count(*) FILTER (WHERE c.in_window AND c.side = 'new' AND c.processed_at < c.a_at)::bigint AS duplicates_new
+FROM copies c
 `
 
 type InboxCopyReportParams struct {
-	AllowedSeconds float64
 	Consumer       string
 	Plan           string
+	ReportAt       time.Time
 	WindowSeconds  float64
+	AllowedSeconds float64
+	LateBounds     []float64
 }
 
 type InboxCopyReportRow struct {
@@ -192,26 +260,40 @@ type InboxCopyReportRow struct {
 	Mismatched    int64
 	Missing       int64
 	Aged          int64
+	MissingNewest float64
+	LateOver      []float64
+	LateNewest    []float64
 	P99Seconds    float64
 	MaxSeconds    float64
 	DuplicatesOld int64
 	DuplicatesNew int64
 }
 
-// A consumer's shadow report of a plan (migration.Report), over the copies
-// received in the last @window_seconds (what holds now, not a lag long
-// past): the copies of each role, the events with both copies, those whose
-// payloads differ, the authoritative copies older than the allowed lateness
-// without a shadow, and the delay between an event's two copies (p99 and
-// max, seconds), and the authoritative copies of each side that arrived
-// after their event was applied (duplicates the inbox blocked: a bridged
-// copy, a copy brought again after a rollback).
+// A consumer's shadow report of a plan (migration.Report) at report_at, on
+// the events of which a copy arrived in the @window_seconds before it (what
+// holds now, not a stall long past), each with both its copies wherever
+// they arrived: an event counts while either copy is in the window, so a
+// shadow that came first is still there when its authoritative copy comes.
+// It counts the copies of each role received in the window, the events with
+// both copies, those whose payloads differ, the authoritative copies in the
+// window older than the allowed lateness without a shadow (but those the
+// relay wrote to one channel only: alone), and the delay
+// between an event's two copies (p99 and max, seconds), and the
+// authoritative copies of each side in the window that arrived after their
+// event was applied (duplicates the inbox blocked: a bridged copy, a copy
+// brought again after a rollback). For the rejection to say when the gate
+// would pass if nothing else were late: for each of @late_bounds (seconds),
+// when the newest event whose copies are further apart than it completed
+// (late_over and late_newest, epoch seconds, for the bounds some event
+// exceeds), and when the newest authoritative copy counted missing came.
 func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyReportParams) (*InboxCopyReportRow, error) {
 	row := db.QueryRow(ctx, inboxCopyReport,
-		arg.AllowedSeconds,
 		arg.Consumer,
 		arg.Plan,
+		arg.ReportAt,
 		arg.WindowSeconds,
+		arg.AllowedSeconds,
+		arg.LateBounds,
 	)
 	var i InboxCopyReportRow
 	err := row.Scan(
@@ -221,6 +303,9 @@ func (q *Queries) InboxCopyReport(ctx context.Context, db DBTX, arg InboxCopyRep
 		&i.Mismatched,
 		&i.Missing,
 		&i.Aged,
+		&i.MissingNewest,
+		&i.LateOver,
+		&i.LateNewest,
 		&i.P99Seconds,
 		&i.MaxSeconds,
 		&i.DuplicatesOld,
@@ -356,6 +441,62 @@ func (q *Queries) InboxNotApplied(ctx context.Context, db DBTX, arg InboxNotAppl
 	return column_1, err
 }
 
+const inboxQuarantineAwaited = `-- name: InboxQuarantineAwaited :many
+SELECT DISTINCT c.plan, (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)::text AS side,
+       c.auth_topic::text AS topic, c.auth_partition::int AS partition
+FROM ferry_inbox_copy c
+WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
+  AND c.received_at < now() - make_interval(secs => $2::float8)
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_quarantine q WHERE q.consumer = c.consumer AND q.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_fence f WHERE f.consumer = c.consumer AND f.plan = c.plan
+                  AND f.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END) AND f.topic = c.auth_topic
+                  AND f.partition = c.auth_partition AND f.epoch > c.epoch)
+`
+
+type InboxQuarantineAwaitedParams struct {
+	Consumer     string
+	AfterSeconds float64
+}
+
+type InboxQuarantineAwaitedRow struct {
+	Plan      string
+	Side      string
+	Topic     string
+	Partition int32
+}
+
+// The partitions where the authoritative copies of the consumer's shadows
+// older than @after_seconds, never applied nor accounted for, would be
+// (plan, the authoritative side, topic, partition), but those a fence
+// passed since tells already: the group's position there decides.
+func (q *Queries) InboxQuarantineAwaited(ctx context.Context, db DBTX, arg InboxQuarantineAwaitedParams) ([]*InboxQuarantineAwaitedRow, error) {
+	rows, err := db.Query(ctx, inboxQuarantineAwaited, arg.Consumer, arg.AfterSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxQuarantineAwaitedRow
+	for rows.Next() {
+		var i InboxQuarantineAwaitedRow
+		if err := rows.Scan(
+			&i.Plan,
+			&i.Side,
+			&i.Topic,
+			&i.Partition,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxQuarantineCount = `-- name: InboxQuarantineCount :one
 SELECT count(*)::bigint FROM ferry_inbox_quarantine WHERE consumer = $1 AND plan = $2
 `
@@ -478,35 +619,59 @@ func (q *Queries) InboxQuarantineResolved(ctx context.Context, db DBTX, consumer
 }
 
 const inboxQuarantineShadows = `-- name: InboxQuarantineShadows :execrows
+WITH r AS (
+    SELECT unnest($4::text[]) AS plan, unnest($5::text[]) AS side,
+           unnest($6::text[]) AS topic, unnest($7::int[]) AS partition,
+           unnest($8::timestamptz[]) AS at
+)
 INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side, topic, partition, record_offset,
     record_key, record_value, record_headers, reason, received_at)
 SELECT c.consumer, c.message_id, c.plan, c.side, c.topic, c.partition, c.record_offset,
        c.record_key, c.record_value, c.record_headers,
-       'the authoritative copy was never applied; the shadow copy from the ' || c.side || ' channel stands in for it',
+       'its authoritative copy will not come: the group consumed partition ' || c.auth_partition || ' of '
+           || c.auth_topic || ' on the ' || (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)
+           || ' channel past it; the shadow copy from the ' || c.side || ' channel stands in for it',
        c.received_at
 FROM ferry_inbox_copy c
-WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL
-  AND c.received_at < now() - make_interval(secs => $2::float8)
+WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
   -- within the inbox's retention (0: none): past it, an applied event's
   -- inbox row may be gone
-  AND ($3::float8 = 0 OR c.received_at > now() - make_interval(secs => $3::float8))
+  AND ($2::float8 = 0 OR c.received_at > now() - make_interval(secs => $2::float8))
   AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
   -- an authoritative copy dead-lettered is accounted for by its dead letter
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
+  AND (EXISTS (SELECT 1 FROM ferry_inbox_fence f WHERE f.consumer = c.consumer AND f.plan = c.plan
+               AND f.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END) AND f.topic = c.auth_topic
+               AND f.partition = c.auth_partition AND f.epoch > c.epoch)
+       OR EXISTS (SELECT 1 FROM r
+                  WHERE r.plan = c.plan AND r.side = (CASE c.side WHEN 'old' THEN 'new' ELSE 'old' END)
+                    AND r.topic = c.auth_topic AND r.partition = c.auth_partition
+                    AND c.received_at <= r.at - make_interval(secs => $3::float8)))
 FOR NO KEY UPDATE OF c
 ON CONFLICT (consumer, message_id) DO NOTHING
 `
 
 type InboxQuarantineShadowsParams struct {
-	Consumer      string
-	AfterSeconds  float64
-	WithinSeconds float64
+	Consumer          string
+	WithinSeconds     float64
+	AfterSeconds      float64
+	ReachedPlans      []string
+	ReachedSides      []string
+	ReachedTopics     []string
+	ReachedPartitions []int32
+	ReachedAt         []time.Time
 }
 
-// Quarantines the events a consumer received a shadow copy of more than
-// @after_seconds ago and never applied nor dead-lettered: their
-// authoritative copy was lost, or is late beyond reason.
+// Quarantines the events a consumer received a shadow copy of and never
+// applied nor dead-lettered, whose authoritative copy will not come: the
+// group consumed the partition it was written to past where it would be.
+// Either it passed there a fence of a later epoch than the copies' (written
+// after every record of the earlier steps), or it consumed everything the
+// partition held at a time (@reached_at, per partition) at least
+// @after_seconds after the shadow came: the relay writes an event's two
+// copies together, and @after_seconds bounds how far apart they reach
+// their clusters.
 // A replay spends the shadow's record and deletes the quarantined event in
 // one statement (InboxQuarantineDelete), the shadow's row first. Locking it
 // here makes this statement wait for a replay in progress and then read the
@@ -515,7 +680,16 @@ type InboxQuarantineShadowsParams struct {
 // quarantine the replayed event again. Both take the shadow's row before
 // the quarantine's, so they cannot deadlock.
 func (q *Queries) InboxQuarantineShadows(ctx context.Context, db DBTX, arg InboxQuarantineShadowsParams) (int64, error) {
-	result, err := db.Exec(ctx, inboxQuarantineShadows, arg.Consumer, arg.AfterSeconds, arg.WithinSeconds)
+	result, err := db.Exec(ctx, inboxQuarantineShadows,
+		arg.Consumer,
+		arg.WithinSeconds,
+		arg.AfterSeconds,
+		arg.ReachedPlans,
+		arg.ReachedSides,
+		arg.ReachedTopics,
+		arg.ReachedPartitions,
+		arg.ReachedAt,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -566,4 +740,87 @@ func (q *Queries) InboxShadowInsertMany(ctx context.Context, db DBTX, arg InboxS
 		arg.RecordHeaders,
 	)
 	return err
+}
+
+const inboxShadowsLocate = `-- name: InboxShadowsLocate :exec
+WITH u AS (
+    SELECT unnest($2::text[]) AS message_id, unnest($3::text[]) AS side,
+           unnest($4::text[]) AS topic, unnest($5::int[]) AS partition
+)
+UPDATE ferry_inbox_copy c SET auth_topic = u.topic, auth_partition = u.partition
+FROM u
+WHERE c.consumer = $1 AND c.message_id = u.message_id AND c.side = u.side
+`
+
+type InboxShadowsLocateParams struct {
+	Consumer   string
+	MessageIds []string
+	Sides      []string
+	Topics     []string
+	Partitions []int32
+}
+
+// Records where shadow copies' authoritative copies were written.
+func (q *Queries) InboxShadowsLocate(ctx context.Context, db DBTX, arg InboxShadowsLocateParams) error {
+	_, err := db.Exec(ctx, inboxShadowsLocate,
+		arg.Consumer,
+		arg.MessageIds,
+		arg.Sides,
+		arg.Topics,
+		arg.Partitions,
+	)
+	return err
+}
+
+const inboxShadowsUnlocated = `-- name: InboxShadowsUnlocated :many
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key
+FROM ferry_inbox_copy c
+WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+ORDER BY c.received_at
+LIMIT $2
+`
+
+type InboxShadowsUnlocatedParams struct {
+	Consumer string
+	MaxRows  int32
+}
+
+type InboxShadowsUnlocatedRow struct {
+	MessageID string
+	Plan      string
+	Side      string
+	Topic     string
+	RecordKey []byte
+}
+
+// The consumer's shadow copies of events neither applied nor accounted for
+// (an authoritative copy row: applied, or dead-lettered), with a record,
+// whose authoritative copy's partition is not known yet, oldest first.
+func (q *Queries) InboxShadowsUnlocated(ctx context.Context, db DBTX, arg InboxShadowsUnlocatedParams) ([]*InboxShadowsUnlocatedRow, error) {
+	rows, err := db.Query(ctx, inboxShadowsUnlocated, arg.Consumer, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxShadowsUnlocatedRow
+	for rows.Next() {
+		var i InboxShadowsUnlocatedRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.Plan,
+			&i.Side,
+			&i.Topic,
+			&i.RecordKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

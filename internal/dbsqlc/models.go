@@ -37,6 +37,9 @@ type FerryInboxCopy struct {
 	RecordKey     []byte
 	RecordValue   []byte
 	RecordHeaders []byte
+	Alone         bool
+	AuthTopic     pgtype.Text
+	AuthPartition pgtype.Int4
 }
 
 type FerryInboxFence struct {

@@ -303,7 +303,7 @@ func migrationList(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fmt.Fprintln(w, "NAME\tPHASE\tSLICES\tEPOCH\tSINCE")
 	for _, st := range plans {
 		fmt.Fprintf(w, "%s\t%s\t%d/%d\t%d\t%s\n", cli.Cell(st.Plan.Name, 100), cli.Cell(string(st.Phase), 20),
-			st.Slices, migration.Slices, st.Epoch, st.Since.Format(timeFormat))
+			st.Moved(), migration.Slices, st.Epoch, st.Since.Format(timeFormat))
 	}
 	return w.Flush()
 }

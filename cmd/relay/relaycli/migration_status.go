@@ -117,7 +117,7 @@ func migrationStatus(ctx context.Context, args []string, stdout, stderr io.Write
 	oldCtx, cancelOld := context.WithTimeout(ctx, *oldTimeout)
 	defer cancelOld()
 	return oldChannelStatus(oldCtx, stdout, st.Plan, oldChannelSettings{gate: gate, window: *window,
-		topics: splitList(*topics), timeout: *oldTimeout})
+		topics: splitList(*topics), timeout: *oldTimeout, retired: st.Phase == migration.OldRetired})
 }
 
 // planStatus prints what the database holds of a plan.
@@ -125,7 +125,7 @@ func planStatus(stdout io.Writer, st *migration.State, hist []migration.Decision
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "plan\t%s\n", cli.Cell(st.Plan.Name, 100))
 	fmt.Fprintf(w, "phase\t%s\n", cli.Cell(string(st.Phase), 20))
-	fmt.Fprintf(w, "slices\t%d of %d moved\n", st.Slices, migration.Slices)
+	fmt.Fprintf(w, "slices\t%d of %d moved\n", st.Moved(), migration.Slices)
 	fmt.Fprintf(w, "epoch\t%d\n", st.Epoch)
 	fmt.Fprintf(w, "since\t%s\n", st.Since.Format(timeFormat))
 	for _, side := range []struct {
@@ -184,6 +184,7 @@ type oldChannelSettings struct {
 	window  time.Duration
 	topics  []string
 	timeout time.Duration
+	retired bool // the plan is in OLD_RETIRED: the shadow gate is behind it
 }
 
 // oldChannelStatus prints the groups' reports and the old channel's
@@ -199,7 +200,7 @@ func oldChannelStatus(ctx context.Context, stdout io.Writer, p migration.Plan, s
 	reports, err := s.gate.evidence().Reports(ctx, p)
 	if err != nil {
 		fmt.Fprintf(stdout, "reports not read: %s\n", oldChannelError(err, s.timeout))
-	} else if err := reportTable(stdout, p, reports, s.gate, time.Now()); err != nil {
+	} else if err := reportTable(stdout, p, reports, s.gate, s.retired, time.Now()); err != nil {
 		return err
 	}
 	if err := lagTable(ctx, stdout, p); err != nil {
@@ -241,8 +242,9 @@ func pingOld(ctx context.Context, p migration.Plan) error {
 
 // reportTable prints each group's newest report and the shadow gate's
 // verdict on it: the plan's groups in its order, then any other group that
-// reported on the plan.
-func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migration.Report, gate gateFlags, now time.Time) error {
+// reported on the plan. Once the plan is retired the gate is behind it: the
+// reports speak of copies of the new channel alone, which no gate judges.
+func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migration.Report, gate gateFlags, retired bool, now time.Time) error {
 	fmt.Fprintf(stdout, "\nreports on %s, the newest of each group (shadow gate: p99 at most %s, --max-shadow-lateness; "+
 		"a report at most %s old, --report-max-age):\n", migration.ReportTopic, *gate.maxLateness, *gate.maxAge)
 	groups := slices.Clone(p.Groups)
@@ -258,8 +260,11 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 	for _, g := range append(groups, others...) {
 		r, ok := reports[g]
 		verdict := gate.verdict(r, ok, now)
-		if !slices.Contains(p.Groups, g) {
+		switch {
+		case !slices.Contains(p.Groups, g):
 			verdict = "not a group of the plan"
+		case retired:
+			verdict = "not needed: the old channel is retired"
 		}
 		if !ok {
 			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", cli.Cell(g, 100), cli.Cell(verdict, 300))
@@ -271,7 +276,7 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", cli.Cell(g, 100), now.Sub(r.At).Round(time.Second),
 			r.Authoritative, r.Shadow, r.Checked, r.Missing, r.Mismatched, delay(r.P99Lateness), delay(r.MaxLateness),
-			r.DuplicatesOld, r.DuplicatesNew, r.OldFenceEpoch, r.Quarantined, deadLetters, cli.Cell(verdict, 300))
+			r.DuplicatesOld, r.DuplicatesNew, r.OldFenceEpoch, r.Quarantined, deadLetters, cli.Cell(verdict, 600))
 	}
 	return w.Flush()
 }

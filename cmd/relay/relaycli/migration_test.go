@@ -491,6 +491,38 @@ func TestMigrationStatusShowsReportsGateAndProducers(t *testing.T) {
 	}
 }
 
+// After OLD_RETIRED every slice is on the new channel, and the shadow gate
+// is behind the plan: status says so, for the plan and for each group's
+// report, instead of "slices 0 of 128 moved" and a failing gate (issue 21
+// item 5).
+func TestMigrationStatusAfterOldRetired(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	plan, stock := "move-"+ferrytest.Suffix(), ferrytest.Name(t, "stock")
+	s.must(t, 0, "create", plan, "--old-brokers", strings.Join(ferrytest.Brokers(t), ","), "--old-topic-template", "t.{aggregate_type}",
+		"--new-brokers", strings.Join(ferrytest.BrokersB(t), ","), "--new-topic-template", "t.{aggregate_type}", "--groups", stock)
+	if _, err := s.db.Pool.Exec(s.ctx, `INSERT INTO ferry_migration_step (migration, epoch, phase, slices)
+		VALUES ($1, 1, 'DUAL_WRITE', 0), ($1, 2, 'CUTOVER', 128), ($1, 3, 'DUAL_WRITE', 0), ($1, 4, 'CUTOVER', 128), ($1, 5, 'OLD_RETIRED', 0)`,
+		plan); err != nil {
+		t.Fatal(err)
+	}
+	// What a worker reports once the old channel is retired and its last
+	// shadow copies left the window: copies of the new channel alone.
+	publishReports(t, s.ctx, migration.Report{Plan: plan, Group: stock, At: time.Now().UTC(), Authoritative: 500, AllowedLateness: 30 * time.Second,
+		Window: 2 * time.Minute, OldFenceEpoch: 4})
+	out, _ := s.must(t, 0, "status", plan)
+	if !strings.Contains(out, "slices  128 of 128 moved") {
+		t.Errorf("status of a plan in OLD_RETIRED does not say every slice moved:\n%s", out)
+	}
+	if got := strings.Join(rowOf(t, out, "GROUP ", stock), " "); !strings.HasSuffix(got, "not needed: the old channel is retired") {
+		t.Errorf("stock's report in OLD_RETIRED: %q; want the gate said to be behind the plan:\n%s", got, out)
+	}
+	out, _ = s.must(t, 0, "list")
+	if got := strings.Join(rowOf(t, out, "NAME ", plan), " "); !strings.Contains(got, "OLD_RETIRED 128/128 5") {
+		t.Errorf("list shows %q for a plan in OLD_RETIRED; want 128/128 slices:\n%s", got, out)
+	}
+}
+
 // An old channel that cannot be reached leaves the plan shown, says why
 // the rest is missing, and exits 0: status informs, request decides.
 func TestMigrationStatusWithoutTheOldChannel(t *testing.T) {

@@ -39,6 +39,7 @@ var configFlags = map[string]string{
 	"Config.HealthTimeout":            "health-timeout",
 	"Config.MigrationReportInterval":  "migration-report-interval",
 	"Config.MigrationAllowedLateness": "migration-allowed-lateness",
+	"Config.MigrationReportWindow":    "migration-report-window",
 	"Config.MigrationQuarantineAfter": "migration-quarantine-after",
 	"Config.OffsetReset":              "offset-reset",
 	"Config.Consumers":                "consumers",
@@ -89,8 +90,12 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		"live migration: how often the consumers' shadow reports go to "+migration.ReportTopic)
 	allowedLateness := f.PositiveDuration("migration-allowed-lateness", inbox.MigrationAllowedLatenessDefault,
 		"live migration: how late a shadow copy may be before the report counts it missing")
+	reportWindow := f.PositiveDuration("migration-report-window", inbox.MigrationReportWindowDefault,
+		"live migration: how far back a shadow report looks; the gate judges the copies received in this window, "+
+			"so a stall's late copies keep CUTOVER refused until they are older (must exceed --migration-allowed-lateness)")
 	quarantineAfter := f.PositiveDuration("migration-quarantine-after", inbox.MigrationQuarantineAfterDefault,
-		"live migration: how long after its shadow copy an event never applied is quarantined")
+		"live migration: how far apart an event's two copies may reach their clusters; an event never applied is quarantined "+
+			"once its group consumed its authoritative copy's partition to where it stood this long after the shadow came")
 	offsetReset := f.String("offset-reset", string(inbox.OffsetResetDefault), "where a partition without a committed offset starts: earliest, latest or none")
 	// FERRY_DLQ_SUFFIX="" is the empty suffix, which is refused below, not unset.
 	dlqSuffix := f.StringEmptyIsValue("dlq-suffix", inbox.DeadLetterSuffixDefault, "dead-letter topic = topic + this suffix")
@@ -151,6 +156,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		HealthTimeout:            *healthTimeout,
 		MigrationReportInterval:  *reportInterval,
 		MigrationAllowedLateness: *allowedLateness,
+		MigrationReportWindow:    *reportWindow,
 		MigrationQuarantineAfter: *quarantineAfter,
 		OffsetReset:              inbox.OffsetReset(*offsetReset),
 		DeadLetterTopic:          func(topic string) string { return topic + suffix },
