@@ -22,9 +22,10 @@ const migrationUsage = `Usage:
   %[1]s migration quarantine replay (--consumer C | --all) [--id ID]
 
 During a live broker migration, an event whose shadow copy a consumer
-received and whose authoritative copy it never applied (lost on the other
-channel, or late beyond --migration-quarantine-after) waits in the worker
-database's ferry_inbox_quarantine table. Replay publishes each again to the
+received and whose authoritative copy will not come (the consumer read the
+partition it was written to past where it would be, and did not find it:
+lost on the other channel) waits in the worker database's
+ferry_inbox_quarantine table. Replay publishes each again to the
 topic and partition its shadow came from, without the route stamp, so the
 consumer applies it (once: its id is in the inbox afterwards), and deletes
 it from the table. A shadow from the old channel goes back there through
