@@ -323,25 +323,31 @@ func (in *injector) inject(ctx context.Context, k FaultKind) error {
 		if err != nil {
 			return err
 		}
-		// The window fills only while events are written: after the load
+		// The window fills only while events are written: once the load
 		// generator finished, a burst of the same kind of transactions
-		// (same aggregates, same version bookkeeping) is written here.
+		// (same aggregates, same version bookkeeping) is written here, as
+		// soon as it finished during the watch: a load that ends a moment
+		// after the fault began would otherwise leave the window to the
+		// few events it still wrote.
 		burst := make(chan error, 1)
-		select {
-		case <-in.loadDone:
-			seed := in.rng.Uint64()
-			go func() {
-				_, err := RunLoad(ctx, LoadOptions{DatabaseURL: p.dbURL, Events: 2 * relayMaxInFlight, Duration: 5 * time.Second,
-					Aggregates: p.o.Aggregates, Clients: p.o.Clients, MaxTx: p.o.MaxTx, Seed: seed, AbortedFile: p.abortedFile()})
-				burst <- err
-			}()
-		default:
-			burst <- nil
-		}
+		seed := in.rng.Uint64()
+		watching, watched := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-in.loadDone:
+			case <-watching.Done():
+				burst <- nil // the watch ended first: no burst
+				return
+			}
+			_, err := RunLoad(ctx, LoadOptions{DatabaseURL: p.dbURL, Events: 2 * relayMaxInFlight, Duration: 5 * time.Second,
+				Aggregates: p.o.Aggregates, Clients: p.o.Clients, MaxTx: p.o.MaxTx, Seed: seed, AbortedFile: p.abortedFile()})
+			burst <- err
+		}()
 		// A full window is the bound less at most one transaction: the
 		// relay stops reading before the transaction that would pass it.
 		limit := relayMaxInFlight + p.o.MaxTx + 2 // a transaction may add a poison and a huge event
 		peak, full, err := p.watchRelayWindow(ctx, relayMaxInFlight-p.o.MaxTx-2, 30*time.Second, 2*time.Second)
+		watched()
 		after, eerr := p.topicEnd(ctx)
 		if err == nil {
 			err = eerr
