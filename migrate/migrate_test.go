@@ -141,3 +141,59 @@ func TestNewRejectsIncompleteSet(t *testing.T) {
 		t.Fatal("New accepted a nil db")
 	}
 }
+
+// Migration 00012 turns each slot's recorded step (route_seq, route_lsn)
+// into its step history: the step from route_lsn on and, before it, the
+// one before it (what a relay took as in effect there); and its Down turns
+// the newest step of the history back into route_seq and route_lsn.
+func TestRelaySlotStepsKeepTheRecordedStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m, err := migrate.New(b.db, migrate.Ferry, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.DownTo(b.ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO ferry_migration (name, old_channel, new_channel, groups, created_by) VALUES ('p', '{}', '{}', '{g}', 'test')`,
+		`INSERT INTO ferry_migration_step (migration, epoch, phase, slices, seq) VALUES
+			('p', 0, 'OLD_ONLY', 0, 10), ('p', 1, 'DUAL_WRITE', 0, 20), ('p', 2, 'CUTOVER', 64, 30)`,
+		`INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, route_seq, route_lsn) VALUES
+			('applied', '1', '0/1', '0/1', 30, '0/300'),
+			('from_start', '1', '0/1', '0/1', 20, NULL),
+			('unknown', '1', '0/1', '0/1', NULL, NULL),
+			('first', '1', '0/1', '0/1', 10, '0/100')`,
+	} {
+		if _, err := b.db.ExecContext(b.ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if _, err := m.Up(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var history string
+	if err := b.db.QueryRowContext(b.ctx, `SELECT string_agg(s.slot_name || ':' || coalesce(e.key || '@' || e.value, '-'), ' '
+		ORDER BY s.slot_name, e.key::bigint) FROM ferry_relay_slot s LEFT JOIN jsonb_each_text(s.route_steps) e ON true`).Scan(&history); err != nil {
+		t.Fatal(err)
+	}
+	if want := "applied:20@0/0 applied:30@0/300 first:0@0/0 first:10@0/100 from_start:20@0/0 unknown:-"; history != want {
+		t.Fatalf("step history after 00012\n got %s\nwant %s", history, want)
+	}
+
+	if _, err := m.DownTo(b.ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	var route string
+	if err := b.db.QueryRowContext(b.ctx, `SELECT string_agg(slot_name || ':' || coalesce(route_seq::text, '-') || '@' || coalesce(route_lsn::text, '-'), ' '
+		ORDER BY slot_name) FROM ferry_relay_slot`).Scan(&route); err != nil {
+		t.Fatal(err)
+	}
+	if want := "applied:30@0/300 first:10@0/100 from_start:20@- unknown:-@-"; route != want {
+		t.Fatalf("route_seq and route_lsn after 00012 down\n got %s\nwant %s", route, want)
+	}
+}

@@ -210,6 +210,12 @@ type Config struct {
 	// of its attempt-th CREATE_REPLICATION_SLOT (attempts count from 1): a
 	// real refusal from the server. "" runs the real command.
 	slotFault func(attempt int) string
+
+	// holdFlush, set only by this package's tests (export_test.go), is
+	// the furthest position a status update confirms to PostgreSQL (0: no
+	// limit), whatever the relay confirmed: the slot stays where a crash
+	// before the next status update would leave it.
+	holdFlush uint64
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.

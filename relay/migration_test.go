@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
@@ -438,8 +439,9 @@ func TestRelayResumesWithTheStepInEffectAtItsConfirmedPosition(t *testing.T) {
 	if err := m.db.Pool.QueryRow(m.ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.db.Pool.Exec(m.ctx, `UPDATE ferry_relay_slot SET route_seq = (SELECT max(seq) FROM ferry_migration_step),
-		route_lsn = $2::pg_lsn WHERE slot_name = $1`, m.slot, lsn); err != nil {
+	if _, err := m.db.Pool.Exec(m.ctx, `UPDATE ferry_relay_slot
+		SET route_steps = route_steps || jsonb_build_object((SELECT max(seq) FROM ferry_migration_step)::text, $2::text)
+		WHERE slot_name = $1`, m.slot, lsn); err != nil {
 		t.Fatal(err)
 	}
 	m.writeBatch(t, 10)
@@ -452,6 +454,172 @@ func TestRelayResumesWithTheStepInEffectAtItsConfirmedPosition(t *testing.T) {
 	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
 	m.checkCopies(t, migration.OldSide, oldRecs)
 	m.checkCopies(t, migration.NewSide, newRecs)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A relay may record a step before PostgreSQL holds the confirmation of
+// the previous one: it confirms a step's transaction at its next status
+// update, and the stream may bring the next step sooner. A crash then
+// leaves two recorded steps past the slot's confirmed position (a restart
+// of PostgreSQL can move that position back past any number of them:
+// TestFaultMigrationStepsAfterPostgresRestart). A relay that resumes there
+// routes each event delivered again by the step in effect at its commit,
+// and applies each step again at its point. Before, it took the step
+// before the last recorded one as in effect, routed the events committed
+// before that step by it, and skipped the step when it came.
+func TestRelayResumesBeforeTwoRecordedSteps(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 2, 2, nil)
+	cfg := m.cfg
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, stop := runUntilStopped(t, cfg)
+	m.request(t, migration.DualWrite, 0)
+	m.writeBatch(t, 10)
+	m.waitConfirmedPast(t, r, m.walPosition(t), "the DUAL_WRITE step and 10 events")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	held := m.confirmed(t)
+
+	// Down: events under DUAL_WRITE, then two steps, events between them.
+	m.writeBatch(t, 10)
+	m.request(t, migration.Cutover, 64)
+	m.writeBatch(t, 10)
+	m.request(t, migration.Cutover, migration.Slices)
+	last := m.writeBatch(t, 10)
+
+	// A relay applies and records both steps, and PostgreSQL hears of
+	// none of it: the slot stays before the first step.
+	heldCfg := cfg
+	if err := relay.HoldConfirmedFlush(&heldCfg, held); err != nil {
+		t.Fatal(err)
+	}
+	_, stop = runUntilStopped(t, heldCfg)
+	readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), last, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.confirmed(t); got != held {
+		t.Fatalf("the slot confirmed %s, want it held at %s", got, held)
+	}
+
+	r, stop = runUntilStopped(t, cfg)
+	m.waitConfirmedPast(t, r, m.walPosition(t), "both steps and the events around them")
+	m.writeBatch(t, 16) // after every copy delivered again, on every partition
+
+	wantOld, wantNew := m.expected()
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
+	m.checkCopies(t, migration.OldSide, oldRecs)
+	m.checkCopies(t, migration.NewSide, newRecs)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stepHistory is the slot's recorded steps, oldest first: seq@lsn.
+func (m *migrationBundle) stepHistory(t *testing.T) []string {
+	t.Helper()
+	rows, err := m.db.Pool.Query(m.ctx, `SELECT e.key || '@' || e.value FROM ferry_relay_slot s, jsonb_each_text(s.route_steps) e
+		WHERE s.slot_name = $1 ORDER BY e.key::bigint`, m.slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// A slot forgets the steps no resume can need: a session that starts
+// keeps the one in effect at the slot's restart_lsn, before which
+// PostgreSQL never resumes, and those after it.
+func TestRelayForgetsTheStepsBeforeTheSlotsRestartLSN(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 2, 2, nil)
+	cfg := m.cfg
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, stop := runUntilStopped(t, cfg)
+	m.request(t, migration.DualWrite, 0)
+	m.writeBatch(t, 5)
+	m.request(t, migration.Cutover, 64)
+	m.writeBatch(t, 5)
+	var beforeLast string // past the end of every step but the last
+	if err := m.db.Pool.QueryRow(m.ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&beforeLast); err != nil {
+		t.Fatal(err)
+	}
+	m.request(t, migration.Cutover, migration.Slices)
+	m.writeBatch(t, 5)
+	m.waitConfirmedPast(t, r, m.walPosition(t), "three steps")
+	if h := m.stepHistory(t); len(h) != 4 {
+		t.Fatalf("slot's steps %v, want the one at its start and the three applied", h)
+	}
+
+	// The slot's restart_lsn moves past the steps once the relay
+	// confirms past a record of the running transactions (a checkpoint
+	// writes one) that names none older.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var past bool
+		if err := m.db.Pool.QueryRow(m.ctx, `SELECT restart_lsn > $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+			m.slot, beforeLast).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot's restart_lsn is not past %s after two minutes of checkpoints", beforeLast)
+		}
+		if _, err := m.db.Pool.Exec(m.ctx, `CHECKPOINT`); err != nil {
+			t.Fatal(err)
+		}
+		m.writeBatch(t, 1)
+		m.waitConfirmedPast(t, r, m.walPosition(t), "an event after a checkpoint")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	before := m.stepHistory(t)
+	// A session forgets steps only while no walsender holds the slot (the
+	// stopped relay's may still be on its way out).
+	deadline = time.Now().Add(time.Minute)
+	for {
+		var active bool
+		if err := m.db.Pool.QueryRow(m.ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, m.slot).Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		if !active {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slot is still active a minute after the relay stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	r, stop = runUntilStopped(t, cfg)
+	waitState(t, r, relay.StateStreaming)
+	after := m.stepHistory(t)
+	// Kept: the step in effect at restart_lsn (the last or the one before)
+	// and those after it.
+	if len(after) == 0 || len(after) > 2 || after[len(after)-1] != before[len(before)-1] {
+		t.Fatalf("the slot's steps went from %v to %v; want the last two at most, the newest kept", before, after)
+	}
+	m.writeBatch(t, 16)
+	wantOld, wantNew := m.expected()
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
+	m.checkCopies(t, migration.OldSide, oldRecs)
+	m.checkCopies(t, migration.NewSide, newRecs)
+	t.Logf("the slot's steps went from %v to %v", before, after)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

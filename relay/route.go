@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,12 +30,12 @@ import (
 // routed by the previous step, every event after it by the new one (events
 // in the step's own transaction, by the previous one). At a step the relay
 // reads no further until everything before the step is acknowledged; then
-// it records the step with the slot (ferry_relay_slot.route_seq and
-// route_lsn), and only then confirms the step's transaction. So at most one
-// step is ever unconfirmed, and a restarted relay knows the step in effect
-// at the slot's confirmed position: the recorded one when the position is
-// at or past route_lsn, else the one before it (the stream delivers the
-// recorded one again, at its point).
+// it records the step with the slot, in effect from the end of its
+// transaction (ferry_relay_slot.route_steps), and only then confirms the
+// step's transaction. A restarted relay takes as in effect the newest
+// recorded step at or before the position the stream resumes from; the
+// later ones come again in the stream, each at its point
+// (step_history.go).
 //
 // With a plan in DUAL_WRITE or CUTOVER the relay writes every event to both
 // channels, each copy stamped (migration.HeaderRoute), and a transaction is
@@ -164,38 +163,18 @@ type stepRow struct {
 // migrations while a plan moves.
 var errRouteUnknown = fmt.Errorf("%w: migration step in effect unknown", ErrFatal)
 
-// loadRoute sets the step in effect at start, the slot's confirmed
-// position: s.routeSeq and s.route.
+// loadRoute sets the step in effect at start, the position the stream
+// resumes from (step_history.go): s.routeSeq and s.route.
 func (s *session) loadRoute(ctx context.Context, pool *pgxpool.Pool, start pglogrepl.LSN) error {
-	q := s.r.queries
-	rec, err := q.RelaySlotRoute(ctx, pool, s.cfg.Slot)
+	seq, err := stepInEffect(ctx, pool, s.cfg.Slot, start)
 	if err != nil {
-		return fmt.Errorf("read the migration step of slot %q: %w", s.cfg.Slot, err)
+		return err
 	}
-	if !rec.RouteSeq.Valid {
-		seq, err := adoptRoute(ctx, pool, s.cfg.Slot)
-		if err != nil {
-			return err
-		}
-		rec.RouteSeq = pgtype.Int8{Int64: seq, Valid: true}
-	}
-	rows, err := q.MigrationStepsThrough(ctx, pool, rec.RouteSeq.Int64)
+	rows, err := s.r.queries.MigrationStepsThrough(ctx, pool, seq)
 	if err != nil {
 		return fmt.Errorf("read the migration steps: %w", err)
 	}
-	if rec.RouteLsn != "" && len(rows) > 0 && rows[len(rows)-1].Seq == rec.RouteSeq.Int64 {
-		at, err := pglogrepl.ParseLSN(rec.RouteLsn)
-		if err != nil {
-			return fmt.Errorf("parse route_lsn %q of slot %q: %w", rec.RouteLsn, s.cfg.Slot, err)
-		}
-		if start < at { // not confirmed: the stream delivers it again
-			rows = rows[:len(rows)-1]
-		}
-	}
-	s.routeSeq = 0
-	if len(rows) > 0 {
-		s.routeSeq = rows[len(rows)-1].Seq
-	}
+	s.routeSeq = seq
 	byPlan := map[string]migration.History{}
 	var order []string
 	for _, r := range rows {
@@ -245,7 +224,7 @@ func adoptRoute(ctx context.Context, pool *pgxpool.Pool, slot string) (int64, er
 		if seq, err = q.MigrationStepNewest(ctx, tx); err != nil {
 			return err
 		}
-		return q.RelaySlotRouteSet(ctx, tx, dbsqlc.RelaySlotRouteSetParams{RouteSeq: seq, SlotName: slot})
+		return recordStep(ctx, tx, slot, seq, 0)
 	})
 	if err != nil && !errors.Is(err, ErrFatal) {
 		return 0, fmt.Errorf("record the migration step of slot %q: %w", slot, err)
@@ -387,10 +366,8 @@ func (s *session) stepReady() bool {
 func (s *session) applyStep(ctx context.Context) error {
 	ps := s.step
 	last := ps.steps[len(ps.steps)-1]
-	err := s.r.queries.RelaySlotRouteSet(ctx, s.pool, dbsqlc.RelaySlotRouteSetParams{
-		RouteSeq: last.Seq, RouteLsn: pgtype.Text{String: ps.end.String(), Valid: true}, SlotName: s.cfg.Slot})
-	if err != nil {
-		return fmt.Errorf("record migration step %s/%d with slot %q: %w", last.Plan, last.Epoch, s.cfg.Slot, err)
+	if err := recordStep(ctx, s.pool, s.cfg.Slot, last.Seq, ps.end); err != nil {
+		return fmt.Errorf("apply migration step %s/%d on slot %q: %w", last.Plan, last.Epoch, s.cfg.Slot, err)
 	}
 	for _, st := range ps.steps {
 		if err := s.follow(ctx, st.Step); err != nil {

@@ -85,14 +85,15 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	if err := prepare(ctx, pool, r.cfg.Slot, r.cfg.Publication, r.cfg.NoCreate, r.cfg.Logger); err != nil {
 		return err
 	}
-	text, err := confirmedFlush(ctx, pool, r.cfg.Slot)
+	st, err := readSlot(ctx, pool, r.cfg.Slot)
 	if err != nil {
 		return err
 	}
-	start, err := pglogrepl.ParseLSN(text)
+	start, err := pglogrepl.ParseLSN(st.ConfirmedFlushLsn)
 	if err != nil {
-		return fmt.Errorf("parse confirmed_flush_lsn %q: %w", text, err)
+		return fmt.Errorf("parse confirmed_flush_lsn %q: %w", st.ConfirmedFlushLsn, err)
 	}
+	pruneSteps(ctx, pool, r.cfg.Slot, st, log)
 
 	conn, err := r.replicationConn(ctx)
 	if err != nil {
@@ -544,11 +545,15 @@ func (s *session) report(periodic bool) error {
 	if confirmed == 0 {
 		return errors.New("no confirmed position to report")
 	}
-	write := max(s.received, confirmed)
+	flush := confirmed
+	if h := pglogrepl.LSN(s.cfg.holdFlush); h != 0 {
+		flush = min(flush, h) // a test's (HoldConfirmedFlush)
+	}
+	write := max(s.received, flush)
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: write,
-		WALFlushPosition: confirmed,
-		WALApplyPosition: confirmed,
+		WALFlushPosition: flush,
+		WALApplyPosition: flush,
 		ClientTime:       time.Now(),
 		ReplyRequested:   periodic || (!busy && s.open == nil),
 	})

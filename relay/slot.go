@@ -333,16 +333,17 @@ func createSlot(ctx context.Context, db dbsqlc.DBTX, slot string, failover bool)
 	return lsn, err
 }
 
-// confirmedFlush returns where PostgreSQL will resume the slot.
-func confirmedFlush(ctx context.Context, db dbsqlc.DBTX, slot string) (string, error) {
+// readSlot returns the slot's state, whose confirmed_flush_lsn is where
+// PostgreSQL will resume it.
+func readSlot(ctx context.Context, db dbsqlc.DBTX, slot string) (*dbsqlc.ReplicationSlotGetRow, error) {
 	st, err := dbsqlc.New().ReplicationSlotGet(ctx, db, slot)
 	if err != nil {
-		return "", fmt.Errorf("read confirmed_flush_lsn of slot %q: %w", slot, err)
+		return nil, fmt.Errorf("read confirmed_flush_lsn of slot %q: %w", slot, err)
 	}
 	if st.ConfirmedFlushLsn == "" {
-		return "", fmt.Errorf("slot %q has no confirmed_flush_lsn", slot)
+		return nil, fmt.Errorf("slot %q has no confirmed_flush_lsn", slot)
 	}
-	return st.ConfirmedFlushLsn, nil
+	return st, nil
 }
 
 // Setup creates the publication and the slot when they are missing. The

@@ -37,15 +37,16 @@ func (q *Queries) RelaySlotConfirmed(ctx context.Context, db DBTX, arg RelaySlot
 }
 
 const relaySlotCreated = `-- name: RelaySlotCreated :exec
-INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at, route_seq, first_created_at)
+INSERT INTO ferry_relay_slot (slot_name, system_identifier, created_lsn, confirmed_lsn, confirmed_commit_at, route_steps, first_created_at)
 SELECT $1::text, s.system_identifier::text, pg_lsn($2::text), pg_lsn($2::text),
-       $3::timestamptz, $4::bigint,
+       $3::timestamptz,
+       CASE WHEN $4::bigint IS NOT NULL
+            THEN jsonb_build_object(coalesce($4::bigint, 0)::text, '0/0') END,
        CASE WHEN $5::boolean THEN now() END
 FROM pg_control_system() s
 ON CONFLICT (slot_name) DO UPDATE SET
     first_created_at    = coalesce(ferry_relay_slot.first_created_at, excluded.first_created_at),
-    route_seq           = excluded.route_seq,
-    route_lsn           = NULL,
+    route_steps         = excluded.route_steps,
     system_identifier   = excluded.system_identifier,
     created_lsn         = excluded.created_lsn,
     created_at          = now(),
@@ -66,9 +67,11 @@ type RelaySlotCreatedParams struct {
 // Records a slot the relay just created, at its creation position: a slot
 // created again under the same name starts the record over, and a
 // recovery that made it is finished. route_seq is the newest migration step
-// before the slot's start (NULL: unknown, for a slot found without record).
-// created says Ferry created the slot (false: it found one an administrator
-// made); the first time it did stays in first_created_at.
+// before the slot's start, in effect from it: the slot's steps
+// (route_steps) start over with it alone (NULL: unknown, for a slot found
+// without record). created says Ferry created the slot (false: it found
+// one an administrator made); the first time it did stays in
+// first_created_at.
 func (q *Queries) RelaySlotCreated(ctx context.Context, db DBTX, arg RelaySlotCreatedParams) error {
 	_, err := db.Exec(ctx, relaySlotCreated,
 		arg.SlotName,
@@ -146,43 +149,90 @@ func (q *Queries) RelaySlotRecovering(ctx context.Context, db DBTX, arg RelaySlo
 	return err
 }
 
-const relaySlotRoute = `-- name: RelaySlotRoute :one
-SELECT route_seq, coalesce(route_lsn::text, '')::text AS route_lsn FROM ferry_relay_slot WHERE slot_name = $1::text
-`
-
-type RelaySlotRouteRow struct {
-	RouteSeq pgtype.Int8
-	RouteLsn string
-}
-
-// The newest migration step the relay applied on the slot and the end of its
-// transaction (see migration 00006). route_seq is NULL for a slot recorded
-// before the relay followed migrations.
-func (q *Queries) RelaySlotRoute(ctx context.Context, db DBTX, slotName string) (*RelaySlotRouteRow, error) {
-	row := db.QueryRow(ctx, relaySlotRoute, slotName)
-	var i RelaySlotRouteRow
-	err := row.Scan(&i.RouteSeq, &i.RouteLsn)
-	return &i, err
-}
-
-const relaySlotRouteSet = `-- name: RelaySlotRouteSet :exec
+const relaySlotStepApplied = `-- name: RelaySlotStepApplied :execrows
 UPDATE ferry_relay_slot
-SET route_seq = $1::bigint, route_lsn = pg_lsn($2::text), updated_at = now()
+SET route_steps = coalesce(route_steps, '{}') || jsonb_build_object(($1::bigint)::text, pg_lsn($2::text)::text),
+    updated_at  = now()
 WHERE slot_name = $3::text
 `
 
-type RelaySlotRouteSetParams struct {
-	RouteSeq int64
-	RouteLsn pgtype.Text
+type RelaySlotStepAppliedParams struct {
+	Seq      int64
+	Lsn      string
 	SlotName string
 }
 
-// Records a step applied on the slot: at lsn (the end of the step's
-// transaction), or with a NULL lsn when it was in effect from the slot's
-// start.
-func (q *Queries) RelaySlotRouteSet(ctx context.Context, db DBTX, arg RelaySlotRouteSetParams) error {
-	_, err := db.Exec(ctx, relaySlotRouteSet, arg.RouteSeq, arg.RouteLsn, arg.SlotName)
-	return err
+// Records a step applied on the slot, in effect from lsn: the end of the
+// step's transaction, or 0/0 when it was in effect from the slot's start.
+// Applied again (the stream delivers it again after a restart) it is at
+// the same position.
+func (q *Queries) RelaySlotStepApplied(ctx context.Context, db DBTX, arg RelaySlotStepAppliedParams) (int64, error) {
+	result, err := db.Exec(ctx, relaySlotStepApplied, arg.Seq, arg.Lsn, arg.SlotName)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const relaySlotSteps = `-- name: RelaySlotSteps :many
+SELECT e.key::bigint AS seq, e.value::pg_lsn::text AS lsn
+FROM ferry_relay_slot s, jsonb_each_text(s.route_steps) e
+WHERE s.slot_name = $1::text
+ORDER BY 1
+`
+
+type RelaySlotStepsRow struct {
+	Seq int64
+	Lsn string
+}
+
+// The migration steps the relay applied on the slot, oldest first, each
+// with the position from which it is in effect (0/0: from the slot's
+// start). None for a slot recorded before the relay followed migrations.
+func (q *Queries) RelaySlotSteps(ctx context.Context, db DBTX, slotName string) ([]*RelaySlotStepsRow, error) {
+	rows, err := db.Query(ctx, relaySlotSteps, slotName)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*RelaySlotStepsRow
+	for rows.Next() {
+		var i RelaySlotStepsRow
+		if err := rows.Scan(&i.Seq, &i.Lsn); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const relaySlotStepsPrune = `-- name: RelaySlotStepsPrune :execrows
+UPDATE ferry_relay_slot s
+SET route_steps = (SELECT jsonb_object_agg(e.key, e.value) FROM jsonb_each_text(s.route_steps) e WHERE e.value::pg_lsn >= k.at)
+FROM (SELECT max(e.value::pg_lsn) AS at
+      FROM ferry_relay_slot r, jsonb_each_text(r.route_steps) e
+      WHERE r.slot_name = $1::text AND e.value::pg_lsn <= pg_lsn($2::text)) k
+WHERE s.slot_name = $1::text
+  AND EXISTS (SELECT 1 FROM jsonb_each_text(s.route_steps) e WHERE e.value::pg_lsn < k.at)
+`
+
+type RelaySlotStepsPruneParams struct {
+	SlotName string
+	Lsn      string
+}
+
+// Forgets the steps older than the one in effect at lsn, a position the
+// slot never resumes before again; nothing when no step is in effect
+// there.
+func (q *Queries) RelaySlotStepsPrune(ctx context.Context, db DBTX, arg RelaySlotStepsPruneParams) (int64, error) {
+	result, err := db.Exec(ctx, relaySlotStepsPrune, arg.SlotName, arg.Lsn)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const systemIdentifier = `-- name: SystemIdentifier :one

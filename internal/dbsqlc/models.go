@@ -110,9 +110,8 @@ type FerryRelaySlot struct {
 	ConfirmedCommitAt *time.Time
 	RecoveringSince   *time.Time
 	UpdatedAt         time.Time
-	RouteSeq          pgtype.Int8
-	RouteLsn          *string
 	FirstCreatedAt    *time.Time
+	RouteSteps        []byte
 }
 
 type Inbox struct {
