@@ -102,21 +102,7 @@ const locateBatch = 5000
 // Config.MigrationReportInterval, apart from the reports: a pass reads the
 // groups' positions from the clusters, which must not hold a report back.
 func (w *Worker) quarantineLoop(ctx context.Context, groups []*groupConsumer) {
-	t := time.NewTicker(w.cfg.MigrationReportInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, g := range groups {
-			if err := w.quarantinePass(ctx, g); err != nil && ctx.Err() == nil {
-				g.log.Warn("live migration: the migration quarantine's pass failed; the next one retries",
-					slog.String("error", err.Error()))
-			}
-		}
-	}
+	w.everyReportInterval(ctx, groups, w.quarantinePass, "live migration: the migration quarantine's pass failed; the next one retries")
 }
 
 // quarantinePass moves g's consumer's events whose authoritative copy will

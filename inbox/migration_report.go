@@ -21,9 +21,18 @@ import (
 // migration.ReportTopic on its own (the old) channel, where the migration
 // controller reads it for the shadow gate.
 func (w *Worker) reportLoop(ctx context.Context, groups []*groupConsumer) {
+	w.deadLetterTail = newDeadLetterTail(w, groups)
+	w.everyReportInterval(ctx, groups, w.report, "live migration: cannot publish the shadow report; the controller sees the previous one",
+		slog.String("topic", migration.ReportTopic))
+}
+
+// everyReportInterval calls pass for each group every
+// Config.MigrationReportInterval until ctx ends; a failed pass is logged
+// at WARN with failed and attrs, and the next one tries again.
+func (w *Worker) everyReportInterval(ctx context.Context, groups []*groupConsumer, pass func(context.Context, *groupConsumer) error,
+	failed string, attrs ...slog.Attr) {
 	t := time.NewTicker(w.cfg.MigrationReportInterval)
 	defer t.Stop()
-	w.deadLetterTail = newDeadLetterTail(w, groups)
 	for {
 		select {
 		case <-ctx.Done():
@@ -31,9 +40,8 @@ func (w *Worker) reportLoop(ctx context.Context, groups []*groupConsumer) {
 		case <-t.C:
 		}
 		for _, g := range groups {
-			if err := w.report(ctx, g); err != nil && ctx.Err() == nil {
-				g.log.Warn("live migration: cannot publish the shadow report; the controller sees the previous one",
-					slog.String("topic", migration.ReportTopic), slog.String("error", err.Error()))
+			if err := pass(ctx, g); err != nil && ctx.Err() == nil {
+				g.log.LogAttrs(ctx, slog.LevelWarn, failed, append(attrs, slog.String("error", err.Error()))...)
 			}
 		}
 	}
