@@ -216,6 +216,12 @@ type Config struct {
 	// limit), whatever the relay confirmed: the slot stays where a crash
 	// before the next status update would leave it.
 	holdFlush uint64
+
+	// beforeStart, set only by this package's tests (export_test.go), runs
+	// in each session between its first look at the slot and its
+	// START_REPLICATION: where the last status update of a relay that lets
+	// the slot go can still move it.
+	beforeStart func()
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.

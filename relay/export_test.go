@@ -17,3 +17,7 @@ func HoldConfirmedFlush(cfg *Config, lsn string) error {
 	cfg.holdFlush = uint64(at)
 	return err
 }
+
+// BeforeStartReplication makes every session of a relay built from cfg call
+// hook after it read the slot's state and before its START_REPLICATION.
+func BeforeStartReplication(cfg *Config, hook func()) { cfg.beforeStart = hook }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -510,6 +511,95 @@ func TestRelayResumesBeforeTwoRecordedSteps(t *testing.T) {
 	r, stop = runUntilStopped(t, cfg)
 	m.waitConfirmedPast(t, r, m.walPosition(t), "both steps and the events around them")
 	m.writeBatch(t, 16) // after every copy delivered again, on every partition
+
+	wantOld, wantNew := m.expected()
+	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
+	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
+	m.checkCopies(t, migration.OldSide, oldRecs)
+	m.checkCopies(t, migration.NewSide, newRecs)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A relay that takes over a slot routes by the step in effect where the
+// server starts its stream, though the slot moved after the relay looked
+// at it: the last status update of the relay it takes over from (a
+// standby's predecessor, the old process of a rolling restart) can confirm
+// a step that relay recorded, after the taker read the slot's position and
+// before its START_REPLICATION. Before, the taker took the position it had
+// read for its start, put the step before that one in effect, and stamped
+// the events after the step with the previous one.
+func TestRelayTakingOverRoutesByTheStepWhereItsStreamStarts(t *testing.T) {
+	t.Parallel()
+	m := setupMigration(t, 2, 2, nil)
+	cfg := m.cfg
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, stop := runUntilStopped(t, cfg)
+	m.request(t, migration.DualWrite, 0)
+	m.writeBatch(t, 10)
+	m.waitConfirmedPast(t, r, m.walPosition(t), "the DUAL_WRITE step and 10 events")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	held := m.confirmed(t)
+
+	// The relay taken over applies and records a step, and the status
+	// update that confirms it is still on its way.
+	m.writeBatch(t, 10)
+	m.request(t, migration.Cutover, 64)
+	last := m.writeBatch(t, 10)
+	heldCfg := cfg
+	if err := relay.HoldConfirmedFlush(&heldCfg, held); err != nil {
+		t.Fatal(err)
+	}
+	_, stop = runUntilStopped(t, heldCfg)
+	readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), last, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.confirmed(t); got != held {
+		t.Fatalf("the slot confirmed %s, want it held at %s", got, held)
+	}
+	h := m.stepHistory(t)
+	stepLSN := h[len(h)-1][strings.Index(h[len(h)-1], "@")+1:] // where CUTOVER 64 is in effect from
+
+	// The taker reads the slot at held; the update lands before its
+	// START_REPLICATION, and the server starts the stream after the step.
+	var once sync.Once
+	advanced := make(chan string, 1) // where the slot was moved to
+	takerCfg := cfg
+	relay.BeforeStartReplication(&takerCfg, func() {
+		once.Do(func() {
+			deadline := time.Now().Add(time.Minute)
+			for { // once the walsender of the relay taken over let the slot go
+				var moved string
+				err := m.db.Pool.QueryRow(m.ctx, `SELECT end_lsn::text FROM pg_replication_slot_advance($1, $2::pg_lsn)`,
+					m.slot, stepLSN).Scan(&moved)
+				if err == nil || time.Now().After(deadline) {
+					if err != nil {
+						t.Errorf("advance the slot to %s: %v", stepLSN, err)
+					}
+					advanced <- moved
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	})
+	r, stop = runUntilStopped(t, takerCfg)
+	m.writeBatch(t, 10)
+	m.waitConfirmedPast(t, r, m.walPosition(t), "10 events after the takeover")
+	select {
+	case moved := <-advanced:
+		if moved != stepLSN {
+			t.Fatalf("the slot moved to %q before the taker's START_REPLICATION, want %s (steps %v)", moved, stepLSN, h)
+		}
+	default:
+		t.Fatal("the taker streams, and it never called the hook before its START_REPLICATION")
+	}
 
 	wantOld, wantNew := m.expected()
 	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)

@@ -85,13 +85,12 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	if err := prepare(ctx, pool, r.cfg.Slot, r.cfg.Publication, r.cfg.NoCreate, r.cfg.Logger); err != nil {
 		return err
 	}
+	// The slot as it is before this session holds it: only pruneSteps
+	// reads it, for the restart_lsn it reads while no process holds the
+	// slot. Where the stream starts is read once the session holds it.
 	st, err := readSlot(ctx, pool, r.cfg.Slot)
 	if err != nil {
 		return err
-	}
-	start, err := pglogrepl.ParseLSN(st.ConfirmedFlushLsn)
-	if err != nil {
-		return fmt.Errorf("parse confirmed_flush_lsn %q: %w", st.ConfirmedFlushLsn, err)
 	}
 	pruneSteps(ctx, pool, r.cfg.Slot, st, log)
 
@@ -100,6 +99,9 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		return err
 	}
 	defer conn.Close(context.Background())
+	if r.cfg.beforeStart != nil {
+		r.cfg.beforeStart()
+	}
 
 	// LSN 0: the server starts at the slot's confirmed_flush_lsn and sends
 	// every transaction that commits after it. No client-side filtering.
@@ -121,6 +123,12 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 			return slotLostError(r.cfg.Slot)
 		}
 		return fmt.Errorf("start replication on slot %q: %w", r.cfg.Slot, err)
+	}
+	// Everything that depends on where the stream starts (the LSN
+	// tracker, the step in effect) takes it from here.
+	start, err := startPosition(ctx, pool, r.cfg.Slot, conn.PID())
+	if err != nil {
+		return err
 	}
 
 	sctx, cancel := context.WithCancel(context.Background())

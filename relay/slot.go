@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -333,8 +334,9 @@ func createSlot(ctx context.Context, db dbsqlc.DBTX, slot string, failover bool)
 	return lsn, err
 }
 
-// readSlot returns the slot's state, whose confirmed_flush_lsn is where
-// PostgreSQL will resume it.
+// readSlot returns the slot's state. Its confirmed_flush_lsn is where
+// PostgreSQL would resume the slot now; a process that holds the slot can
+// move it before the next START_REPLICATION (startPosition).
 func readSlot(ctx context.Context, db dbsqlc.DBTX, slot string) (*dbsqlc.ReplicationSlotGetRow, error) {
 	st, err := dbsqlc.New().ReplicationSlotGet(ctx, db, slot)
 	if err != nil {
@@ -369,4 +371,32 @@ func Setup(ctx context.Context, db outbox.DBTX, slot, publication string, logger
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return prepare(ctx, db, slot, publication, false, logger)
+}
+
+// startPosition returns where the stream of a session that holds slot (its
+// walsender is process pid) starts: the slot's confirmed_flush_lsn, read
+// after START_REPLICATION and before the session's first status update.
+// The server started the stream at that position, and only the status
+// updates of the walsender that holds the slot move it. Read before
+// START_REPLICATION it can be out of date: the last status update of a
+// relay letting the slot go (a standby's predecessor, the old process of
+// a rolling restart) can move it past a migration step in between, and a
+// session that took the older position put the step before it in effect.
+func startPosition(ctx context.Context, db dbsqlc.DBTX, slot string, pid uint32) (pglogrepl.LSN, error) {
+	st, err := readSlot(ctx, db, slot)
+	if err != nil {
+		return 0, err
+	}
+	if !st.Active || uint32(st.ActivePid) != pid {
+		// The session's walsender is gone (a standby may hold the slot by
+		// now), or the connection goes through a proxy that gives process
+		// ids of its own: either way the position read is not the start.
+		return 0, fmt.Errorf("read where the stream of slot %q starts: the slot is held by process %d, not by this session's walsender, process %d",
+			slot, st.ActivePid, pid)
+	}
+	start, err := pglogrepl.ParseLSN(st.ConfirmedFlushLsn)
+	if err != nil {
+		return 0, fmt.Errorf("parse confirmed_flush_lsn %q of slot %q: %w", st.ConfirmedFlushLsn, slot, err)
+	}
+	return start, nil
 }

@@ -58,8 +58,9 @@ func stepAt(h []appliedStep, pos pglogrepl.LSN) (int64, bool) {
 }
 
 // stepInEffect returns the step in effect on slot at start, the position
-// the stream resumes from. A slot recorded before the relay followed
-// migrations has no history: it is adopted (adoptRoute).
+// the stream resumes from (startPosition: read once the session holds the
+// slot). A slot recorded before the relay followed migrations has no
+// history: it is adopted (adoptRoute).
 func stepInEffect(ctx context.Context, pool *pgxpool.Pool, slot string, start pglogrepl.LSN) (int64, error) {
 	rows, err := dbsqlc.New().RelaySlotSteps(ctx, pool, slot)
 	if err != nil {

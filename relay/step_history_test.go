@@ -1,12 +1,16 @@
 package relay
 
 import (
+	"context"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
@@ -86,4 +90,47 @@ func TestRecordSlotStartsTheStepHistoryOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("found without a record")
+}
+
+// The position a session routes from is read while its own walsender holds
+// the slot, and never while another process or none does: only then is it
+// where the server started the stream.
+func TestStartPositionIsReadWhileTheSessionHoldsTheSlot(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	slot := "ferry_" + ferrytest.Suffix()
+	if err := prepare(ctx, db.Pool, slot, "ferry", false, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	var confirmed string
+	if err := db.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&confirmed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := startPosition(ctx, db.Pool, slot, 1); err == nil || !strings.Contains(err.Error(), "held by process 0") {
+		t.Fatalf("start position of a slot no process holds: %v, want an error naming no holder", err)
+	}
+
+	cfg, err := pgconn.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names 'ferry'"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start, err := startPosition(ctx, db.Pool, slot, conn.PID())
+	if err != nil || start.String() != confirmed {
+		t.Fatalf("start position while the session holds the slot: %s, %v; want %s", start, err, confirmed)
+	}
+	if _, err := startPosition(ctx, db.Pool, slot, conn.PID()+1); err == nil {
+		t.Fatal("start position read for a session whose walsender does not hold the slot")
+	}
 }
