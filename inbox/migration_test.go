@@ -557,6 +557,40 @@ func (b *bundle) followsMove() {
 	}
 }
 
+// reportingWorker returns a worker of the plan move that reports every
+// 100 ms with an allowed lateness of 1 s, by a clock the test moves on
+// through offset instead of waiting.
+func (b *bundle) reportingWorker() (w *Worker, offset *atomic.Int64, clock func() time.Time) {
+	offset = new(atomic.Int64)
+	clock = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	cfg := b.config()
+	cfg.MigrationReportInterval = 100 * time.Millisecond
+	cfg.MigrationAllowedLateness = time.Second
+	cfg.hooks.reportClock = clock
+	w = b.newWorker(cfg, effectHandler)
+	b.followsMove()
+	return w, offset, clock
+}
+
+// movePlan is the plan move as the evidence reads it: its old channel's
+// brokers, for the group lag.
+func (b *bundle) movePlan() migration.Plan {
+	return migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(b.t), TopicTemplate: "unused"}}
+}
+
+// reportAt waits for the consumer's first report made at after or later,
+// as ev reads it, and returns it.
+func (b *bundle) reportAt(ev *migration.KafkaEvidence, after time.Time) migration.Report {
+	b.t.Helper()
+	var r migration.Report
+	b.waitFor("a report made at "+after.Format(time.TimeOnly)+" or later", func() (bool, error) {
+		reports, err := ev.Reports(b.ctx, b.movePlan())
+		r = reports[b.consumer]
+		return err == nil && !r.At.Before(after), nil
+	})
+	return r
+}
+
 // A stall (a broker outage: the shadow copies of five events came 5 s
 // after their authoritative copies) closes the shadow gate, and once the
 // late copies are older than the report window (MigrationReportWindow,
@@ -567,14 +601,7 @@ func (b *bundle) followsMove() {
 func TestAStallClosesTheGateOnlyForTheReportWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	var offset atomic.Int64
-	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	cfg := b.config()
-	cfg.MigrationReportInterval = 100 * time.Millisecond
-	cfg.MigrationAllowedLateness = time.Second
-	cfg.hooks.reportClock = clock
-	w := b.newWorker(cfg, effectHandler)
-	b.followsMove()
+	w, offset, clock := b.reportingWorker()
 
 	base := time.Now()
 	var ids []string
@@ -592,16 +619,10 @@ func TestAStallClosesTheGateOnlyForTheReportWindow(t *testing.T) {
 	b.start(w)
 
 	ev := &migration.KafkaEvidence{MaxP99Lateness: time.Second, MaxAge: time.Minute, Now: clock}
-	plan := migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "unused"}}
 	gateAt := func(after time.Time) (migration.Report, error) {
 		t.Helper()
-		var r migration.Report
-		b.waitFor("a report made at "+after.Format(time.TimeOnly)+" or later", func() (bool, error) {
-			reports, err := ev.Reports(b.ctx, plan)
-			r = reports[b.consumer]
-			return err == nil && !r.At.Before(after), nil
-		})
-		return r, ev.ShadowGate(b.ctx, plan, b.consumer)
+		r := b.reportAt(ev, after)
+		return r, ev.ShadowGate(b.ctx, b.movePlan(), b.consumer)
 	}
 	_, err := gateAt(base)
 	if err == nil || !strings.Contains(err.Error(), "p99 lateness 5s above 1s") {
@@ -633,14 +654,7 @@ func TestAStallClosesTheGateOnlyForTheReportWindow(t *testing.T) {
 func TestAShadowThatCameFirstIsNotMissing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	var offset atomic.Int64
-	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	cfg := b.config()
-	cfg.MigrationReportInterval = 100 * time.Millisecond
-	cfg.MigrationAllowedLateness = time.Second
-	cfg.hooks.reportClock = clock
-	w := b.newWorker(cfg, effectHandler)
-	b.followsMove()
+	w, offset, clock := b.reportingWorker()
 	base := time.Now()
 	var ids []string
 	var as, ss []time.Time
@@ -655,13 +669,7 @@ func TestAShadowThatCameFirstIsNotMissing(t *testing.T) {
 	b.start(w)
 
 	ev := &migration.KafkaEvidence{MaxP99Lateness: time.Minute, MaxAge: time.Minute, Now: clock}
-	plan := migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "unused"}}
-	var r migration.Report
-	b.waitFor("a report made at "+at.Format(time.TimeOnly)+" or later", func() (bool, error) {
-		reports, err := ev.Reports(b.ctx, plan)
-		r = reports[b.consumer]
-		return err == nil && !r.At.Before(at), nil
-	})
+	r := b.reportAt(ev, at)
 	if r.Missing != 0 || r.Checked != 20 || r.P99Lateness != 10*time.Second {
 		t.Fatalf("report with every shadow 10 s before its authoritative copy, the window starting between them: %d missing, %d checked, "+
 			"p99 %s; want 0 missing, 20 checked, p99 10s", r.Missing, r.Checked, r.P99Lateness)

@@ -91,11 +91,7 @@ func TestFaultMigrationStepsAfterPostgresRestart(t *testing.T) {
 	m.waitConfirmedPast(t, r, m.walPosition(t), "everything delivered again")
 	m.writeBatch(t, 16) // after every copy delivered again, on every partition
 
-	wantOld, wantNew := m.expected()
-	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
-	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
-	m.checkCopies(t, migration.OldSide, oldRecs)
-	m.checkCopies(t, migration.NewSide, newRecs)
+	m.checkBothChannels(t)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

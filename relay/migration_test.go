@@ -450,11 +450,7 @@ func TestRelayResumesWithTheStepInEffectAtItsConfirmedPosition(t *testing.T) {
 	waitStreaming()
 	m.writeBatch(t, 10)
 
-	wantOld, wantNew := m.expected()
-	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
-	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
-	m.checkCopies(t, migration.OldSide, oldRecs)
-	m.checkCopies(t, migration.NewSide, newRecs)
+	m.checkBothChannels(t)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -473,18 +469,7 @@ func TestRelayResumesWithTheStepInEffectAtItsConfirmedPosition(t *testing.T) {
 func TestRelayResumesBeforeTwoRecordedSteps(t *testing.T) {
 	t.Parallel()
 	m := setupMigration(t, 2, 2, nil)
-	cfg := m.cfg
-	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, cfg.Publication, nil); err != nil {
-		t.Fatal(err)
-	}
-	r, stop := runUntilStopped(t, cfg)
-	m.request(t, migration.DualWrite, 0)
-	m.writeBatch(t, 10)
-	m.waitConfirmedPast(t, r, m.walPosition(t), "the DUAL_WRITE step and 10 events")
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	held := m.confirmed(t)
+	held := m.dualWriteConfirmed(t)
 
 	// Down: events under DUAL_WRITE, then two steps, events between them.
 	m.writeBatch(t, 10)
@@ -495,28 +480,13 @@ func TestRelayResumesBeforeTwoRecordedSteps(t *testing.T) {
 
 	// A relay applies and records both steps, and PostgreSQL hears of
 	// none of it: the slot stays before the first step.
-	heldCfg := cfg
-	if err := relay.HoldConfirmedFlush(&heldCfg, held); err != nil {
-		t.Fatal(err)
-	}
-	_, stop = runUntilStopped(t, heldCfg)
-	readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), last, time.Minute)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.confirmed(t); got != held {
-		t.Fatalf("the slot confirmed %s, want it held at %s", got, held)
-	}
+	m.relayUnheard(t, held, last)
 
-	r, stop = runUntilStopped(t, cfg)
+	r, stop := runUntilStopped(t, m.cfg)
 	m.waitConfirmedPast(t, r, m.walPosition(t), "both steps and the events around them")
 	m.writeBatch(t, 16) // after every copy delivered again, on every partition
 
-	wantOld, wantNew := m.expected()
-	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
-	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
-	m.checkCopies(t, migration.OldSide, oldRecs)
-	m.checkCopies(t, migration.NewSide, newRecs)
+	m.checkBothChannels(t)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -533,36 +503,14 @@ func TestRelayResumesBeforeTwoRecordedSteps(t *testing.T) {
 func TestRelayTakingOverRoutesByTheStepWhereItsStreamStarts(t *testing.T) {
 	t.Parallel()
 	m := setupMigration(t, 2, 2, nil)
-	cfg := m.cfg
-	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, cfg.Publication, nil); err != nil {
-		t.Fatal(err)
-	}
-	r, stop := runUntilStopped(t, cfg)
-	m.request(t, migration.DualWrite, 0)
-	m.writeBatch(t, 10)
-	m.waitConfirmedPast(t, r, m.walPosition(t), "the DUAL_WRITE step and 10 events")
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	held := m.confirmed(t)
+	held := m.dualWriteConfirmed(t)
 
 	// The relay taken over applies and records a step, and the status
 	// update that confirms it is still on its way.
 	m.writeBatch(t, 10)
 	m.request(t, migration.Cutover, 64)
 	last := m.writeBatch(t, 10)
-	heldCfg := cfg
-	if err := relay.HoldConfirmedFlush(&heldCfg, held); err != nil {
-		t.Fatal(err)
-	}
-	_, stop = runUntilStopped(t, heldCfg)
-	readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), last, time.Minute)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.confirmed(t); got != held {
-		t.Fatalf("the slot confirmed %s, want it held at %s", got, held)
-	}
+	m.relayUnheard(t, held, last)
 	h := m.stepHistory(t)
 	stepLSN := h[len(h)-1][strings.Index(h[len(h)-1], "@")+1:] // where CUTOVER 64 is in effect from
 
@@ -570,7 +518,7 @@ func TestRelayTakingOverRoutesByTheStepWhereItsStreamStarts(t *testing.T) {
 	// START_REPLICATION, and the server starts the stream after the step.
 	var once sync.Once
 	advanced := make(chan string, 1) // where the slot was moved to
-	takerCfg := cfg
+	takerCfg := m.cfg
 	relay.BeforeStartReplication(&takerCfg, func() {
 		once.Do(func() {
 			deadline := time.Now().Add(time.Minute)
@@ -589,7 +537,7 @@ func TestRelayTakingOverRoutesByTheStepWhereItsStreamStarts(t *testing.T) {
 			}
 		})
 	})
-	r, stop = runUntilStopped(t, takerCfg)
+	r, stop := runUntilStopped(t, takerCfg)
 	m.writeBatch(t, 10)
 	m.waitConfirmedPast(t, r, m.walPosition(t), "10 events after the takeover")
 	select {
@@ -601,13 +549,47 @@ func TestRelayTakingOverRoutesByTheStepWhereItsStreamStarts(t *testing.T) {
 		t.Fatal("the taker streams, and it never called the hook before its START_REPLICATION")
 	}
 
-	wantOld, wantNew := m.expected()
-	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
-	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
-	m.checkCopies(t, migration.OldSide, oldRecs)
-	m.checkCopies(t, migration.NewSide, newRecs)
+	m.checkBothChannels(t)
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// dualWriteConfirmed runs a relay on a new slot through the DUAL_WRITE
+// step and 10 events, stops it once the slot confirmed them, and returns
+// the slot's confirmed position.
+func (m *migrationBundle) dualWriteConfirmed(t *testing.T) string {
+	t.Helper()
+	if err := relay.Setup(m.ctx, m.db.Pool, m.slot, m.cfg.Publication, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, stop := runUntilStopped(t, m.cfg)
+	m.request(t, migration.DualWrite, 0)
+	m.writeBatch(t, 10)
+	m.waitConfirmedPast(t, r, m.walPosition(t), "the DUAL_WRITE step and 10 events")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	return m.confirmed(t)
+}
+
+// relayUnheard runs a relay whose status updates PostgreSQL never hears
+// past held until the new channel has every event of last, then stops it:
+// the relay applied and recorded every step before them, and the slot
+// stays at held.
+func (m *migrationBundle) relayUnheard(t *testing.T, held string, last []string) {
+	t.Helper()
+	cfg := m.cfg
+	if err := relay.HoldConfirmedFlush(&cfg, held); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := runUntilStopped(t, cfg)
+	readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), last, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.confirmed(t); got != held {
+		t.Fatalf("the slot confirmed %s, want it held at %s", got, held)
 	}
 }
 
@@ -704,11 +686,7 @@ func TestRelayForgetsTheStepsBeforeTheSlotsRestartLSN(t *testing.T) {
 		t.Fatalf("the slot's steps went from %v to %v; want the last two at most, the newest kept", before, after)
 	}
 	m.writeBatch(t, 16)
-	wantOld, wantNew := m.expected()
-	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
-	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
-	m.checkCopies(t, migration.OldSide, oldRecs)
-	m.checkCopies(t, migration.NewSide, newRecs)
+	m.checkBothChannels(t)
 	t.Logf("the slot's steps went from %v to %v", before, after)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -752,11 +730,7 @@ func TestDualWriteConfirmsOnlyWhatBothChannelsAcknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, stop = runUntilStopped(t, cfg)
-	wantOld, wantNew := m.expected()
-	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)
-	newRecs := readAll(t, ferrytest.ClientB(t, kgo.ConsumeTopics(m.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantNew, time.Minute)
-	m.checkCopies(t, migration.OldSide, oldRecs)
-	m.checkCopies(t, migration.NewSide, newRecs)
+	m.checkBothChannels(t)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

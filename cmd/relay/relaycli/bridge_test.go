@@ -86,17 +86,7 @@ func TestBridgeCommandCopies(t *testing.T) {
 	t.Parallel()
 	ctx := ferrytest.Context(t, 2*time.Minute)
 	db := ferrytest.NewMigratedDB(t)
-	c := &migration.Controller{DB: db.Pool}
-	name := "bridge-cli-" + ferrytest.Suffix()
-	if err := c.Create(ctx, migration.Plan{Name: name,
-		Old:    migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "outbox.event.{aggregate_type}"},
-		New:    migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: "outbox.event.{aggregate_type}"},
-		Groups: []string{"stock"}}, "test"); err != nil {
-		t.Fatal(err)
-	}
-	if d, err := c.Request(ctx, name, migration.DualWrite, 0, "test"); err != nil || !d.Accepted {
-		t.Fatalf("DUAL_WRITE: %+v %v", d, err)
-	}
+	name := dualWritePlan(t, ctx, db, "bridge-cli-"+ferrytest.Suffix())
 	oldTopic, newTopic := ferrytest.Topic(t, 2), ferrytest.TopicB(t, 2)
 	const n = 10
 	for i := range n {
@@ -175,17 +165,7 @@ func TestBridgeSaysATopicDoesNotExist(t *testing.T) {
 	t.Parallel()
 	ctx := ferrytest.Context(t, 2*time.Minute)
 	db := ferrytest.NewMigratedDB(t)
-	c := &migration.Controller{DB: db.Pool}
-	name := "m7-" + ferrytest.Suffix()
-	if err := c.Create(ctx, migration.Plan{Name: name,
-		Old:    migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "outbox.event.{aggregate_type}"},
-		New:    migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: "outbox.event.{aggregate_type}"},
-		Groups: []string{"stock"}}, "test"); err != nil {
-		t.Fatal(err)
-	}
-	if d, err := c.Request(ctx, name, migration.DualWrite, 0, "test"); err != nil || !d.Accepted {
-		t.Fatalf("DUAL_WRITE: %+v %v", d, err)
-	}
+	name := dualWritePlan(t, ctx, db, "m7-"+ferrytest.Suffix())
 	missing := "no.such.topic." + ferrytest.Suffix()
 	addr := freeAddr(t)
 	runCtx, stop := context.WithCancel(ctx)
@@ -228,4 +208,21 @@ func TestBridgeSaysATopicDoesNotExist(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d\n%s", code, logs.String())
 	}
+}
+
+// dualWritePlan creates a plan named name from cluster A to cluster B for
+// the group stock, moves it to DUAL_WRITE and returns its name.
+func dualWritePlan(t *testing.T, ctx context.Context, db *ferrytest.DB, name string) string {
+	t.Helper()
+	c := &migration.Controller{DB: db.Pool}
+	if err := c.Create(ctx, migration.Plan{Name: name,
+		Old:    migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "outbox.event.{aggregate_type}"},
+		New:    migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: "outbox.event.{aggregate_type}"},
+		Groups: []string{"stock"}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Request(ctx, name, migration.DualWrite, 0, "test"); err != nil || !d.Accepted {
+		t.Fatalf("DUAL_WRITE: %+v %v", d, err)
+	}
+	return name
 }
