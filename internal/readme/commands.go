@@ -39,11 +39,13 @@ var Commands = map[string][][]string{
 
 // Help runs `binary words... -h` in this process and returns what it
 // prints. The worker's `run` comes from a worker with one handler, as an
-// application's binary has it. FERRY_* variables are cleared first, since
-// they would show up as defaults.
+// application's binary has it. FERRY_* and OTEL_* variables (but the test
+// stack's FERRY_TEST_*) are cleared first, since they would show up as
+// defaults.
 func Help(binary string, words []string) (string, error) {
 	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "FERRY_") || strings.HasPrefix(name, "OTEL_") {
+		name, _, _ := strings.Cut(kv, "=")
+		if (strings.HasPrefix(name, "FERRY_") && !strings.HasPrefix(name, "FERRY_TEST_")) || strings.HasPrefix(name, "OTEL_") {
 			os.Unsetenv(name)
 		}
 	}
