@@ -33,6 +33,11 @@ verify: $(SQLC) ## fail on stale sqlc code, gofmt, go vet or an untidy go.mod
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@echo "== go vet"; $(GO) vet ./... && $(GO) vet -tags faults,ferryfault ./...
 	@echo "== go mod tidy"; $(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
+	@echo "== flag reference"; $(GO) run ./internal/readme/cmd/flagref -check || { echo "docs/reference is stale: run 'make reference'"; exit 1; }
+
+.PHONY: reference
+reference: ## regenerate docs/reference/*.md from the relay's and worker's -h
+	$(GO) run ./internal/readme/cmd/flagref
 
 .PHONY: test
 test: ## start PostgreSQL + Kafka, verify, run every test, tear down

@@ -10,7 +10,7 @@ import (
 	"github.com/ferryhq/ferry/internal/ferrytest"
 )
 
-// A worker runs as a role with only the grants README's Security section
+// A worker runs as a role with only the grants docs/security.md
 // lists (SELECT and INSERT on inbox, INSERT on inbox_parked) plus its
 // handler's: one message per transaction and in batches.
 func TestLeastPrivilegeRoleApplies(t *testing.T) {

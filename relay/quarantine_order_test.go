@@ -91,7 +91,7 @@ func (b *orderBundle) runUntilStopped(t *testing.T, cfg relay.Config) (stop func
 
 // By default (QuarantineOrderSkip) a quarantined event is skipped: the later
 // events of its aggregate are published, and a requeue publishes it after
-// them, out of order. This is what the README's guarantees table says.
+// them, out of order. This is what docs/guarantees.md says.
 func TestQuarantineOrderSkipPublishesRequeuedEventLast(t *testing.T) {
 	t.Parallel()
 	b := setupOrder(t)

@@ -241,7 +241,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if pgerr.InsufficientPrivilege(err) {
 			// A GRANT missing (SELECT on outbox, the ferry_relay_slot
 			// table): an administrator must act, a retry cannot.
-			return fmt.Errorf("%w: the relay's role lacks a privilege (see README, least privilege): %w", ErrFatal, err)
+			return fmt.Errorf("%w: the relay's role lacks a privilege (see docs/relay.md#least-privilege): %w", ErrFatal, err)
 		}
 		if errors.Is(err, errSlotBusy) {
 			r.state.Store(int32(StateStandby))

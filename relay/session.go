@@ -107,7 +107,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	// every transaction that commits after it. No client-side filtering.
 	// proto_version 1 on every major: 2-4 add only streaming of uncommitted
 	// transactions, two-phase and parallel apply, none of which the relay
-	// wants (it publishes committed rows; README: Supported PostgreSQL).
+	// wants (it publishes committed rows; docs/postgresql.md).
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{
 			"proto_version '1'",
@@ -207,7 +207,7 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	if err != nil {
 		if pgerr.InsufficientPrivilege(err) {
 			return nil, fmt.Errorf("%w: replication connection refused: role %q needs the REPLICATION attribute "+
-				"(ALTER ROLE %s WITH REPLICATION; see README, least privilege): %w", ErrFatal, cfg.User, cfg.User, err)
+				"(ALTER ROLE %s WITH REPLICATION; see docs/relay.md#least-privilege): %w", ErrFatal, cfg.User, cfg.User, err)
 		}
 		if pgerr.ConnectRefused(err) {
 			return nil, fmt.Errorf("%w: replication connection: %w", ErrFatal, err)

@@ -190,7 +190,7 @@ func TestNoCreateReportsMissingPublication(t *testing.T) {
 
 }
 
-// The least-privilege role the README documents is enough: REPLICATION,
+// The least-privilege role docs/relay.md documents is enough: REPLICATION,
 // SELECT on outbox, SELECT and INSERT on outbox_quarantine, SELECT, INSERT
 // and UPDATE on ferry_relay_slot, SELECT on the migration plans, with the slot and publication made
 // beforehand by relay.Setup.

@@ -1,5 +1,5 @@
--- Least-privilege roles for the relay and a worker, as README's "Running
--- the relay" and "Security" list them. Run it as an administrator in the
+-- Least-privilege roles for the relay and a worker, as docs/relay.md
+-- (Least privilege) and docs/security.md list them. Run it as an administrator in the
 -- application's database after `relay migrate` (and the worker's
 -- `migrate`), which create the tables granted here; set the passwords
 -- apart (\password ferry_relay in psql) so that none sits in a file.

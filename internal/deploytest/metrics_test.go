@@ -116,11 +116,12 @@ func readDeploy(t *testing.T, path string) []byte {
 	return b
 }
 
-// Every alert is well formed and has its runbook line in README.
+// Every alert is well formed and has its runbook line in docs/observability.md,
+// where its runbook_url points.
 func TestAlertRulesHaveRunbooks(t *testing.T) {
 	t.Parallel()
 	rules := readAlertRules(t)
-	readme, err := os.ReadFile(filepath.Join(ferrytest.RepoRoot(t), "README.md"))
+	runbook, err := os.ReadFile(filepath.Join(ferrytest.RepoRoot(t), "docs", "observability.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,11 +137,11 @@ func TestAlertRulesHaveRunbooks(t *testing.T) {
 					t.Errorf("alert %s: for %q: %v", r.Alert, r.For, err)
 				}
 			}
-			if !strings.HasSuffix(r.Annotations["runbook_url"], "README.md#alerts") {
-				t.Errorf("alert %s: runbook_url %q, want README.md#alerts", r.Alert, r.Annotations["runbook_url"])
+			if !strings.HasSuffix(r.Annotations["runbook_url"], "/docs/observability.md#alerts") {
+				t.Errorf("alert %s: runbook_url %q, want .../docs/observability.md#alerts", r.Alert, r.Annotations["runbook_url"])
 			}
-			if !strings.Contains(string(readme), "| `"+r.Alert+"` |") {
-				t.Errorf("alert %s has no runbook line (| `%s` | ...) in README", r.Alert, r.Alert)
+			if !strings.Contains(string(runbook), "| `"+r.Alert+"` |") {
+				t.Errorf("alert %s has no runbook line (| `%s` | ...) in docs/observability.md", r.Alert, r.Alert)
 			}
 		}
 	}

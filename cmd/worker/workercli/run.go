@@ -186,7 +186,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		return fmt.Errorf("register handlers: %w", err)
 	}
 	if len(w.Consumers()) == 0 {
-		return errors.New("no handlers registered: App.Register added none; see README, \"Writing a worker\"")
+		return errors.New("no handlers registered: App.Register added none; see docs/worker.md")
 	}
 
 	stopHTTP, err := http.Serve(reg, cli.Probes{Healthy: w.Healthy, Ready: w.Ready, Hide: base.DB.Names()}, logger)

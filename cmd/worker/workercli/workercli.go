@@ -95,7 +95,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 			if app.Register == nil {
 				return cli.Usagef("this binary hosts no handlers: `run` belongs to your own worker's main, " +
 					"workercli.Main(ctx, args, stdout, stderr, &workercli.App{Register: ...}); " +
-					"`worker scaffold NAME --dir PATH` writes one (README, \"Writing a worker\")")
+					"`worker scaffold NAME --dir PATH` writes one (docs/worker.md)")
 			}
 			return runWorker(ctx, name, args, stderr, app.Register)
 		},

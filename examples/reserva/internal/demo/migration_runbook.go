@@ -11,7 +11,7 @@ import (
 	"github.com/ferryhq/ferry/migration"
 )
 
-// migrate drives the plan through README's runbook with the real commands
+// migrate drives the plan through the runbook of docs/migration.md with the real commands
 // while the orders flow: create, DUAL_WRITE, the shadow gate, CUTOVER 6, 32,
 // 64 and 128, the rollback drill (DUAL_WRITE, CUTOVER 128), OLD_RETIRED.
 func (m *migrationDemo) migrate(ctx context.Context) error {
