@@ -241,10 +241,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 
 	// unsafeCommitBeforeDB breaks "commit the offset after the database"
-	// (offset_tracker.go) on purpose; see UnsafeCommitOffsetsBeforeDB.
+	// (offset_tracker.go) on purpose: only the fault suite's negative
+	// control sets it (UnsafeCommitOffsetsBeforeDB, ferryfault builds).
 	unsafeCommitBeforeDB bool
 	// unsafeNoMigrationQuarantine leaves a migration's unapplied events
-	// out of the quarantine; see UnsafeNoMigrationQuarantine.
+	// out of the quarantine: only the fault suite's negative control sets
+	// it (UnsafeNoMigrationQuarantine, ferryfault builds).
 	unsafeNoMigrationQuarantine bool
 
 	// hooks let tests stop the process at exact points.

@@ -91,10 +91,6 @@ type PruneConfig struct {
 	// Interval is how often Worker.Run prunes when Config.Prune is set.
 	// Defaults to PruneIntervalDefault (1h).
 	Interval time.Duration
-
-	// unsafeIgnoreWindow prunes below the dedupe window; see
-	// UnsafePruneIgnoreDedupeWindow.
-	unsafeIgnoreWindow bool
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -177,9 +173,6 @@ func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*Pr
 	refusals, err := dedupeWindowRefusals(ctx, q, db, c.InboxRetention, now)
 	if err != nil {
 		return res, err
-	}
-	if c.unsafeIgnoreWindow {
-		refusals = nil
 	}
 	partitioned, err := tablepart.IsPartitioned(ctx, db, tablepart.Inbox)
 	if err != nil {

@@ -202,7 +202,7 @@ type Config struct {
 	// (lsn_tracker.go) on purpose: it confirms a transaction once its
 	// records are handed to the producer, not when Kafka acknowledged them.
 	// Only the negative control of the fault suite sets it, to prove the
-	// checker sees the loss.
+	// checker sees the loss (UnsafeConfirmOnSend, ferryfault builds).
 	unsafeConfirmOnSend bool
 
 	// slotFault, set only by this package's tests (export_test.go), gives

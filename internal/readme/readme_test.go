@@ -30,6 +30,13 @@ var pkgs = map[string]string{
 	"reserva":        "github.com/ferryhq/ferry/examples/reserva/cmd/reserva",
 }
 
+// faultBuilds are the commands whose `run` the fault suite builds with the
+// ferryfault tag, which adds the negative controls' flags.
+var faultBuilds = map[string]string{
+	"relay":          pkgs["relay"],
+	"reserva-worker": pkgs["reserva-worker"],
+}
+
 type fixture struct {
 	root   string
 	readme string
@@ -76,6 +83,19 @@ func build(t *testing.T) (*fixture, string) {
 			}
 			f.help[name+" "+strings.Join(sub, " ")] = string(out)
 		}
+	}
+	// The negative controls' flags exist only in the fault suite's
+	// builds (the ferryfault tag); README may name them as such.
+	for name, pkg := range faultBuilds {
+		bin := filepath.Join(dir, "ferryfault-"+name)
+		if out, err := exec.Command("go", "build", "-tags", "ferryfault", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return nil, fmt.Sprintf("build -tags ferryfault %s: %v\n%s", pkg, err, out)
+		}
+		out, err := exec.Command(bin, "run", "-h").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Sprintf("ferryfault %s run -h: %v\n%s", name, err, out)
+		}
+		f.help["ferryfault "+name+" run"] = string(out)
 	}
 	return f, ""
 }

@@ -2,6 +2,7 @@ package relaycli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -131,6 +132,12 @@ func (e *engine) cloudEvents() *relay.CloudEvents {
 	return &relay.CloudEvents{Source: *e.ceSource, ContentType: *e.ceType}
 }
 
+// negativeControls registers the fault suite's negative-control flags on
+// `relay run` and returns what applies them to the parsed configuration. It
+// is nil except in binaries built with the ferryfault tag
+// (run_ferryfault.go): a release relay has no flag that loses data.
+var negativeControls func(*flag.FlagSet) func(*relay.Config, *slog.Logger)
+
 func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	f := cli.NewFlags("relay run", stderr)
 	var e engine
@@ -142,7 +149,10 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	order := f.String("quarantine-order", relay.QuarantineOrderDefault,
 		"skip: publish an aggregate's later events while one is quarantined (a requeue publishes it after them); "+
 			"keep: quarantine them behind it until it is requeued or discarded, sending each aggregate's events one at a time")
-	unsafeConfirm := f.FlagSet.Bool("unsafe-confirm-on-send", false, "NEGATIVE CONTROL ONLY: confirm WAL before Kafka acknowledges, which loses events on a crash")
+	var control func(*relay.Config, *slog.Logger)
+	if negativeControls != nil {
+		control = negativeControls(f.FlagSet)
+	}
 	logger, cfg, err := e.parse(ctx, f, args, stderr)
 	if err != nil {
 		return err
@@ -152,9 +162,8 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	cfg.Registerer = reg
 	cfg.Prune = p.config()
 	cfg.QuarantineOrder = *order
-	if *unsafeConfirm {
-		relay.UnsafeConfirmOnSend(cfg)
-		logger.Warn("NEGATIVE CONTROL: --unsafe-confirm-on-send confirms WAL before Kafka acknowledges; events will be lost on a crash")
+	if control != nil {
+		control(cfg, logger)
 	}
 	r, err := relay.New(cfg)
 	if err != nil {
