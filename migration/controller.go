@@ -122,7 +122,7 @@ func (c *Controller) State(ctx context.Context, name string) (*State, error) {
 }
 
 func readState(ctx context.Context, tx pgx.Tx, name string) (*State, error) {
-	p, err := LoadPlan(ctx, tx, name)
+	p, err := loadPlan(ctx, tx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -133,9 +133,9 @@ func readState(ctx context.Context, tx pgx.Tx, name string) (*State, error) {
 	return &State{Plan: p, Phase: Phase(step.Phase), Slices: int(step.Slices), Epoch: int(step.Epoch), Since: step.CreatedAt}, nil
 }
 
-// LoadPlan reads plan name: its channels and groups (ErrNotFound when
-// there is none). The relay reads the plan it follows with it.
-func LoadPlan(ctx context.Context, db outbox.DBTX, name string) (Plan, error) {
+// loadPlan reads plan name: its channels and groups (ErrNotFound when
+// there is none).
+func loadPlan(ctx context.Context, db outbox.DBTX, name string) (Plan, error) {
 	m, err := dbsqlc.New().MigrationGet(ctx, db, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Plan{}, fmt.Errorf("%w: %q", ErrNotFound, name)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/internal/topicname"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
@@ -221,7 +222,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("bridge: Config.Group %q: want a consumer group name without spaces or commas", c.Group)
 	}
 	switch {
-	case c.IDHeader == "" || c.IDHeader == migration.HeaderRoute:
+	case c.IDHeader == "" || c.IDHeader == route.HeaderRoute:
 		return fmt.Errorf("bridge: Config.IDHeader %q: want the name of the header that holds the id", c.IDHeader)
 	case c.IDFrom != IDFromHeader && c.IDFrom != IDFromPayload:
 		return fmt.Errorf("bridge: Config.IDFrom %q: want %s or %s", c.IDFrom, IDFromHeader, IDFromPayload)

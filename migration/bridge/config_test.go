@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ferryhq/ferry/migration"
+	"github.com/ferryhq/ferry/internal/route"
 )
 
 // fakeDB is a database New accepts and Run cannot use.
@@ -38,7 +38,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{func(c *Config) { c.TopicTemplate = "all-in-one" }, "Config.TopicTemplate"},
 		{func(c *Config) { c.TopicTemplate = "b:{topic}" }, "Config.TopicTemplate"},
 		{func(c *Config) { c.Group = "two words" }, "Config.Group"},
-		{func(c *Config) { c.IDHeader = migration.HeaderRoute }, "Config.IDHeader"},
+		{func(c *Config) { c.IDHeader = route.HeaderRoute }, "Config.IDHeader"},
 		{func(c *Config) { c.IDFrom = "offset" }, "Config.IDFrom"},
 		{func(c *Config) { c.IDFrom, c.IDHeader = IDFromPayload, "msg-id" }, "Config.IDHeader"},
 		{func(c *Config) { c.OffsetReset = "none" }, "Config.OffsetReset"},

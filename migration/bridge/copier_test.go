@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -56,8 +57,8 @@ func TestCopyCarriesOneIDAndTheBridgesStamp(t *testing.T) {
 	t.Parallel()
 	key, value := []byte("k1"), []byte("v1")
 	derived := PayloadID(key, value)
-	step := migration.Step{Plan: "move-1", Epoch: 4, Phase: migration.DualWrite}
-	stamp := migration.Stamp{Plan: "move-1", Epoch: 4, Slice: migration.Slice(key), Side: migration.NewSide, Role: migration.Authoritative}.String()
+	step := route.Step{Plan: "move-1", Epoch: 4, Phase: migration.DualWrite}
+	stamp := route.Stamp{Plan: "move-1", Epoch: 4, Slice: route.Slice(key), Side: migration.NewSide, Role: route.Authoritative}.String()
 	cases := []struct {
 		name        string
 		c           copier
@@ -69,7 +70,7 @@ func TestCopyCarriesOneIDAndTheBridgesStamp(t *testing.T) {
 		{"id header kept", copier{idHeader: outbox.HeaderID}, hdr("a", "1", "id", "e-1", "b", "2"), []string{"e-1"}, false, []string{"a=1", "b=2"}},
 		{"no id: derived", copier{idHeader: outbox.HeaderID}, hdr("a", "1"), []string{derived}, true, []string{"a=1"}},
 		{"empty id: derived", copier{idHeader: outbox.HeaderID}, hdr("id", ""), []string{derived}, true, nil},
-		{"forged stamp replaced", copier{idHeader: outbox.HeaderID}, hdr("id", "e-2", migration.HeaderRoute, "plan=x;epoch=9;slice=1;side=new;role=authoritative", migration.HeaderRoute, "junk"), []string{"e-2"}, false, nil},
+		{"forged stamp replaced", copier{idHeader: outbox.HeaderID}, hdr("id", "e-2", route.HeaderRoute, "plan=x;epoch=9;slice=1;side=new;role=authoritative", route.HeaderRoute, "junk"), []string{"e-2"}, false, nil},
 		{"another header", copier{idHeader: "msg-id"}, hdr("msg-id", "m-9", "id", "stale"), []string{"m-9"}, false, []string{"msg-id=m-9"}},
 		{"another header missing: derived", copier{idHeader: "msg-id"}, hdr("id", "stale"), []string{derived}, true, nil},
 		{"from payload", copier{idHeader: outbox.HeaderID, fromPayload: true}, hdr("id", "e-3", "c", "3"), []string{derived}, true, []string{"c=3"}},
@@ -87,7 +88,7 @@ func TestCopyCarriesOneIDAndTheBridgesStamp(t *testing.T) {
 		if ids := values(out.Headers, outbox.HeaderID); !slices.Equal(ids, tc.wantIDs) || gotDerived != tc.wantDerived {
 			t.Errorf("%s: ids %q derived %t, want %q %t", tc.name, ids, gotDerived, tc.wantIDs, tc.wantDerived)
 		}
-		if st := values(out.Headers, migration.HeaderRoute); !slices.Equal(st, []string{stamp}) {
+		if st := values(out.Headers, route.HeaderRoute); !slices.Equal(st, []string{stamp}) {
 			t.Errorf("%s: stamps %q, want only %q", tc.name, st, stamp)
 		}
 		for _, kv := range tc.want {
@@ -113,22 +114,22 @@ func TestCopyRoleFollowsTheStep(t *testing.T) {
 	var moved, unmoved []byte
 	for i := 0; moved == nil || unmoved == nil; i++ {
 		k := []byte("agg-" + strconv.Itoa(i))
-		if migration.Slice(k) < 40 {
+		if route.Slice(k) < 40 {
 			moved = k
 		} else {
 			unmoved = k
 		}
 	}
 	cases := []struct {
-		step migration.Step
+		step route.Step
 		key  []byte
-		role migration.Role // "" for no copy
+		role route.Role // "" for no copy
 	}{
-		{migration.Step{Phase: migration.OldOnly}, moved, ""},
-		{migration.Step{Phase: migration.DualWrite, Epoch: 1}, moved, migration.Authoritative},
-		{migration.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, moved, migration.Authoritative},
-		{migration.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, unmoved, migration.Authoritative},
-		{migration.Step{Phase: migration.OldRetired, Epoch: 3}, unmoved, migration.Authoritative},
+		{route.Step{Phase: migration.OldOnly}, moved, ""},
+		{route.Step{Phase: migration.DualWrite, Epoch: 1}, moved, route.Authoritative},
+		{route.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, moved, route.Authoritative},
+		{route.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, unmoved, route.Authoritative},
+		{route.Step{Phase: migration.OldRetired, Epoch: 3}, unmoved, route.Authoritative},
 	}
 	for _, tc := range cases {
 		out, _, ok := c.copyOf(&kgo.Record{Topic: "t", Key: tc.key}, tc.step)
@@ -138,12 +139,12 @@ func TestCopyRoleFollowsTheStep(t *testing.T) {
 		if !ok {
 			continue
 		}
-		st, err := migration.ParseStamp(values(out.Headers, migration.HeaderRoute)[0])
+		st, err := route.ParseStamp(values(out.Headers, route.HeaderRoute)[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Role != tc.role || st.Side != migration.NewSide || st.Epoch != tc.step.Epoch || st.Slice != migration.Slice(tc.key) {
-			t.Errorf("%s %d, slice %d: stamp %+v, want role %s", tc.step.Phase, tc.step.Slices, migration.Slice(tc.key), st, tc.role)
+		if st.Role != tc.role || st.Side != migration.NewSide || st.Epoch != tc.step.Epoch || st.Slice != route.Slice(tc.key) {
+			t.Errorf("%s %d, slice %d: stamp %+v, want role %s", tc.step.Phase, tc.step.Slices, route.Slice(tc.key), st, tc.role)
 		}
 	}
 }

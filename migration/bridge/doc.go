@@ -41,10 +41,11 @@
 //
 // # Route stamps
 //
-// Every copy carries a migration.HeaderRoute stamp, in place of any the
-// record had: the plan, the epoch of the plan's current step, the
-// aggregate's slice (migration.Slice of the record key), side new, and
-// role authoritative, in every phase that writes the new channel. A
+// Every copy carries a route stamp (the ferry.route header), in place of
+// any the record had: the plan, the epoch of the plan's current step, the
+// aggregate's slice (the stable hash of the record key into one of
+// migration.Slices), side new, and role authoritative, in every phase that
+// writes the new channel. A
 // bridged copy is the original byte for byte, and the original on the old
 // channel carries no stamp, so a consumer applies both on sight and its
 // inbox keeps the first: each channel brings a key's records in their
