@@ -15,11 +15,6 @@ import (
 	"github.com/ferryhq/ferry/outbox"
 )
 
-// Beginner begins a transaction: *pgxpool.Pool, *pgx.Conn or pgx.Tx.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Evidence is what the consumer groups report through the channels, which
 // the controller needs before two changes: the shadow gate before CUTOVER
 // (events checked, none missing beyond the allowed lateness, no payload
@@ -40,7 +35,7 @@ var ErrNotFound = errors.New("migration: no such plan")
 
 // Controller changes plans' phases in PostgreSQL.
 type Controller struct {
-	DB       Beginner
+	DB       outbox.Beginner
 	Evidence Evidence
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/internal/topicname"
-	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -66,7 +65,7 @@ type Config struct {
 
 	// DB holds the plan (the producer's PostgreSQL), read every
 	// StepInterval. Required.
-	DB migration.Beginner
+	DB outbox.Beginner
 
 	// Topics are the old channel's topics to copy. Topics or TopicRegex
 	// is required.
