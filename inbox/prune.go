@@ -122,8 +122,8 @@ func (c PruneConfig) validate() error {
 
 // PruneResult counts what Prune deleted.
 type PruneResult struct {
-	InboxDeleted int64
-	Batches      int // DELETE statements run
+	Deleted int64 // inbox rows
+	Batches int   // DELETE statements run
 
 	// Partitioned: the inbox is partitioned (migrate.PartitionInbox) and
 	// was pruned by partition. Retention is the window applied: the
@@ -204,7 +204,7 @@ func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*Pr
 			return res, errors.Join(refused, fmt.Errorf("inbox: prune: %w", err))
 		}
 		res.Batches++
-		res.InboxDeleted += n
+		res.Deleted += n
 		if m != nil {
 			m.pruned.WithLabelValues("inbox").Add(float64(n))
 		}

@@ -43,9 +43,9 @@ type QuarantinedEvent struct {
 	QuarantinedAt time.Time
 }
 
-// Quarantined lists the events in outbox_quarantine, oldest first, at most
-// limit of them. db is a pool, a connection or a transaction.
-func Quarantined(ctx context.Context, db outbox.DBTX, limit int) ([]QuarantinedEvent, error) {
+// ListQuarantined lists the events in outbox_quarantine, oldest first, at
+// most limit of them. db is a pool, a connection or a transaction.
+func ListQuarantined(ctx context.Context, db outbox.DBTX, limit int) ([]QuarantinedEvent, error) {
 	rows, err := dbsqlc.New().OutboxQuarantineList(ctx, db, int32(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list quarantined events: %w", err)

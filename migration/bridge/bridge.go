@@ -91,8 +91,11 @@ func (e *RefusedError) Error() string {
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 // New validates cfg and returns a bridge. Its errors name the field.
-func New(cfg Config) (*Bridge, error) {
-	cfg = cfg.WithDefaults()
+func New(c *Config) (*Bridge, error) {
+	if c == nil {
+		return nil, errors.New("bridge: Config is nil")
+	}
+	cfg := c.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ type running struct {
 
 func (b *bundle) start(cfg bridge.Config) *running {
 	b.t.Helper()
-	br, err := bridge.New(cfg)
+	br, err := bridge.New(&cfg)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -596,7 +596,7 @@ func TestPlanProblemsStopTheBridgeAtStart(t *testing.T) {
 	b := setup(t, opts{})
 	cfg := b.cfg
 	cfg.Plan = "no-such-plan"
-	br, err := bridge.New(cfg)
+	br, err := bridge.New(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,7 +613,7 @@ func TestPlanProblemsStopTheBridgeAtStart(t *testing.T) {
 	}
 	cfg = b.cfg
 	cfg.Plan, cfg.TopicMap = same, nil
-	if br, err = bridge.New(cfg); err != nil {
+	if br, err = bridge.New(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	if err := br.Run(b.ctx); !errors.Is(err, bridge.ErrTopicLoop) || !strings.Contains(err.Error(), "Config.TopicTemplate") {

@@ -34,25 +34,31 @@ const (
 // Config.TopicTemplate.
 const TopicPlaceholder = "{topic}"
 
+// IDFrom says where a copy's id comes from (Config.IDFrom).
+type IDFrom string
+
 // Values of Config.IDFrom.
 const (
 	// IDFromHeader takes the id from the record's Config.IDHeader header,
 	// and derives it from the payload (PayloadID) when the record has
 	// none.
-	IDFromHeader = "header"
+	IDFromHeader IDFrom = "header"
 	// IDFromPayload always derives the id from the payload (PayloadID),
 	// whatever the record's headers say.
-	IDFromPayload = "payload"
+	IDFromPayload IDFrom = "payload"
 )
 
-// Values of Config.OffsetReset: where a partition the bridge's group has
-// never committed starts.
+// OffsetReset is where a partition the bridge's group has never committed
+// starts (Config.OffsetReset).
+type OffsetReset string
+
+// Values of Config.OffsetReset.
 const (
 	// OffsetResetEarliest copies the partition's whole retained log: a
 	// bridge started late misses nothing.
-	OffsetResetEarliest = "earliest"
+	OffsetResetEarliest OffsetReset = "earliest"
 	// OffsetResetLatest copies what is written from now on.
-	OffsetResetLatest = "latest"
+	OffsetResetLatest OffsetReset = "latest"
 )
 
 // Config configures a Bridge. Plan, DB and Topics or TopicRegex are
@@ -96,14 +102,14 @@ type Config struct {
 	IDHeader string
 
 	// IDFrom is IDFromHeader or IDFromPayload. Defaults to IDFromHeader.
-	IDFrom string
+	IDFrom IDFrom
 
 	// OffsetReset is where a partition the group has never committed
 	// starts: OffsetResetEarliest or OffsetResetLatest. A committed offset
 	// that retention has deleted resumes at the earliest offset either
 	// way: copying again is safe, skipping is not. Defaults to
 	// OffsetResetEarliest.
-	OffsetReset string
+	OffsetReset OffsetReset
 
 	// StepInterval is how often the plan's current step is read. Defaults
 	// to one second.

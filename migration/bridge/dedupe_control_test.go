@@ -183,7 +183,7 @@ func dedupeScenario(t *testing.T, unsafe bool) dedupeRun {
 		if res == nil {
 			t.Fatalf("prune settings refused: %v", err)
 		}
-		run.pruneErr, run.pruned = err, res.InboxDeleted
+		run.pruneErr, run.pruned = err, res.Deleted
 	}
 
 	// 4. The second records' late copies.

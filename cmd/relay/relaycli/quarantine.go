@@ -69,7 +69,7 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	switch verb {
 	case "list":
-		rows, err := relay.Quarantined(ctx, pool, *limit)
+		rows, err := relay.ListQuarantined(ctx, pool, *limit)
 		if err != nil {
 			return err
 		}

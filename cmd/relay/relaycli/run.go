@@ -146,7 +146,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	http.Register(f, HTTPAddrDefault)
 	var p pruneFlags
 	p.register(f, true)
-	order := f.String("quarantine-order", relay.QuarantineOrderDefault,
+	order := f.String("quarantine-order", string(relay.QuarantineOrderDefault),
 		"skip: publish an aggregate's later events while one is quarantined (a requeue publishes it after them); "+
 			"keep: quarantine them behind it until it is requeued or discarded, sending each aggregate's events one at a time")
 	var control func(*relay.Config, *slog.Logger)
@@ -161,7 +161,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	reg := cli.NewRegistry()
 	cfg.Registerer = reg
 	cfg.Prune = p.config()
-	cfg.QuarantineOrder = *order
+	cfg.QuarantineOrder = relay.QuarantineOrder(*order)
 	if control != nil {
 		control(cfg, logger)
 	}
@@ -178,7 +178,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	logger.Info("relay starting",
 		slog.String("database", e.DB.Redacted()), slog.String("kafka", e.kafka.String()),
 		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate),
-		slog.String("quarantine_order", cfg.QuarantineOrder))
+		slog.String("quarantine_order", string(cfg.QuarantineOrder)))
 	if err := r.Run(ctx); err != nil {
 		return err
 	}
