@@ -233,7 +233,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 
 	// unsafeCommitBeforeDB breaks "commit the offset after the database"
-	// (offset_tracker.go) on purpose: only the fault suite's negative
+	// (internal/commitpoint) on purpose: only the fault suite's negative
 	// control sets it (UnsafeCommitOffsetsBeforeDB, ferryfault builds).
 	unsafeCommitBeforeDB bool
 	// unsafeNoMigrationQuarantine leaves a migration's unapplied events

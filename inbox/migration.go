@@ -115,7 +115,7 @@ func (p *partition) passFence(r *kgo.Record, fence *route.Fence) bool {
 	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		p.mu.Lock()
-		next, unfinished := p.tracker.nextUnfinished()
+		next, unfinished := p.tracker.NextUnfinished()
 		p.mu.Unlock()
 		if !unfinished || next >= r.Offset {
 			break

@@ -61,7 +61,7 @@ type Stats struct {
 	Waiting    bool            // the step is OLD_ONLY: nothing is copied or committed
 	Consumed   int64           // records read from the old channel and sent to the new one
 	Published  int64           // copies the new cluster acknowledged
-	DerivedIDs int64           // copies whose id was derived from the payload (PayloadID)
+	DerivedIDs int64           // copies whose id was derived from the key and value
 	Commits    int64           // offset commits the old cluster accepted
 
 	// MissingTopics are the topics of Config.Topics the old cluster did

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/payloadid"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/migration/bridge"
@@ -283,7 +284,7 @@ func TestIDsArePreservedOrDerivedAndStableAcrossRuns(t *testing.T) {
 		if got := header(r, "trace"); !slices.Equal(got, []string{"t" + strconv.Itoa(i)}) {
 			t.Fatalf("copy of %s: trace header %q", r.Value, got)
 		}
-		want := bridge.PayloadID(r.Key, r.Value)
+		want := payloadid.Of(r.Key, r.Value)
 		if i%2 == 0 {
 			want = "evt-" + strconv.Itoa(i)
 		}
@@ -443,7 +444,7 @@ func TestStoppedMidStreamAndRestartedLosesNothing(t *testing.T) {
 	ids := map[string]string{}
 	for _, r := range got {
 		id := header(r, outbox.HeaderID)
-		if len(id) != 1 || id[0] != bridge.PayloadID(r.Key, r.Value) {
+		if len(id) != 1 || id[0] != payloadid.Of(r.Key, r.Value) {
 			t.Fatalf("copy %s/%s: id %q", r.Key, r.Value, id)
 		}
 		ids[string(r.Key)+"/"+string(r.Value)] = id[0]

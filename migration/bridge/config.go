@@ -40,11 +40,11 @@ type IDFrom string
 // Values of Config.IDFrom.
 const (
 	// IDFromHeader takes the id from the record's Config.IDHeader header,
-	// and derives it from the payload (PayloadID) when the record has
-	// none.
+	// and derives it from the payload when the record has none: a SHA-256
+	// of key and value, the id inbox.Config.IDFromPayloadHash derives.
 	IDFromHeader IDFrom = "header"
-	// IDFromPayload always derives the id from the payload (PayloadID),
-	// whatever the record's headers say.
+	// IDFromPayload always derives the id from the payload, whatever the
+	// record's headers say.
 	IDFromPayload IDFrom = "payload"
 )
 

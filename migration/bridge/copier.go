@@ -1,36 +1,13 @@
 package bridge
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/payloadid"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
-
-// PayloadID is the id the bridge gives a record that carries none:
-// "sha256:" and the hex SHA-256 of the key's length (8 bytes, big-endian),
-// the key and the value. It depends on nothing but those bytes, so a
-// replay, a restart and the other cluster all derive the same id; it is
-// never taken from an offset, which differs between clusters and between
-// a replay and the original. It is the id a worker gives the same record
-// with inbox.Config.IDFromPayloadHash, so a worker reading the old channel
-// that way and the new channel through the bridge deduplicates the two
-// copies. Two distinct messages with the same key and the same value
-// share the id: a consumer applies only one of them.
-func PayloadID(key, value []byte) string {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(key)))
-	h.Write(n[:])
-	h.Write(key)
-	h.Write(value)
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
-}
 
 // copier makes the new channel's copy of an old record.
 type copier struct {
@@ -59,7 +36,7 @@ func (c *copier) copyOf(r *kgo.Record, step route.Step) (out *kgo.Record, derive
 	}
 	id, keepIDs := c.id(r.Headers)
 	if id == nil && !keepIDs {
-		id, derived = []byte(PayloadID(r.Key, r.Value)), true
+		id, derived = []byte(payloadid.Of(r.Key, r.Value)), true
 	}
 	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+2)
 	for _, h := range r.Headers {

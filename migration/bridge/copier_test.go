@@ -1,8 +1,6 @@
 package bridge
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/payloadid"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
@@ -34,29 +33,13 @@ func values(hs []kgo.RecordHeader, key string) []string {
 	return out
 }
 
-// The derived id is pinned: "sha256:" and the hex SHA-256 of the key's
-// length (8 bytes, big-endian), the key and the value, the formula of the
-// inbox's IDFromPayloadHash. Changing it would make a worker that reads
-// both channels apply a record twice.
-func TestPayloadIDIsTheInboxFormula(t *testing.T) {
-	t.Parallel()
-	key, value := []byte("order-7"), []byte(`{"qty":3}`)
-	sum := sha256.Sum256(append(append([]byte{0, 0, 0, 0, 0, 0, 0, byte(len(key))}, key...), value...))
-	if got, want := PayloadID(key, value), "sha256:"+hex.EncodeToString(sum[:]); got != want {
-		t.Fatalf("PayloadID = %s, want %s", got, want)
-	}
-	if PayloadID([]byte("ab"), []byte("c")) == PayloadID([]byte("a"), []byte("bc")) {
-		t.Fatal("moving a byte from the key to the value keeps the id")
-	}
-}
-
 // Each way of choosing the id gives the copy exactly one id header (or the
 // record's own ambiguous ones, untouched), keeps every other header, and
 // replaces an incoming route stamp with the bridge's.
 func TestCopyCarriesOneIDAndTheBridgesStamp(t *testing.T) {
 	t.Parallel()
 	key, value := []byte("k1"), []byte("v1")
-	derived := PayloadID(key, value)
+	derived := payloadid.Of(key, value)
 	step := route.Step{Plan: "move-1", Epoch: 4, Phase: migration.DualWrite}
 	stamp := route.Stamp{Plan: "move-1", Epoch: 4, Slice: route.Slice(key), Side: migration.NewSide, Role: route.Authoritative}.String()
 	cases := []struct {

@@ -14,7 +14,7 @@
 // Consumers deduplicate on the record's id (the outbox.HeaderID header),
 // so a copy must carry the id the original had, on every copy ever made
 // of it. A record that has an id keeps it (Config.IDHeader names another
-// header to take it from). A record that has none gets PayloadID: a
+// header to take it from). A record that has none gets a derived id: a
 // SHA-256 of its key and value, the same on every run and on both
 // clusters, and the same a worker derives with
 // inbox.Config.IDFromPayloadHash. Two distinct messages with identical
