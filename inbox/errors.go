@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -123,6 +122,3 @@ func errorText(err error) string {
 func panicError(v any) error {
 	return fmt.Errorf("handler panicked: %v", v)
 }
-
-// stopped reports whether err only says that the work was cancelled.
-func stopped(ctx context.Context) bool { return ctx.Err() != nil }
