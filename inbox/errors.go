@@ -25,7 +25,7 @@ const (
 )
 
 // ErrInboxMissing is returned by Run and Status when the inbox table does
-// not exist: run `worker migrate` (or migrate.Up) first.
+// not exist: run `worker migrate` (or schema.Up) first.
 var ErrInboxMissing = errors.New("inbox: the inbox table does not exist: apply Ferry's migrations (`worker migrate`)")
 
 // ErrRetentionTooShort is returned, wrapped, when a dedupe window is below

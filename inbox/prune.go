@@ -125,7 +125,7 @@ type PruneResult struct {
 	Deleted int64 // inbox rows
 	Batches int   // DELETE statements run
 
-	// Partitioned: the inbox is partitioned (migrate.PartitionInbox) and
+	// Partitioned: the inbox is partitioned (schema.PartitionInbox) and
 	// was pruned by partition. Retention is the window applied: the
 	// longer of InboxRetention and the dedupe window of every consumer
 	// that needs more (they share the partitions). The counts are the
@@ -149,7 +149,7 @@ type PruneResult struct {
 // So does a pass of Run, which logs it. When the window cannot be read
 // (the role lacks SELECT on ferry_inbox_copy), nothing is deleted.
 //
-// A partitioned inbox (migrate.PartitionInbox) is pruned by partition
+// A partitioned inbox (schema.PartitionInbox) is pruned by partition
 // instead: the partitions of the week ahead are created, and a day's
 // partition is dropped once the whole day is older than the longest of
 // InboxRetention and every consumer's dedupe window (PruneResult.Retention),

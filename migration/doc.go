@@ -19,6 +19,6 @@
 // the relay reads from the WAL: it applies at that exact point of the
 // commit order.
 //
-// Not to be confused with package migrate, which applies Ferry's SQL
-// schema.
+// Not to be confused with Ferry's SQL schema and its migrations: those are
+// package schema's.
 package migration

@@ -9,7 +9,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 // MigrateFlags are the settings of `<binary> migrate [up|down|status]`.
@@ -24,13 +24,13 @@ type partitionFlag struct {
 	name  string // the flag
 	table string
 	value *string
-	apply func(context.Context, *sql.DB, migrate.Partitioning) error
+	apply func(context.Context, *sql.DB, schema.Partitioning) error
 }
 
 // RegisterPartitioning adds --<table>-partitioning: `migrate up` then lays
 // the (empty) table out partitioned by day with apply
-// (migrate.PartitionOutbox, migrate.PartitionInbox) after the migrations.
-func (m *MigrateFlags) RegisterPartitioning(f *Flags, table string, apply func(context.Context, *sql.DB, migrate.Partitioning) error) {
+// (schema.PartitionOutbox, schema.PartitionInbox) after the migrations.
+func (m *MigrateFlags) RegisterPartitioning(f *Flags, table string, apply func(context.Context, *sql.DB, schema.Partitioning) error) {
 	p := partitionFlag{name: table + "-partitioning", table: table, apply: apply}
 	p.value = f.String(p.name, "", "daily: make the (empty) "+table+" a table partitioned by day, which retention empties "+
 		"by dropping whole partitions; unset leaves the layout as it is")
@@ -50,7 +50,7 @@ func (m *MigrateFlags) Register(f *Flags) {
 // parsed settings: Ferry's tables first, then each of own in order. down
 // rolls back one migration, of the last set that has one applied, and only
 // with --yes. Every action first names the database it acts on.
-func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer, logger *slog.Logger, own ...migrate.Set) error {
+func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer, logger *slog.Logger, own ...schema.Set) error {
 	switch action {
 	case "", "up", "down", "status":
 	default:
@@ -58,8 +58,8 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 	}
 	for _, p := range m.partitions {
 		switch {
-		case *p.value != "" && *p.value != string(migrate.PartitionDaily):
-			return Usagef("--%s (%s): %q: want %s, or leave it unset", p.name, EnvName(p.name), *p.value, migrate.PartitionDaily)
+		case *p.value != "" && *p.value != string(schema.PartitionDaily):
+			return Usagef("--%s (%s): %q: want %s, or leave it unset", p.name, EnvName(p.name), *p.value, schema.PartitionDaily)
 		case *p.value != "" && action != "" && action != "up":
 			return Usagef("--%s (%s) applies to migrate up only, not %s", p.name, EnvName(p.name), action)
 		}
@@ -77,10 +77,10 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer db.Close()
-	sets := append([]migrate.Set{migrate.Ferry}, own...)
-	ms := make([]*migrate.Migrator, len(sets))
+	sets := append([]schema.Set{schema.Ferry}, own...)
+	ms := make([]*schema.Migrator, len(sets))
 	for i, set := range sets {
-		if ms[i], err = migrate.New(db, set, logger); err != nil {
+		if ms[i], err = schema.New(db, set, logger); err != nil {
 			return err
 		}
 	}
@@ -99,7 +99,7 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 			if *p.value == "" {
 				continue
 			}
-			if err := p.apply(ctx, db, migrate.Partitioning(*p.value)); err != nil {
+			if err := p.apply(ctx, db, schema.Partitioning(*p.value)); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "%s is partitioned %s\n", p.table, *p.value)
@@ -119,7 +119,7 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 	return nil
 }
 
-func migrateDown(ctx context.Context, ms []*migrate.Migrator, out io.Writer) error {
+func migrateDown(ctx context.Context, ms []*schema.Migrator, out io.Writer) error {
 	for i := len(ms) - 1; i >= 0; i-- {
 		cur, _, err := ms[i].Version(ctx)
 		if err != nil {

@@ -12,8 +12,8 @@ import (
 	"io"
 
 	"github.com/ferryhq/ferry/internal/cli"
-	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/relay"
+	"github.com/ferryhq/ferry/schema"
 )
 
 const usage = `relay publishes Ferry's outbox to Kafka.
@@ -109,7 +109,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	noSlot := f.FlagSet.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
 	// Before the publication: a new one then starts with the partitioned
 	// outbox, an existing one is moved to it.
-	m.RegisterPartitioning(f, "outbox", migrate.PartitionOutbox)
+	m.RegisterPartitioning(f, "outbox", schema.PartitionOutbox)
 	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err

@@ -11,7 +11,7 @@
 //		code := workercli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, &workercli.App{
 //			Name:       "billing-worker",
 //			Register:   billing.Register,
-//			Migrations: []migrate.Set{billing.Migrations},
+//			Migrations: []schema.Set{billing.Migrations},
 //		})
 //		stop()
 //		os.Exit(code)
@@ -31,7 +31,7 @@ import (
 
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/cli"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 // Register adds handlers (and middleware) to the worker that `run` hosts.
@@ -51,7 +51,7 @@ type App struct {
 
 	// Migrations are the application's own migration sets, applied by
 	// `migrate up` after Ferry's, in order. Defaults to none.
-	Migrations []migrate.Set
+	Migrations []schema.Set
 }
 
 const usageText = `%[1]s applies Ferry's Kafka messages exactly once through the inbox.
@@ -120,11 +120,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 	}, args, stdout, stderr)
 }
 
-func runMigrate(ctx context.Context, name string, args []string, stdout, stderr io.Writer, own []migrate.Set) error {
+func runMigrate(ctx context.Context, name string, args []string, stdout, stderr io.Writer, own []schema.Set) error {
 	f := cli.NewFlags(name+" migrate", stderr)
 	var m cli.MigrateFlags
 	m.Register(f)
-	m.RegisterPartitioning(f, "inbox", migrate.PartitionInbox)
+	m.RegisterPartitioning(f, "inbox", schema.PartitionInbox)
 	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 	"github.com/ferryhq/ferry/cmd/worker/workercli"
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/ferrytest"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 func run(ctx context.Context, app *workercli.App, args ...string) (code int, stdout, stderr string) {
@@ -102,7 +102,7 @@ func TestMigrateAndPrune(t *testing.T) {
 	db := ferrytest.NewDB(t)
 	// An application's binary migrates Ferry's tables, then its own; down
 	// rolls back its own first.
-	app := &workercli.App{Migrations: []migrate.Set{{VersionTable: "app_schema_version", FS: fstest.MapFS{
+	app := &workercli.App{Migrations: []schema.Set{{VersionTable: "app_schema_version", FS: fstest.MapFS{
 		"00001_extra.sql": {Data: []byte("-- +goose Up\nCREATE TABLE extra (id int);\n-- +goose Down\nDROP TABLE extra;\n")},
 	}}}}
 	code, stdout, stderr := run(ctx, app, "migrate", "--database-url", db.URL, "--log-level", "warn")
