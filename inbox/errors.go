@@ -25,8 +25,8 @@ const (
 )
 
 // ErrInboxMissing is returned by Run and Status when the inbox table does
-// not exist: run `worker migrate` (or schema.Up) first.
-var ErrInboxMissing = errors.New("inbox: the inbox table does not exist: apply Ferry's migrations (`worker migrate`)")
+// not exist: run `worker schema` (or schema.Up) first.
+var ErrInboxMissing = errors.New("inbox: the inbox table does not exist: apply Ferry's migrations (`worker schema`)")
 
 // ErrRetentionTooShort is returned, wrapped, when a dedupe window is below
 // its safety minimum. See PruneConfig.InboxRetentionMin.

@@ -12,7 +12,8 @@ import (
 	"github.com/ferryhq/ferry/schema"
 )
 
-// MigrateFlags are the settings of `<binary> migrate [up|down|status]`.
+// MigrateFlags are the settings of `<binary> schema [up|down|status]`
+// (`<binary> migrate`, its first name, is the same command).
 type MigrateFlags struct {
 	Base
 	yes        *bool
@@ -27,7 +28,7 @@ type partitionFlag struct {
 	apply func(context.Context, *sql.DB, schema.Partitioning) error
 }
 
-// RegisterPartitioning adds --<table>-partitioning: `migrate up` then lays
+// RegisterPartitioning adds --<table>-partitioning: `schema up` then lays
 // the (empty) table out partitioned by day with apply
 // (schema.PartitionOutbox, schema.PartitionInbox) after the migrations.
 func (m *MigrateFlags) RegisterPartitioning(f *Flags, table string, apply func(context.Context, *sql.DB, schema.Partitioning) error) {
@@ -43,10 +44,10 @@ func (m *MigrateFlags) Register(f *Flags) {
 	f.TakesArgs(1)
 	// No environment variable: a confirmation left there would confirm every
 	// rollback.
-	m.yes = f.FlagSet.Bool("yes", false, "migrate down: roll back for real (it drops tables and their rows)")
+	m.yes = f.FlagSet.Bool("yes", false, "down: roll back for real (it drops tables and their rows)")
 }
 
-// Migrate runs `<binary> migrate [up|down|status]` on the database of the
+// Migrate runs `<binary> schema [up|down|status]` on the database of the
 // parsed settings: Ferry's tables first, then each of own in order. down
 // rolls back one migration, of the last set that has one applied, and only
 // with --yes. Every action first names the database it acts on.
@@ -61,7 +62,7 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 		case *p.value != "" && *p.value != string(schema.PartitionDaily):
 			return Usagef("--%s (%s): %q: want %s, or leave it unset", p.name, EnvName(p.name), *p.value, schema.PartitionDaily)
 		case *p.value != "" && action != "" && action != "up":
-			return Usagef("--%s (%s) applies to migrate up only, not %s", p.name, EnvName(p.name), action)
+			return Usagef("--%s (%s) applies to up only, not %s", p.name, EnvName(p.name), action)
 		}
 	}
 	target, err := m.DB.Target()
@@ -69,7 +70,7 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 		return err
 	}
 	if action == "down" && !*m.yes {
-		return Usagef("migrate down rolls back the newest migration of %s, dropping what it created with its rows: add --yes to do it", target)
+		return Usagef("down rolls back the newest migration of %s, dropping what it created with its rows: add --yes to do it", target)
 	}
 	fmt.Fprintln(out, target)
 	db, err := sql.Open("pgx", m.DB.URL)
