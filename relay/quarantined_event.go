@@ -33,7 +33,7 @@ type QuarantinedEvent struct {
 	// Reason is why: ReasonMessageTooLarge, ReasonInvalidTopic,
 	// ReasonInvalidRecord, ReasonUnknownTopic, or ReasonBehindQuarantined
 	// (Config.QuarantineOrder keep; Error names the event it is held behind).
-	Reason string
+	Reason QuarantineReason
 	// Error is the text of Kafka's (or the relay's) refusal.
 	Error string
 	// CommitLSN is the WAL position of the transaction that wrote the event,
@@ -55,7 +55,7 @@ func ListQuarantined(ctx context.Context, db outbox.DBTX, limit int) ([]Quaranti
 		e := &events[i]
 		*e = QuarantinedEvent{
 			ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, EventType: r.EventType,
-			Payload: r.Payload, CreatedAt: r.CreatedAt, Topic: r.Topic, Reason: r.Reason, Error: r.Error,
+			Payload: r.Payload, CreatedAt: r.CreatedAt, Topic: r.Topic, Reason: QuarantineReason(r.Reason), Error: r.Error,
 			QuarantinedAt: r.QuarantinedAt,
 		}
 		if r.CommitLsn != nil {

@@ -93,7 +93,7 @@ func selection(ctx context.Context, q *dbsqlc.Queries, tx pgx.Tx, ids []uuid.UUI
 	if ids == nil {
 		return q.OutboxQuarantineIDs(ctx, tx)
 	}
-	found, err := q.OutboxQuarantineWithBehind(ctx, tx, dbsqlc.OutboxQuarantineWithBehindParams{Ids: ids, BehindReason: ReasonBehindQuarantined})
+	found, err := q.OutboxQuarantineWithBehind(ctx, tx, dbsqlc.OutboxQuarantineWithBehindParams{Ids: ids, BehindReason: string(ReasonBehindQuarantined)})
 	if err != nil {
 		return nil, err
 	}
