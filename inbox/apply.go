@@ -15,7 +15,7 @@ import (
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
 	"github.com/ferryhq/ferry/internal/pgerr"
-	"github.com/ferryhq/ferry/migration"
+	"github.com/ferryhq/ferry/internal/route"
 )
 
 // delivery is a message on its way to a final state: applied, skipped as a
@@ -26,7 +26,7 @@ type delivery struct {
 	failures  int                           // handler failures so far (databaseAtFault failures do not count)
 	lastErr   error                         // the last handler failure
 	permanent error                         // a Permanent error the handler returned inside a batch
-	route     *migration.Stamp              // a live migration's authoritative copy; nil outside one
+	route     *route.Stamp                  // a live migration's authoritative copy; nil outside one
 	copyRow   *dbsqlc.InboxCopyInsertParams // its ferry_inbox_copy row, written in the transaction
 	locks     []string                      // the shared resources its handler locks (HandleOpts.Locks)
 	locksErr  error                         // HandleOpts.Locks panicked: the attempt fails without the handler

@@ -41,7 +41,8 @@ type childConfig struct {
 	// KillBeforeCommitID SIGKILLs the process right before the database
 	// commit of this message.
 	KillBeforeCommitID string
-	// Unsafe turns on UnsafeCommitOffsetsBeforeDB.
+	// Unsafe commits offsets before the database (the negative control
+	// of UnsafeCommitOffsetsBeforeDB in ferryfault builds).
 	Unsafe bool
 }
 
@@ -89,7 +90,7 @@ func childMain() int {
 		}
 	}
 	if cc.Unsafe {
-		UnsafeCommitOffsetsBeforeDB(cfg)
+		cfg.unsafeCommitBeforeDB = true
 	}
 	w, err := New(cfg)
 	if err != nil {

@@ -31,7 +31,7 @@ var ErrIsolation = errors.New("inbox: a partitioned inbox needs READ COMMITTED t
 // claim records that consumer applies the messages of ids in tx and returns
 // those no earlier transaction claimed, each once. In a plain inbox the
 // primary key (consumer, message_id) turns a second claim into a conflict.
-// A partitioned inbox (migrate.PartitionInbox) has no index across its
+// A partitioned inbox (schema.PartitionInbox) has no index across its
 // partitions, so a message applied yesterday would not conflict with
 // today's copy: there a claim first locks its (consumer, message id), which
 // a second claim waits for until the first commits or rolls back, and then,

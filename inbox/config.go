@@ -2,13 +2,11 @@ package inbox
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/propagation"
@@ -56,18 +54,12 @@ const (
 	OffsetResetNone OffsetReset = "none"
 )
 
-// DB is what the worker needs of PostgreSQL: *pgxpool.Pool has it. Every
-// message is applied in a transaction begun here.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Config configures a Worker. DB and KafkaOpts are required.
 type Config struct {
 	// DB begins the transactions in which inbox rows and effects commit,
 	// normally a *pgxpool.Pool with at least Concurrency connections.
 	// Required.
-	DB DB
+	DB outbox.Beginner
 
 	// KafkaOpts configure the franz-go clients: seed brokers, TLS, SASL,
 	// session timeout and the like. The worker adds its consumer-group
@@ -241,10 +233,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 
 	// unsafeCommitBeforeDB breaks "commit the offset after the database"
-	// (offset_tracker.go) on purpose; see UnsafeCommitOffsetsBeforeDB.
+	// (internal/commitpoint) on purpose: only the fault suite's negative
+	// control sets it (UnsafeCommitOffsetsBeforeDB, ferryfault builds).
 	unsafeCommitBeforeDB bool
 	// unsafeNoMigrationQuarantine leaves a migration's unapplied events
-	// out of the quarantine; see UnsafeNoMigrationQuarantine.
+	// out of the quarantine: only the fault suite's negative control sets
+	// it (UnsafeNoMigrationQuarantine, ferryfault builds).
 	unsafeNoMigrationQuarantine bool
 
 	// hooks let tests stop the process at exact points.

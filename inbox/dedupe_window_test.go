@@ -131,8 +131,8 @@ func TestPruneRefusesARetentionBelowTheDedupeWindow(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, s)
 		}
 	}
-	if n := b.inboxRows("c"); n != 5 || res.InboxDeleted != 0 {
-		t.Errorf("%d inbox rows left of 5, %d reported deleted; want all kept", n, res.InboxDeleted)
+	if n := b.inboxRows("c"); n != 5 || res.Deleted != 0 {
+		t.Errorf("%d inbox rows left of 5, %d reported deleted; want all kept", n, res.Deleted)
 	}
 	if n := refusedCount(m, "c"); n != 1 {
 		t.Errorf("ferry_worker_prune_refused_total{consumer=c} = %v, want 1", n)
@@ -160,7 +160,7 @@ func TestPruneAboveTheDedupeWindowPrunes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prune at 4h retention: %v", err)
 	}
-	if n := b.inboxRows("c"); n != 3 || res.InboxDeleted != 5 || res.Batches != 3 {
+	if n := b.inboxRows("c"); n != 3 || res.Deleted != 5 || res.Batches != 3 {
 		t.Errorf("%d inbox rows left, result %+v; want 3 left, 5 deleted in 3 batches", n, res)
 	}
 	if n := refusedCount(m, "c"); n != 0 {
@@ -190,8 +190,8 @@ func TestPruneDedupeWindowIsPerConsumer(t *testing.T) {
 		t.Fatalf("prune at 2h retention: %v, want the refusal of slow only", err)
 	}
 	left := map[string]int64{"slow": b.inboxRows("slow"), "fast": b.inboxRows("fast"), "none": b.inboxRows("none")}
-	if left["slow"] != 4 || left["fast"] != 0 || left["none"] != 0 || res.InboxDeleted != 8 {
-		t.Errorf("inbox rows left %v, %d deleted; want slow's 4 kept, the 8 of fast and none deleted", left, res.InboxDeleted)
+	if left["slow"] != 4 || left["fast"] != 0 || left["none"] != 0 || res.Deleted != 8 {
+		t.Errorf("inbox rows left %v, %d deleted; want slow's 4 kept, the 8 of fast and none deleted", left, res.Deleted)
 	}
 	if s, f := refusedCount(m, "slow"), refusedCount(m, "fast"); s != 1 || f != 0 {
 		t.Errorf("refusals counted: slow %v, fast %v; want 1, 0", s, f)
@@ -240,7 +240,7 @@ func TestPruneWithoutCopiesIsUnchanged(t *testing.T) {
 				t.Fatalf("prune at 1h retention: %v", err)
 			}
 			// 2+2+2+1 rows of the 7 expired ones.
-			if res.InboxDeleted != 7 || res.Batches != 4 {
+			if res.Deleted != 7 || res.Batches != 4 {
 				t.Errorf("result %+v, want 7 inbox rows in 4 batches", res)
 			}
 			if c, d := b.inboxRows("c"), b.inboxRows("d"); c != 2 || d != 0 {

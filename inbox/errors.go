@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -26,8 +25,8 @@ const (
 )
 
 // ErrInboxMissing is returned by Run and Status when the inbox table does
-// not exist: run `worker migrate` (or migrate.Up) first.
-var ErrInboxMissing = errors.New("inbox: the inbox table does not exist: apply Ferry's migrations (`worker migrate`)")
+// not exist: run `worker schema` (or schema.Up) first.
+var ErrInboxMissing = errors.New("inbox: the inbox table does not exist: apply Ferry's migrations (`worker schema`)")
 
 // ErrRetentionTooShort is returned, wrapped, when a dedupe window is below
 // its safety minimum. See PruneConfig.InboxRetentionMin.
@@ -123,6 +122,3 @@ func errorText(err error) string {
 func panicError(v any) error {
 	return fmt.Errorf("handler panicked: %v", v)
 }
-
-// stopped reports whether err only says that the work was cancelled.
-func stopped(ctx context.Context) bool { return ctx.Err() != nil }

@@ -2,9 +2,6 @@ package inbox
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/payloadid"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -142,23 +140,11 @@ func newMessage(consumer string, r *kgo.Record, hashIDs bool, received time.Time
 		if !hashIDs {
 			return nil, &decodeFailure{ReasonMissingID, fmt.Errorf("record has no %q header", outbox.HeaderID)}
 		}
-		m.ID = payloadHashID(r.Key, r.Value)
+		m.ID = payloadid.Of(r.Key, r.Value)
 	case len(m.ID) > MaxIDLength:
 		return nil, &decodeFailure{ReasonUndecodable, fmt.Errorf("%q header is %d bytes, limit %d", outbox.HeaderID, len(m.ID), MaxIDLength)}
 	case !utf8.ValidString(m.ID) || strings.ContainsRune(m.ID, 0):
 		return nil, &decodeFailure{ReasonUndecodable, fmt.Errorf("%q header is not valid UTF-8 text", outbox.HeaderID)}
 	}
 	return m, nil
-}
-
-// payloadHashID derives an id from the key and value, length-prefixed so
-// that moving bytes between them changes the id.
-func payloadHashID(key, value []byte) string {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(key)))
-	h.Write(n[:])
-	h.Write(key)
-	h.Write(value)
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/payloadid"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -136,7 +137,7 @@ func FuzzNewMessage(f *testing.F) {
 		switch {
 		case id != "" && m.ID != id:
 			t.Fatalf("id %q, want the id header %q", m.ID, id)
-		case id == "" && (!hashIDs || m.ID != payloadHashID(key, value)):
+		case id == "" && (!hashIDs || m.ID != payloadid.Of(key, value)):
 			t.Fatalf("id %q for a record without an id header (hashIDs %v)", m.ID, hashIDs)
 		}
 		if m.EventType != first[outbox.HeaderEventType] || m.AggregateType != first[outbox.HeaderAggregateType] ||

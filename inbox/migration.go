@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -24,13 +25,13 @@ import (
 // through the channels, and what it learns lives in its database, shared by
 // every instance of a consumer group:
 //
-//   - A fence (migration.HeaderFence) on a partition is passed once every
+//   - A fence (route.HeaderFence) on a partition is passed once every
 //     record before it there is finished; the worker then records it
 //     (ferry_inbox_fence). A fence on the old channel names the new
 //     channel and the topic of the same events there: the worker remembers
 //     it (ferry_inbox_channel) and consumes that topic too, in the same
 //     consumer group on the new cluster, with the same handler.
-//   - A shadow copy (migration.Shadow) is recorded (ferry_inbox_copy: when
+//   - A shadow copy (route.Shadow) is recorded (ferry_inbox_copy: when
 //     it arrived, a digest of its payload) and never applied.
 //   - An authoritative copy is recorded the same way and applied through
 //     the inbox as any message, so a message is applied once whichever
@@ -44,25 +45,25 @@ import (
 // routeOf reads a record's migration headers: its stamp, or the fence it
 // is. Both nil: a record outside any migration. A malformed one is an
 // error: the consumer acts on it, so it is dead-lettered, never guessed.
-func routeOf(r *kgo.Record) (*migration.Stamp, *migration.Fence, error) {
-	var st *migration.Stamp
-	var f *migration.Fence
+func routeOf(r *kgo.Record) (*route.Stamp, *route.Fence, error) {
+	var st *route.Stamp
+	var f *route.Fence
 	for _, h := range r.Headers {
 		switch h.Key {
-		case migration.HeaderRoute:
+		case route.HeaderRoute:
 			if st != nil || f != nil {
-				return nil, nil, fmt.Errorf("header %q appears more than once, or beside %q", h.Key, migration.HeaderFence)
+				return nil, nil, fmt.Errorf("header %q appears more than once, or beside %q", h.Key, route.HeaderFence)
 			}
-			v, err := migration.ParseStamp(string(h.Value))
+			v, err := route.ParseStamp(string(h.Value))
 			if err != nil {
 				return nil, nil, err
 			}
 			st = &v
-		case migration.HeaderFence:
+		case route.HeaderFence:
 			if st != nil || f != nil {
-				return nil, nil, fmt.Errorf("header %q appears more than once, or beside %q", h.Key, migration.HeaderRoute)
+				return nil, nil, fmt.Errorf("header %q appears more than once, or beside %q", h.Key, route.HeaderRoute)
 			}
-			v, err := migration.ParseFence(string(h.Value))
+			v, err := route.ParseFence(string(h.Value))
 			if err != nil {
 				return nil, nil, err
 			}
@@ -75,7 +76,7 @@ func routeOf(r *kgo.Record) (*migration.Stamp, *migration.Fence, error) {
 // followRoute handles what a migration's headers say before a record is
 // applied. It reports whether the record goes on to be applied (apply) and
 // false for ok when the partition stopped first.
-func (p *partition) followRoute(f fetched, st *migration.Stamp, fence *migration.Fence) (apply, ok bool) {
+func (p *partition) followRoute(f fetched, st *route.Stamp, fence *route.Fence) (apply, ok bool) {
 	switch {
 	case fence != nil:
 		if !p.passFence(f.rec, fence) {
@@ -86,7 +87,7 @@ func (p *partition) followRoute(f fetched, st *migration.Stamp, fence *migration
 	case st == nil:
 		return true, true
 	}
-	if st.Role == migration.Shadow {
+	if st.Role == route.Shadow {
 		params, ok := p.copyParams(f, st)
 		if !ok {
 			return true, true // no usable id: dead-lettered by apply, like any message
@@ -104,7 +105,7 @@ func (p *partition) followRoute(f fetched, st *migration.Stamp, fence *migration
 
 // passFence records a fence once every record before it on the partition
 // is finished, and learns the other channel from a fence of the old one.
-func (p *partition) passFence(r *kgo.Record, fence *migration.Fence) bool {
+func (p *partition) passFence(r *kgo.Record, fence *route.Fence) bool {
 	if fence.Side == migration.OldSide {
 		if !p.retryDB("learn the new channel of migration "+fence.Plan, func(ctx context.Context, tx pgx.Tx) error {
 			return p.w.learnChannel(ctx, tx, p.g.name, p.topic, r.Value, fence)
@@ -114,7 +115,7 @@ func (p *partition) passFence(r *kgo.Record, fence *migration.Fence) bool {
 	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		p.mu.Lock()
-		next, unfinished := p.tracker.nextUnfinished()
+		next, unfinished := p.tracker.NextUnfinished()
 		p.mu.Unlock()
 		if !unfinished || next >= r.Offset {
 			break
@@ -137,7 +138,7 @@ func (p *partition) passFence(r *kgo.Record, fence *migration.Fence) bool {
 // copyParams is the ferry_inbox_copy row of a stamped copy: its arrival
 // and payload digest, and a shadow's record, which stands in for a lost
 // authoritative copy (migration_quarantine.go). false: no usable id.
-func (p *partition) copyParams(f fetched, st *migration.Stamp) (dbsqlc.InboxCopyInsertParams, bool) {
+func (p *partition) copyParams(f fetched, st *route.Stamp) (dbsqlc.InboxCopyInsertParams, bool) {
 	m, bad := newMessage(p.g.name, f.rec, p.w.cfg.IDFromPayloadHash, f.received)
 	if bad != nil {
 		return dbsqlc.InboxCopyInsertParams{}, false
@@ -146,7 +147,7 @@ func (p *partition) copyParams(f fetched, st *migration.Stamp) (dbsqlc.InboxCopy
 	params := dbsqlc.InboxCopyInsertParams{
 		Consumer: p.g.name, MessageID: m.ID, Plan: st.Plan, Side: string(st.Side), Role: string(st.Role),
 		Epoch: int32(st.Epoch), Digest: digest[:], ReceivedAt: f.received, Alone: st.Alone()}
-	if st.Role == migration.Shadow {
+	if st.Role == route.Shadow {
 		params.Topic = pgtype.Text{String: f.rec.Topic, Valid: true}
 		params.Partition = pgtype.Int4{Int32: f.rec.Partition, Valid: true}
 		params.RecordOffset = pgtype.Int8{Int64: f.rec.Offset, Valid: true}
@@ -158,7 +159,7 @@ func (p *partition) copyParams(f fetched, st *migration.Stamp) (dbsqlc.InboxCopy
 
 // awaitFences holds an authoritative copy until every partition of its
 // peer topic on the other channel passed a fence of epoch Since or later.
-func (p *partition) awaitFences(st *migration.Stamp) bool {
+func (p *partition) awaitFences(st *route.Stamp) bool {
 	other := migration.OldSide
 	if st.Side == migration.OldSide {
 		other = migration.NewSide
@@ -245,7 +246,7 @@ func (p *partition) retryDB(what string, fn func(ctx context.Context, tx pgx.Tx)
 
 // learnChannel remembers the channel a fence of the old channel names and,
 // the first time, starts consuming its peer topic there.
-func (w *Worker) learnChannel(ctx context.Context, tx pgx.Tx, consumer, topic string, value []byte, fence *migration.Fence) error {
+func (w *Worker) learnChannel(ctx context.Context, tx pgx.Tx, consumer, topic string, value []byte, fence *route.Fence) error {
 	var ch migration.Channel
 	if err := json.Unmarshal(value, &ch); err != nil {
 		return fmt.Errorf("migration %s: the fence on %s does not carry a channel: %w", fence.Plan, topic, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/kafkaauth"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -116,10 +117,10 @@ func TestTheNewChannelsGroupTakesTheWorkersKafkaSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fence := migration.Fence{Plan: "move", Epoch: 1, Side: migration.OldSide, Partitions: 1, Peer: newTopic}
+	fence := route.Fence{Plan: "move", Epoch: 1, Side: migration.OldSide, Partitions: 1, Peer: newTopic}
 	b.produce(&kgo.Record{Topic: b.topic, Partition: 0, Value: value,
-		Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: []byte(fence.String())}}})
-	onB := b.stamped("m-on-b", migration.NewSide, migration.Authoritative)
+		Headers: []kgo.RecordHeader{{Key: route.HeaderFence, Value: []byte(fence.String())}}})
+	onB := b.stamped("m-on-b", migration.NewSide, route.Authoritative)
 	onB.Topic = newTopic
 	if err := ferrytest.ClientB(t).ProduceSync(ctx, onB).FirstErr(); err != nil {
 		t.Fatal(err)

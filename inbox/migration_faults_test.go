@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -91,7 +92,7 @@ func TestFaultNewClusterOutagesLeaveNoShadowMissing(t *testing.T) {
 	onB := stampedCopies(t, m.ctx, ferrytest.ClientB(t), m.newTopic)
 	var noShadow []string
 	for id, c := range onA {
-		if c.role == migration.Authoritative && onB[id].n == 0 {
+		if c.role == route.Authoritative && onB[id].n == 0 {
 			noShadow = append(noShadow, id)
 		}
 	}
@@ -191,7 +192,7 @@ func (m *liveMigration) waitCaughtUp(adm *kadm.Client, topic string) {
 // stampedCopy counts one event's stamped copies on a topic.
 type stampedCopy struct {
 	n    int
-	role migration.Role
+	role route.Role
 }
 
 // stampedCopies reads topic from its start to its end and counts, per
@@ -221,17 +222,17 @@ func stampedCopies(t *testing.T, ctx context.Context, cl *kgo.Client, topic stri
 			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
 				delete(want, r.Partition)
 			}
-			var id, route string
+			var id, stamp string
 			for _, h := range r.Headers {
 				switch h.Key {
 				case outbox.HeaderID:
 					id = string(h.Value)
-				case migration.HeaderRoute:
-					route = string(h.Value)
+				case route.HeaderRoute:
+					stamp = string(h.Value)
 				}
 			}
-			st, err := migration.ParseStamp(route)
-			if route == "" || err != nil {
+			st, err := route.ParseStamp(stamp)
+			if stamp == "" || err != nil {
 				return
 			}
 			c := out[id]

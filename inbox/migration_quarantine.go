@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -405,7 +406,7 @@ var ErrNoLongerQuarantined = errors.New("it was no longer quarantined (replayed 
 func ReplayMigrationQuarantined(ctx context.Context, db outbox.DBTX, kafkaOpts []kgo.Opt, q MigrationQuarantined) error {
 	headers := make([]kgo.RecordHeader, 0, len(q.Headers)+1)
 	for _, h := range q.Headers {
-		if h.Key != migration.HeaderRoute && h.Key != HeaderRedrivenFrom {
+		if h.Key != route.HeaderRoute && h.Key != HeaderRedrivenFrom {
 			headers = append(headers, h)
 		}
 	}

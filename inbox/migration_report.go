@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -145,10 +146,10 @@ func (w *Worker) reportClock() time.Time {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// lateBounds are migration.LateBounds in seconds, for the report query.
+// lateBounds are route.LateBounds in seconds, for the report query.
 var lateBounds = func() []float64 {
-	out := make([]float64, len(migration.LateBounds))
-	for i, b := range migration.LateBounds {
+	out := make([]float64, len(route.LateBounds))
+	for i, b := range route.LateBounds {
 		out[i] = b.Seconds()
 	}
 	return out

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
@@ -363,8 +364,8 @@ func TestAnUnappliedShadowIsQuarantinedThenReplayedOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	newTopic := b.twoChannels(1)
-	b.produce(b.stamped("m-lost", migration.OldSide, migration.Shadow), b.stamped("m-ok", migration.OldSide, migration.Shadow))
-	b.produceTo(migration.NewSide, b.copyOf(newTopic, 0, "m-ok", "k-m-ok", migration.NewSide, migration.Authoritative, 1))
+	b.produce(b.stamped("m-lost", migration.OldSide, route.Shadow), b.stamped("m-ok", migration.OldSide, route.Shadow))
+	b.produceTo(migration.NewSide, b.copyOf(newTopic, 0, "m-ok", "k-m-ok", migration.NewSide, route.Authoritative, 1))
 	cfg := b.config()
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
@@ -411,8 +412,8 @@ func TestADeadLetteredAuthoritativeCopyIsNotQuarantined(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	newTopic := b.twoChannels(1)
-	b.produceTo(migration.NewSide, b.copyOf(newTopic, 0, "m-poison", "k-m-poison", migration.NewSide, migration.Authoritative, 1))
-	b.produce(b.stamped("m-poison", migration.OldSide, migration.Shadow), b.stamped("m-lost", migration.OldSide, migration.Shadow))
+	b.produceTo(migration.NewSide, b.copyOf(newTopic, 0, "m-poison", "k-m-poison", migration.NewSide, route.Authoritative, 1))
+	b.produce(b.stamped("m-poison", migration.OldSide, route.Shadow), b.stamped("m-lost", migration.OldSide, route.Shadow))
 	cfg := b.config()
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
@@ -454,7 +455,7 @@ func TestAReplayedEventThatIsDeadLetteredStaysOutOfTheQuarantine(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	b.twoChannels(1)
-	b.produce(b.stamped("m-poison", migration.OldSide, migration.Shadow))
+	b.produce(b.stamped("m-poison", migration.OldSide, route.Shadow))
 	cfg := b.config()
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
@@ -476,7 +477,7 @@ func TestAReplayedEventThatIsDeadLetteredStaysOutOfTheQuarantine(t *testing.T) {
 	// and the replay), quarantined in its turn: the pass that took it saw
 	// m-poison's older shadow too.
 	b.waitCommitted(b.consumer, 0, 3)
-	b.produce(b.stamped("m-probe", migration.OldSide, migration.Shadow))
+	b.produce(b.stamped("m-probe", migration.OldSide, route.Shadow))
 	b.waitFor("m-probe quarantined", func() (bool, error) {
 		var err error
 		q, err = ListMigrationQuarantined(b.ctx, b.db.Pool, b.consumer)
@@ -491,10 +492,10 @@ func TestAReplayedEventThatIsDeadLetteredStaysOutOfTheQuarantine(t *testing.T) {
 
 // stamped is a record of id on partition 0 with a route stamp of plan
 // "move", epoch 1, from side in role.
-func (b *bundle) stamped(id string, side migration.Side, role migration.Role) *kgo.Record {
+func (b *bundle) stamped(id string, side migration.Side, role route.Role) *kgo.Record {
 	r := b.record(id, "k-"+id, 0, 1)
-	st := migration.Stamp{Plan: "move", Epoch: 1, Slice: migration.Slice(r.Key), Side: side, Role: role}
-	r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
+	st := route.Stamp{Plan: "move", Epoch: 1, Slice: route.Slice(r.Key), Side: side, Role: role}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte(st.String())})
 	return r
 }
 
@@ -509,9 +510,9 @@ func TestAFenceInsideABatchIsPassed(t *testing.T) {
 	for i := range 5 {
 		recs = append(recs, b.record(fmt.Sprintf("m-%d", i), fmt.Sprintf("k-%d", i), 0, i))
 	}
-	fence := migration.Fence{Plan: "move", Epoch: 1, Side: migration.NewSide, Partitions: 1, Peer: "old.topic"}
+	fence := route.Fence{Plan: "move", Epoch: 1, Side: migration.NewSide, Partitions: 1, Peer: "old.topic"}
 	recs = append(recs, &kgo.Record{Topic: b.topic, Partition: 0,
-		Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: []byte(fence.String())}}})
+		Headers: []kgo.RecordHeader{{Key: route.HeaderFence, Value: []byte(fence.String())}}})
 	for i := 5; i < 8; i++ {
 		recs = append(recs, b.record(fmt.Sprintf("m-%d", i), fmt.Sprintf("k-%d", i), 0, i))
 	}
@@ -751,10 +752,10 @@ func (b *bundle) twoChannels(partitions int) string {
 		if err != nil {
 			b.t.Fatal(err)
 		}
-		fence := migration.Fence{Plan: "move", Epoch: 1, Side: side, Partitions: n, Peer: peer}
+		fence := route.Fence{Plan: "move", Epoch: 1, Side: side, Partitions: n, Peer: peer}
 		for p := range n {
 			b.produceTo(side, &kgo.Record{Topic: topic, Partition: int32(p), Value: value,
-				Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: []byte(fence.String())}}})
+				Headers: []kgo.RecordHeader{{Key: route.HeaderFence, Value: []byte(fence.String())}}})
 		}
 	}
 	return newTopic
@@ -776,11 +777,11 @@ func (b *bundle) produceTo(side migration.Side, recs ...*kgo.Record) {
 
 // copyOf is a stamped copy of event id with key on topic's partition: of
 // plan "move", epoch epoch, from side in role.
-func (b *bundle) copyOf(topic string, partition int32, id, key string, side migration.Side, role migration.Role, epoch int) *kgo.Record {
+func (b *bundle) copyOf(topic string, partition int32, id, key string, side migration.Side, role route.Role, epoch int) *kgo.Record {
 	r := b.record(id, key, partition, 1)
 	r.Topic = topic
-	st := migration.Stamp{Plan: "move", Epoch: epoch, Slice: migration.Slice(r.Key), Side: side, Role: role}
-	r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(st.String())})
+	st := route.Stamp{Plan: "move", Epoch: epoch, Slice: route.Slice(r.Key), Side: side, Role: role}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte(st.String())})
 	return r
 }
 
@@ -830,9 +831,9 @@ func TestALaggingGroupsAuthoritativeCopyIsNotQuarantined(t *testing.T) {
 	// held by its handler. Partition 1 holds nothing after its fence:
 	// m-lost's authoritative copy never came.
 	b.produce(b.record("m-block", kLate, 0, 1),
-		b.copyOf(b.topic, 0, "m-late", kLate, migration.OldSide, migration.Authoritative, 1))
-	b.produceTo(migration.NewSide, b.copyOf(newTopic, 0, "m-late", kLate, migration.NewSide, migration.Shadow, 1),
-		b.copyOf(newTopic, 0, "m-lost", kLost, migration.NewSide, migration.Shadow, 1))
+		b.copyOf(b.topic, 0, "m-late", kLate, migration.OldSide, route.Authoritative, 1))
+	b.produceTo(migration.NewSide, b.copyOf(newTopic, 0, "m-late", kLate, migration.NewSide, route.Shadow, 1),
+		b.copyOf(newTopic, 0, "m-lost", kLost, migration.NewSide, route.Shadow, 1))
 	cfg := b.config()
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
@@ -875,7 +876,7 @@ func TestAShadowIsQuarantinedOnceTheGroupPassedALaterFence(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	newTopic := b.twoChannels(1)
-	b.produce(b.stamped("m-lost", migration.OldSide, migration.Shadow))
+	b.produce(b.stamped("m-lost", migration.OldSide, route.Shadow))
 	cfg := b.config()
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = time.Hour
@@ -896,8 +897,8 @@ func TestAShadowIsQuarantinedOnceTheGroupPassedALaterFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fence := migration.Fence{Plan: "move", Epoch: 2, Side: migration.NewSide, Partitions: 1, Peer: b.topic}
+	fence := route.Fence{Plan: "move", Epoch: 2, Side: migration.NewSide, Partitions: 1, Peer: b.topic}
 	b.produceTo(migration.NewSide, &kgo.Record{Topic: newTopic, Partition: 0, Value: value,
-		Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: []byte(fence.String())}}})
+		Headers: []kgo.RecordHeader{{Key: route.HeaderFence, Value: []byte(fence.String())}}})
 	b.waitFor("m-lost quarantined", func() (bool, error) { return slices.Equal(b.quarantinedIDs(), []string{"m-lost"}), nil })
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/commitpoint"
 )
 
 // partition applies the records of one owned partition. Records go to
@@ -36,7 +38,7 @@ type partition struct {
 
 	mu            sync.Mutex
 	lanes         []*lane
-	tracker       offsetTracker
+	tracker       commitpoint.Tracker
 	bufferedBytes int
 	paused        bool
 	highWatermark int64
@@ -70,7 +72,7 @@ func newPartition(g *groupConsumer, topic string, id int32, h handling) *partiti
 		log:           g.log.With(slog.String("topic", topic), slog.Int("partition", int(id))),
 		metrics:       g.w.metrics.forPartition(g.name, topic, id),
 		done:          make(chan struct{}),
-		tracker:       newOffsetTracker(),
+		tracker:       commitpoint.New(),
 		lastCommitted: kgo.EpochOffset{Epoch: -1, Offset: -1},
 	}
 	p.stopCtx, p.stopNow = context.WithCancel(context.Background())
@@ -97,7 +99,7 @@ func (p *partition) enqueue(recs []*kgo.Record, highWatermark int64, now time.Ti
 	defer p.mu.Unlock()
 	p.highWatermark = highWatermark
 	for _, r := range recs {
-		p.tracker.add(r.Offset, r.LeaderEpoch)
+		p.tracker.Add(r.Offset, r.LeaderEpoch)
 		l := p.laneOf(r.Key)
 		l.queue = append(l.queue, fetched{r, now})
 		p.bufferedBytes += recordSize(r)
@@ -168,7 +170,7 @@ func recordSize(r *kgo.Record) int {
 func (p *partition) finish(r *kgo.Record) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.tracker.finish(r.Offset)
+	p.tracker.Finish(r.Offset)
 	p.bufferedBytes -= recordSize(r)
 	if p.paused && p.bufferedBytes <= p.w.cfg.MaxBufferedBytesPerPartition/2 && p.stopCtx.Err() == nil {
 		p.paused = false
@@ -232,7 +234,7 @@ func (p *partition) forget() {
 func (p *partition) uncommitted() (kgo.EpochOffset, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	at, ok := p.tracker.commitPoint()
+	at, ok := p.tracker.Point()
 	if !ok || at.Offset <= p.lastCommitted.Offset {
 		return at, false
 	}
@@ -252,9 +254,9 @@ func (p *partition) committed(at kgo.EpochOffset) {
 func (p *partition) updateLag() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	from, ok := p.tracker.nextUnfinished()
+	from, ok := p.tracker.NextUnfinished()
 	if !ok {
-		at, finished := p.tracker.commitPoint()
+		at, finished := p.tracker.Point()
 		if !finished {
 			return
 		}

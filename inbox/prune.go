@@ -91,10 +91,6 @@ type PruneConfig struct {
 	// Interval is how often Worker.Run prunes when Config.Prune is set.
 	// Defaults to PruneIntervalDefault (1h).
 	Interval time.Duration
-
-	// unsafeIgnoreWindow prunes below the dedupe window; see
-	// UnsafePruneIgnoreDedupeWindow.
-	unsafeIgnoreWindow bool
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -126,10 +122,10 @@ func (c PruneConfig) validate() error {
 
 // PruneResult counts what Prune deleted.
 type PruneResult struct {
-	InboxDeleted int64
-	Batches      int // DELETE statements run
+	Deleted int64 // inbox rows
+	Batches int   // DELETE statements run
 
-	// Partitioned: the inbox is partitioned (migrate.PartitionInbox) and
+	// Partitioned: the inbox is partitioned (schema.PartitionInbox) and
 	// was pruned by partition. Retention is the window applied: the
 	// longer of InboxRetention and the dedupe window of every consumer
 	// that needs more (they share the partitions). The counts are the
@@ -153,7 +149,7 @@ type PruneResult struct {
 // So does a pass of Run, which logs it. When the window cannot be read
 // (the role lacks SELECT on ferry_inbox_copy), nothing is deleted.
 //
-// A partitioned inbox (migrate.PartitionInbox) is pruned by partition
+// A partitioned inbox (schema.PartitionInbox) is pruned by partition
 // instead: the partitions of the week ahead are created, and a day's
 // partition is dropped once the whole day is older than the longest of
 // InboxRetention and every consumer's dedupe window (PruneResult.Retention),
@@ -177,9 +173,6 @@ func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*Pr
 	refusals, err := dedupeWindowRefusals(ctx, q, db, c.InboxRetention, now)
 	if err != nil {
 		return res, err
-	}
-	if c.unsafeIgnoreWindow {
-		refusals = nil
 	}
 	partitioned, err := tablepart.IsPartitioned(ctx, db, tablepart.Inbox)
 	if err != nil {
@@ -211,7 +204,7 @@ func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*Pr
 			return res, errors.Join(refused, fmt.Errorf("inbox: prune: %w", err))
 		}
 		res.Batches++
-		res.InboxDeleted += n
+		res.Deleted += n
 		if m != nil {
 			m.pruned.WithLabelValues("inbox").Add(float64(n))
 		}

@@ -42,7 +42,7 @@ func TestPruneDeletesOnlyExpiredRowsInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 10+10+10+5.
-	if res.InboxDeleted != 35 || res.Batches != 4 {
+	if res.Deleted != 35 || res.Batches != 4 {
 		t.Errorf("result %+v, want 35 inbox rows in 4 batches", res)
 	}
 	var inboxLeft, outboxLeft int
@@ -80,7 +80,7 @@ func TestPruneRefusesATooShortWindow(t *testing.T) {
 	}
 	// Lowering the minimum deliberately allows it.
 	res, err := Prune(ctx, db.Pool, &PruneConfig{InboxRetention: time.Hour, InboxRetentionMin: time.Hour})
-	if err != nil || res.InboxDeleted != 1 {
+	if err != nil || res.Deleted != 1 {
 		t.Fatalf("Prune with the minimum lowered: %+v, %v", res, err)
 	}
 }

@@ -637,7 +637,7 @@ func TestDrainTimeoutCancelsThenAbandons(t *testing.T) {
 // script: true fails the call, false lets it through; after the script,
 // every call goes through.
 type flakyDB struct {
-	DB
+	outbox.Beginner
 	mu     sync.Mutex
 	script []bool
 }
@@ -652,7 +652,7 @@ func (f *flakyDB) Begin(ctx context.Context) (pgx.Tx, error) {
 	if fail {
 		return nil, &pgconn.PgError{Code: pgerrcode.CannotConnectNow, Message: "the database system is starting up"}
 	}
-	return f.DB.Begin(ctx)
+	return f.Beginner.Begin(ctx)
 }
 
 // An unreachable database is never the message's fault: with a budget of
@@ -663,7 +663,7 @@ func TestDatabaseFailuresNeverDeadLetter(t *testing.T) {
 	b := setup(t, 1)
 	b.produce(b.record("m-1", "k", 0, 1))
 	// Two failures at start, the schema check, four failures applying m-1.
-	db := &flakyDB{DB: b.db.Pool, script: []bool{true, true, false, true, true, true, true}}
+	db := &flakyDB{Beginner: b.db.Pool, script: []bool{true, true, false, true, true, true, true}}
 	cfg := b.config()
 	cfg.DB = db
 	cfg.MaxAttempts = 1

@@ -15,11 +15,6 @@ import (
 	"github.com/ferryhq/ferry/outbox"
 )
 
-// Beginner begins a transaction: *pgxpool.Pool, *pgx.Conn or pgx.Tx.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Evidence is what the consumer groups report through the channels, which
 // the controller needs before two changes: the shadow gate before CUTOVER
 // (events checked, none missing beyond the allowed lateness, no payload
@@ -40,7 +35,7 @@ var ErrNotFound = errors.New("migration: no such plan")
 
 // Controller changes plans' phases in PostgreSQL.
 type Controller struct {
-	DB       Beginner
+	DB       outbox.Beginner
 	Evidence Evidence
 }
 
@@ -122,7 +117,7 @@ func (c *Controller) State(ctx context.Context, name string) (*State, error) {
 }
 
 func readState(ctx context.Context, tx pgx.Tx, name string) (*State, error) {
-	p, err := LoadPlan(ctx, tx, name)
+	p, err := loadPlan(ctx, tx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -133,9 +128,9 @@ func readState(ctx context.Context, tx pgx.Tx, name string) (*State, error) {
 	return &State{Plan: p, Phase: Phase(step.Phase), Slices: int(step.Slices), Epoch: int(step.Epoch), Since: step.CreatedAt}, nil
 }
 
-// LoadPlan reads plan name: its channels and groups (ErrNotFound when
-// there is none). The relay reads the plan it follows with it.
-func LoadPlan(ctx context.Context, db outbox.DBTX, name string) (Plan, error) {
+// loadPlan reads plan name: its channels and groups (ErrNotFound when
+// there is none).
+func loadPlan(ctx context.Context, db outbox.DBTX, name string) (Plan, error) {
 	m, err := dbsqlc.New().MigrationGet(ctx, db, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Plan{}, fmt.Errorf("%w: %q", ErrNotFound, name)

@@ -232,26 +232,3 @@ func TestPlanValidation(t *testing.T) {
 		t.Fatalf("Request of an unknown plan: %v, want ErrNotFound", err)
 	}
 }
-
-// Slice is stable (the same aggregate id, the same slice, in every
-// process and release) and spreads ids over all 128 slices.
-func TestSliceIsStableAndSpreads(t *testing.T) {
-	t.Parallel()
-	if got := migration.Slice([]byte("order-42")); got != migration.Slice([]byte("order-42")) || got < 0 || got >= migration.Slices {
-		t.Fatalf("Slice(order-42) = %d", got)
-	}
-	// Pinned values (FNV-1a 32 modulo 128, computed apart): changing the
-	// hash would move aggregates mid-migration.
-	for id, want := range map[string]int{"": 69, "order-42": 116, "stock-7": 77} {
-		if got := migration.Slice([]byte(id)); got != want {
-			t.Errorf("Slice(%q) = %d, want %d", id, got, want)
-		}
-	}
-	seen := map[int]bool{}
-	for i := range 10_000 {
-		seen[migration.Slice([]byte("agg-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune(i))))] = true
-	}
-	if len(seen) != migration.Slices {
-		t.Fatalf("10,000 ids fell in %d slices, want all %d", len(seen), migration.Slices)
-	}
-}

@@ -8,7 +8,7 @@
 // OLD_RETIRED; DUAL_WRITE -> OLD_ONLY (abandon) and CUTOVER -> DUAL_WRITE
 // (rollback) are the only ways back, and there is none after OLD_RETIRED.
 // CUTOVER moves the aggregates to the new channel by slices: a stable hash
-// of the aggregate id into 128 slices (Slice), moved k at a time.
+// of the aggregate id into 128 slices (Slices), moved k at a time.
 //
 // The plan and every request to change its phase live in the producer's
 // PostgreSQL (ferry_migration, ferry_migration_request,
@@ -19,6 +19,6 @@
 // the relay reads from the WAL: it applies at that exact point of the
 // commit order.
 //
-// Not to be confused with package migrate, which applies Ferry's SQL
-// schema.
+// Not to be confused with Ferry's SQL schema and its migrations: those are
+// package schema's.
 package migration

@@ -90,14 +90,6 @@ type LateMark struct {
 	Newest time.Time     `json:"newest"`
 }
 
-// LateBounds are the bounds of Report.Late.
-var LateBounds = []time.Duration{
-	10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond,
-	100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
-	time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second,
-	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 30 * time.Minute, time.Hour,
-}
-
 // Key is the report's record key: the plan and the group.
 func (r Report) Key() string { return r.Plan + "/" + r.Group }
 

@@ -2,11 +2,14 @@ package migration
 
 import (
 	"fmt"
-	"hash/fnv"
+
+	"github.com/ferryhq/ferry/internal/route"
 )
 
-// Phase is where a migration stands.
-type Phase string
+// Phase is where a migration stands. It is the type the relay and the
+// workers read the phases as (the constants below are theirs; a test keeps
+// them equal).
+type Phase = route.Phase
 
 // The phases, in order.
 const (
@@ -25,8 +28,20 @@ const (
 	OldRetired Phase = "OLD_RETIRED"
 )
 
-// Slices is how many slices the aggregates are hashed into.
+// Slices is how many slices the aggregates are hashed into: a stable hash
+// of the aggregate id, so that a whole aggregate moves at once and its
+// events keep their order. With k slices moved (CUTOVER k), the aggregates
+// of slices 0 to k-1 are on the new channel.
 const Slices = 128
+
+// Side names a channel of a migration.
+type Side = route.Side
+
+// The two sides.
+const (
+	OldSide Side = "old"
+	NewSide Side = "new"
+)
 
 // ParsePhase returns the phase named s (as the constants spell it).
 func ParsePhase(s string) (Phase, error) {
@@ -35,15 +50,4 @@ func ParsePhase(s string) (Phase, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("migration: unknown phase %q (want %s, %s, %s or %s)", s, OldOnly, DualWrite, Cutover, OldRetired)
-}
-
-// Slice returns the slice of an aggregate, in [0, Slices): a stable hash of
-// its id (FNV-1a), the same in every process and release, so that a whole
-// aggregate moves at once and its events keep their order. Slices move in
-// order: with k slices moved, the aggregates of slices 0 to k-1 are on the
-// new channel.
-func Slice(aggregateID []byte) int {
-	h := fnv.New32a()
-	_, _ = h.Write(aggregateID)
-	return int(h.Sum32() % Slices)
 }

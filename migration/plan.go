@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/internal/topicname"
 )
 
@@ -37,7 +38,7 @@ type Plan struct {
 }
 
 var (
-	planName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	planName = route.PlanName
 	envName  = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 )
 

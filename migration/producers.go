@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/route"
 )
 
 // ProducersWindowDefault is how far back Producers looks by default.
@@ -78,8 +80,8 @@ type TopicProducers struct {
 type Producer struct {
 	ID      int64
 	Records int64
-	// Stamped counts its records that carry Ferry's HeaderRoute or
-	// HeaderFence: a producer with stamped records is a Ferry relay in a
+	// Stamped counts its records that carry Ferry's route stamp or
+	// fence header: a producer with stamped records is a Ferry relay in a
 	// phase that writes both channels. The converse does not hold: a relay
 	// in OLD_ONLY stamps nothing, and the producer id of no record says
 	// which program wrote it.
@@ -261,7 +263,7 @@ func (t *topicTally) add(rec *kgo.Record) {
 	pr.FirstSeen = minTime(pr.FirstSeen, rec.Timestamp)
 	pr.LastSeen = maxTime(pr.LastSeen, rec.Timestamp)
 	for _, h := range rec.Headers {
-		if h.Key == HeaderRoute || h.Key == HeaderFence {
+		if h.Key == route.HeaderRoute || h.Key == route.HeaderFence {
 			pr.Stamped++
 			break
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -53,7 +54,7 @@ func TestProducersCountsDistinctProducersInTheWindow(t *testing.T) {
 		}
 		return r
 	}
-	stamp := kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte("plan=move-1;epoch=1;slice=3;side=old;role=authoritative;since=0;peer=")}
+	stamp := kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte("plan=move-1;epoch=1;slice=3;side=old;role=authoritative;since=0;peer=")}
 	produce(t, ctx, a, rec("k1", 48*time.Hour), rec("k2", 48*time.Hour)) // before the window, first in their partitions
 	produce(t, ctx, a, rec("k1", 0), rec("k2", 0), rec("k3", 0), rec("k1", 0, stamp))
 	produce(t, ctx, b, rec("k2", 0))

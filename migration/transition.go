@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/route"
 )
 
 // check decides a request: the reason and whether it is accepted. The
@@ -119,9 +120,9 @@ func rollbackDrilled(ctx context.Context, tx pgx.Tx, plan string) (drilled bool,
 		return false, 0, err
 	}
 	stage := 0 // 1: saw CUTOVER; 2: then DUAL_WRITE; 3: then CUTOVER again
-	var h History
+	var h route.History
 	for _, s := range steps {
-		h = append(h, Step{Plan: plan, Epoch: int(s.Epoch), Phase: Phase(s.Phase), Slices: int(s.Slices)})
+		h = append(h, route.Step{Plan: plan, Epoch: int(s.Epoch), Phase: Phase(s.Phase), Slices: int(s.Slices)})
 		switch {
 		case stage == 0 && Phase(s.Phase) == Cutover:
 			stage = 1

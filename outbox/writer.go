@@ -51,6 +51,15 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// Beginner begins a transaction, as pgx.BeginFunc needs: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx (whose Begin makes a savepoint) all have it. It is
+// DBTX's companion for what runs transactions of its own: the inbox
+// worker (inbox.Config.DB), the relay's requeue and discard, and the
+// migration controller and bridge.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // SQLExecer is what WriteSQL needs of database/sql: *sql.Tx, *sql.DB and
 // *sql.Conn all have it.
 type SQLExecer interface {

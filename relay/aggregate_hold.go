@@ -248,7 +248,7 @@ func (h *aggregateHold) refused(q quarantined) {
 	a := h.aggregate(k)
 	if _, blocked := a.first(); !blocked {
 		h.log.Warn("an event of an aggregate is quarantined: its later events are quarantined behind it until it is requeued or discarded",
-			slog.String("aggregate", k.String()), slog.String("id", p.row.ID.String()), slog.String("reason", q.reason))
+			slog.String("aggregate", k.String()), slog.String("id", p.row.ID.String()), slog.String("reason", string(q.reason)))
 	}
 	h.add(a, p.row.ID, p.lsn)
 	h.quarantine(q)

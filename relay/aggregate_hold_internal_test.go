@@ -66,7 +66,7 @@ func (x *holdHarness) publish(p *inflight) {
 func (x *holdHarness) quarantinedNames() []string {
 	var out []string
 	for _, q := range x.quarantined {
-		out = append(out, x.names[q.p.row.ID]+":"+q.reason)
+		out = append(out, x.names[q.p.row.ID]+":"+string(q.reason))
 	}
 	return out
 }
@@ -99,7 +99,7 @@ func TestHoldQuarantinesLaterEventsBehindARefusedOne(t *testing.T) {
 	x.h.acknowledged(b1)
 	x.publish(b2)
 	expect(t, "sent", x.sent, []string{"a/1", "b/1", "a/2", "b/2"})
-	expect(t, "quarantined", x.quarantinedNames(), []string{"a/2:" + ReasonMessageTooLarge, "a/3:" + ReasonBehindQuarantined, "a/4:" + ReasonBehindQuarantined})
+	expect(t, "quarantined", x.quarantinedNames(), []string{"a/2:" + string(ReasonMessageTooLarge), "a/3:" + string(ReasonBehindQuarantined), "a/4:" + string(ReasonBehindQuarantined)})
 	for _, q := range x.quarantined[1:] {
 		if !strings.Contains(q.err.Error(), a2.row.ID.String()) {
 			t.Fatalf("error of %s is %q; want it to name the blocking event %s", x.names[q.p.row.ID], q.err, a2.row.ID)
@@ -122,7 +122,7 @@ func TestHoldPublishesRequeuedEventsInOrder(t *testing.T) {
 	x.h.refused(quarantined{p: a1, reason: ReasonMessageTooLarge})
 	x.publish(x.event("a", "1", 10, a1.row.ID)) // the session meets it again
 	x.publish(x.event("a", "2", 20, a2.row.ID))
-	expect(t, "quarantined", x.quarantinedNames(), []string{"a/1:" + ReasonMessageTooLarge, "a/2:" + ReasonBehindQuarantined, "a/1:" + ReasonBehindQuarantined, "a/2:" + ReasonBehindQuarantined})
+	expect(t, "quarantined", x.quarantinedNames(), []string{"a/1:" + string(ReasonMessageTooLarge), "a/2:" + string(ReasonBehindQuarantined), "a/1:" + string(ReasonBehindQuarantined), "a/2:" + string(ReasonBehindQuarantined)})
 	x.quarantined, x.sent = nil, nil
 
 	// The requeue transaction brings both back, in order, then a new one.
@@ -155,7 +155,7 @@ func TestHoldRequeuedEventWaitsForEarlierOnes(t *testing.T) {
 	// a/2 and a/3 requeued while a/1 is still quarantined: behind it again.
 	x.publish(x.event("a", "2", 90, a2.row.ID))
 	x.publish(x.event("a", "3", 90, a3.row.ID))
-	expect(t, "quarantined", x.quarantinedNames(), []string{"a/2:" + ReasonBehindQuarantined, "a/3:" + ReasonBehindQuarantined})
+	expect(t, "quarantined", x.quarantinedNames(), []string{"a/2:" + string(ReasonBehindQuarantined), "a/3:" + string(ReasonBehindQuarantined)})
 	x.quarantined = nil
 
 	// a/1 discarded, then a/2 and a/3 requeued: they go.

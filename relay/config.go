@@ -36,18 +36,22 @@ const (
 	QuarantineOrderDefault     = QuarantineOrderSkip
 )
 
+// QuarantineOrder says what happens to the later events of an aggregate
+// one of whose events is quarantined (Config.QuarantineOrder).
+type QuarantineOrder string
+
 // Values of Config.QuarantineOrder.
 const (
 	// QuarantineOrderSkip quarantines an event Kafka refuses for good and
 	// publishes the later events of its aggregate meanwhile: a requeued
 	// event reaches consumers after them, out of order.
-	QuarantineOrderSkip = "skip"
+	QuarantineOrderSkip QuarantineOrder = "skip"
 	// QuarantineOrderKeep quarantines the later events of an aggregate
 	// behind its quarantined event (reason ReasonBehindQuarantined) until
 	// that event is requeued or discarded, so that consumers see the
 	// aggregate's events in order. An aggregate's next event then goes to
 	// Kafka only once its previous one is acknowledged.
-	QuarantineOrderKeep = "keep"
+	QuarantineOrderKeep QuarantineOrder = "keep"
 )
 
 // Config configures a Relay. DatabaseURL and either KafkaOpts or Sink are
@@ -154,7 +158,7 @@ type Config struct {
 	// QuarantineOrderKeep quarantines them behind it until it is requeued
 	// or discarded, at the cost of sending each aggregate's events one at a
 	// time. Defaults to QuarantineOrderDefault ("skip").
-	QuarantineOrder string
+	QuarantineOrder QuarantineOrder
 
 	// KafkaOpts configure the franz-go producer: seed brokers, TLS, SASL.
 	// The relay adds its own producer settings after them. Required unless
@@ -202,7 +206,7 @@ type Config struct {
 	// (lsn_tracker.go) on purpose: it confirms a transaction once its
 	// records are handed to the producer, not when Kafka acknowledged them.
 	// Only the negative control of the fault suite sets it, to prove the
-	// checker sees the loss.
+	// checker sees the loss (UnsafeConfirmOnSend, ferryfault builds).
 	unsafeConfirmOnSend bool
 
 	// slotFault, set only by this package's tests (export_test.go), gives

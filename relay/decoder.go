@@ -152,7 +152,7 @@ func (rs *relations) decodeStep(msg []byte) (st stepRow, ok bool, err error) {
 	}
 	if found != 5 {
 		return st, true, fmt.Errorf("%w: table ferry_migration_step lacks a column the relay reads (migration, epoch, phase, slices, seq): "+
-			"run `relay migrate` (Ferry's migrations)", ErrFatal)
+			"run `relay schema` (Ferry's migrations)", ErrFatal)
 	}
 	st.Epoch, st.Slices = int(epoch), int(slices)
 	st.Phase, err = migration.ParsePhase(phase)

@@ -122,7 +122,7 @@
 // Prune (or Config.Prune inside Run) deletes outbox rows older than the
 // retention once the slot has confirmed them, so the outbox still holds
 // what a lost slot would need republished; a day-partitioned outbox
-// (migrate.PartitionOutbox) is pruned by dropping whole days.
+// (schema.PartitionOutbox) is pruned by dropping whole days.
 //
 // # Migrations
 //

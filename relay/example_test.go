@@ -172,7 +172,7 @@ func ExampleRequeue() {
 	var quarantined []relay.QuarantinedEvent
 	for len(quarantined) == 0 && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
-		if quarantined, err = relay.Quarantined(ctx, pool, 100); err != nil {
+		if quarantined, err = relay.ListQuarantined(ctx, pool, 100); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -200,7 +200,7 @@ func ExampleRequeue() {
 	fmt.Println("requeued:", n)
 	rec := receive(ctx, brokers, topic, ids[0].String())
 	fmt.Println("published with its id, bytes:", len(rec.Value))
-	left, err := relay.Quarantined(ctx, pool, 100)
+	left, err := relay.ListQuarantined(ctx, pool, 100)
 	if err != nil {
 		log.Fatal(err)
 	}

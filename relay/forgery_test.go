@@ -46,7 +46,7 @@ func TestRelayNeverPublishesReservedHeadersOrIntoDeadLetterTopics(t *testing.T) 
 			t.Fatalf("event %s reached Kafka", id)
 		}
 	}
-	want := map[string]string{forgedType: relay.ReasonReservedHeader, forgedDLQ: relay.ReasonReservedHeader, intoDLQ: relay.ReasonInvalidTopic}
+	want := map[string]relay.QuarantineReason{forgedType: relay.ReasonReservedHeader, forgedDLQ: relay.ReasonReservedHeader, intoDLQ: relay.ReasonInvalidTopic}
 	rows := waitQuarantined(t, b, len(want))
 	for _, q := range rows {
 		if q.Reason != want[q.ID.String()] {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -32,17 +33,17 @@ func init() {
 		panic("FERRY_FAULT_DROP_NEW_PERCENT=" + v + ": want a whole percentage from 1 to 100")
 	}
 	faultDrop = func(r *kgo.Record, log *slog.Logger) bool {
-		var id, route string
+		var id, stamp string
 		for _, h := range r.Headers {
 			switch h.Key {
 			case outbox.HeaderID:
 				id = string(h.Value)
-			case migration.HeaderRoute:
-				route = string(h.Value)
+			case route.HeaderRoute:
+				stamp = string(h.Value)
 			}
 		}
-		st, err := migration.ParseStamp(route)
-		if route == "" || err != nil || st.Side != migration.NewSide || st.Role != migration.Authoritative || st.Since == 0 {
+		st, err := route.ParseStamp(stamp)
+		if stamp == "" || err != nil || st.Side != migration.NewSide || st.Role != route.Authoritative || st.Since == 0 {
 			return false
 		}
 		h := fnv.New32a()

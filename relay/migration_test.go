@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
@@ -32,8 +33,8 @@ type migrationBundle struct {
 	oldTopic, newTopic string
 	ctl                *migration.Controller
 	plan               migration.Plan
-	history            migration.History // the steps accepted so far
-	want               map[string]migration.History
+	history            route.History // the steps accepted so far
+	want               map[string]route.History
 }
 
 // setupMigration creates the plan; with newBrokers nil the new channel is
@@ -41,7 +42,7 @@ type migrationBundle struct {
 func setupMigration(t testing.TB, oldPartitions, newPartitions int32, newBrokers []string) *migrationBundle {
 	t.Helper()
 	b := setup(t)
-	m := &migrationBundle{bundle: b, want: map[string]migration.History{}}
+	m := &migrationBundle{bundle: b, want: map[string]route.History{}}
 	m.oldTopic = b.topic(t, "order", oldPartitions)
 	newTemplate := "relayb" + strings.TrimPrefix(b.prefix, "relay") + ".{aggregate_type}"
 	m.newTopic = strings.ReplaceAll(newTemplate, "{aggregate_type}", "order")
@@ -59,7 +60,7 @@ func setupMigration(t testing.TB, oldPartitions, newPartitions int32, newBrokers
 	if err := m.ctl.Create(b.ctx, m.plan, "test"); err != nil {
 		t.Fatal(err)
 	}
-	m.history = migration.History{{Plan: "move", Epoch: 0, Phase: migration.OldOnly}}
+	m.history = route.History{{Plan: "move", Epoch: 0, Phase: migration.OldOnly}}
 	return m
 }
 
@@ -80,7 +81,7 @@ func (m *migrationBundle) request(t testing.TB, to migration.Phase, slices int) 
 	if err != nil || !d.Accepted {
 		t.Fatalf("request %s %d: %+v, %v", to, slices, d, err)
 	}
-	m.history = append(m.history, migration.Step{Plan: m.plan.Name, Epoch: d.Epoch, Phase: to, Slices: slices})
+	m.history = append(m.history, route.Step{Plan: m.plan.Name, Epoch: d.Epoch, Phase: to, Slices: slices})
 }
 
 // writeBatch commits n events of 16 aggregates, one transaction each, and
@@ -90,7 +91,7 @@ func (m *migrationBundle) writeBatch(t *testing.T, n int) []string {
 	var ids []string
 	for i := range n {
 		id := m.write(t, evt("order", fmt.Sprintf("o%d", i%16), len(m.want)))[0]
-		m.want[id] = append(migration.History(nil), m.history...)
+		m.want[id] = append(route.History(nil), m.history...)
 		ids = append(ids, id)
 	}
 	return ids
@@ -106,7 +107,7 @@ func (m *migrationBundle) writeTx(t *testing.T, n int) []string {
 	}
 	ids := m.write(t, events...)
 	for _, id := range ids {
-		m.want[id] = append(migration.History(nil), m.history...)
+		m.want[id] = append(route.History(nil), m.history...)
 	}
 	return ids
 }
@@ -192,7 +193,7 @@ func (m *migrationBundle) checkCopies(t *testing.T, side migration.Side, recs []
 	t.Helper()
 	peer := map[migration.Side]string{migration.OldSide: m.newTopic, migration.NewSide: m.oldTopic}[side]
 	for _, r := range recs {
-		if header(r, migration.HeaderFence) != "" {
+		if header(r, route.HeaderFence) != "" {
 			continue
 		}
 		id := header(r, outbox.HeaderID)
@@ -201,7 +202,7 @@ func (m *migrationBundle) checkCopies(t *testing.T, side migration.Side, recs []
 			t.Fatalf("%s side: a record %s the test did not write", side, id)
 		}
 		step := h[len(h)-1]
-		var role migration.Role
+		var role route.Role
 		for _, c := range step.Route(r.Key) {
 			if c.Side == side {
 				role = c.Role
@@ -211,20 +212,20 @@ func (m *migrationBundle) checkCopies(t *testing.T, side migration.Side, recs []
 			t.Errorf("event %s committed under %s %d reached the %s side", id, step.Phase, step.Slices, side)
 			continue
 		}
-		raw := header(r, migration.HeaderRoute)
+		raw := header(r, route.HeaderRoute)
 		if step.Phase == migration.OldOnly {
 			if raw != "" {
 				t.Errorf("event %s committed before the migration carries a stamp %q", id, raw)
 			}
 			continue
 		}
-		st, err := migration.ParseStamp(raw)
+		st, err := route.ParseStamp(raw)
 		if err != nil {
 			t.Errorf("event %s on the %s side: %v", id, side, err)
 			continue
 		}
-		want := migration.Stamp{Plan: m.plan.Name, Epoch: step.Epoch, Slice: migration.Slice(r.Key), Side: side, Role: role}
-		if role == migration.Authoritative && step.Phase != migration.OldRetired {
+		want := route.Stamp{Plan: m.plan.Name, Epoch: step.Epoch, Slice: route.Slice(r.Key), Side: side, Role: role}
+		if role == route.Authoritative && step.Phase != migration.OldRetired {
 			if want.Since = h.Since(want.Slice); want.Since > 0 {
 				want.Peer = peer
 			}
@@ -249,11 +250,11 @@ func (m *migrationBundle) checkFences(t *testing.T, side migration.Side, recs []
 	t.Helper()
 	fenceAt := map[int32]map[int]int64{} // partition -> epoch -> offset
 	for _, r := range recs {
-		v := header(r, migration.HeaderFence)
+		v := header(r, route.HeaderFence)
 		if v == "" {
 			continue
 		}
-		f, err := migration.ParseFence(v)
+		f, err := route.ParseFence(v)
 		if err != nil {
 			t.Fatalf("%s side: fence %q: %v", side, v, err)
 		}
@@ -279,11 +280,11 @@ func (m *migrationBundle) checkFences(t *testing.T, side migration.Side, recs []
 		}
 	}
 	for _, r := range recs {
-		if header(r, migration.HeaderFence) != "" {
+		if header(r, route.HeaderFence) != "" {
 			continue
 		}
 		epoch := 0
-		if st, err := migration.ParseStamp(header(r, migration.HeaderRoute)); err == nil {
+		if st, err := route.ParseStamp(header(r, route.HeaderRoute)); err == nil {
 			epoch = st.Epoch
 		}
 		for e, at := range fenceAt[r.Partition] {

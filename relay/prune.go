@@ -80,7 +80,7 @@ type PruneResult struct {
 	Deleted int64
 	Batches int // DELETE statements run
 
-	// Partitioned: the outbox is partitioned (migrate.PartitionOutbox)
+	// Partitioned: the outbox is partitioned (schema.PartitionOutbox)
 	// and was pruned by partition; the counts are the partitions dropped
 	// and created ahead, and DefaultHasRows tells that its default
 	// partition holds rows, which retention never drops.
@@ -97,7 +97,7 @@ type PruneResult struct {
 // with what it deleted so far. The result is nil only when the settings
 // are refused, before anything runs.
 //
-// A partitioned outbox (migrate.PartitionOutbox) is pruned by partition
+// A partitioned outbox (schema.PartitionOutbox) is pruned by partition
 // instead (BatchSize does not apply): the partitions of the week ahead are
 // created, and a day's partition is dropped only once the whole day is
 // older than Retention and the slot confirmed every row in it, with the

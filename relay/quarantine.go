@@ -14,24 +14,28 @@ import (
 	"github.com/ferryhq/ferry/migration"
 )
 
-// Quarantine reasons, stored in outbox_quarantine.reason.
+// QuarantineReason says why an event is in quarantine
+// (QuarantinedEvent.Reason, stored in outbox_quarantine.reason).
+type QuarantineReason string
+
+// Quarantine reasons.
 const (
-	ReasonMessageTooLarge = "message_too_large"
-	ReasonInvalidTopic    = "invalid_topic"
-	ReasonInvalidRecord   = "invalid_record"
+	ReasonMessageTooLarge QuarantineReason = "message_too_large"
+	ReasonInvalidTopic    QuarantineReason = "invalid_topic"
+	ReasonInvalidRecord   QuarantineReason = "invalid_record"
 	// ReasonReservedHeader is a row (written with SQL: the Go writer
 	// refuses it) whose own headers use a name Ferry reserves.
-	ReasonReservedHeader = "reserved_header"
+	ReasonReservedHeader QuarantineReason = "reserved_header"
 	// ReasonBehindQuarantined is an event held behind an earlier
 	// quarantined event of its aggregate (Config.QuarantineOrder keep); its
 	// error names that event.
-	ReasonBehindQuarantined = "behind_quarantined"
+	ReasonBehindQuarantined QuarantineReason = "behind_quarantined"
 )
 
 // permanentReason says whether Kafka will refuse a record however often it
 // is sent, and why. Everything else (brokers down, leader changes,
 // authorisation an operator can fix) is retried.
-func permanentReason(err error) (string, bool) {
+func permanentReason(err error) (QuarantineReason, bool) {
 	switch {
 	case errors.Is(err, errBatchTooLarge):
 		return "", false // maybe innocent: resent after the client is rebuilt
@@ -48,7 +52,7 @@ func permanentReason(err error) (string, bool) {
 // quarantined is a record on its way to outbox_quarantine.
 type quarantined struct {
 	p      *inflight
-	reason string
+	reason QuarantineReason
 	err    error
 }
 
@@ -97,7 +101,7 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 		case <-time.After(retry.Next()):
 		}
 	}
-	q.metrics.quarantined.WithLabelValues(item.reason).Inc()
+	q.metrics.quarantined.WithLabelValues(string(item.reason)).Inc()
 	q.metrics.nQuarantined.Add(1)
 	msg := "event quarantined: Kafka refuses it for good"
 	if item.reason == ReasonBehindQuarantined {
@@ -105,7 +109,7 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 	}
 	q.logger.Warn(msg,
 		slog.String("id", r.ID.String()), slog.String("topic", item.p.rec.Topic),
-		slog.String("reason", item.reason), slog.String("error", item.err.Error()))
+		slog.String("reason", string(item.reason)), slog.String("error", item.err.Error()))
 	return true
 }
 
@@ -123,7 +127,7 @@ func (s *session) quarantine(q quarantined) {
 
 // quarantineParams is the outbox_quarantine row of a refused record. The
 // commit LSN is unknown (nil) for a record a recovery republished.
-func quarantineParams(p *inflight, reason string, err error) dbsqlc.OutboxQuarantineInsertParams {
+func quarantineParams(p *inflight, reason QuarantineReason, err error) dbsqlc.OutboxQuarantineInsertParams {
 	r := &p.row
 	params := dbsqlc.OutboxQuarantineInsertParams{
 		ID:            r.ID,
@@ -134,7 +138,7 @@ func quarantineParams(p *inflight, reason string, err error) dbsqlc.OutboxQuaran
 		Headers:       headersJSON(r.Headers),
 		CreatedAt:     r.CreatedAt,
 		Topic:         p.rec.Topic,
-		Reason:        reason,
+		Reason:        string(reason),
 		Error:         err.Error(),
 	}
 	if p.lsn != 0 {

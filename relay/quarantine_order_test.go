@@ -138,7 +138,7 @@ func TestRequeueKeepsQuarantineOrder(t *testing.T) {
 	for _, r := range []struct {
 		id     uuid.UUID
 		agg    string
-		reason string
+		reason relay.QuarantineReason
 		after  time.Duration
 	}{ // rows written last-quarantined first
 		{ids[2], "a", relay.ReasonBehindQuarantined, 3 * time.Second},

@@ -15,7 +15,7 @@ import (
 
 func quarantine(t *testing.T, b *bundle) []relay.QuarantinedEvent {
 	t.Helper()
-	rows, err := relay.Quarantined(b.ctx, b.db.Pool, 100)
+	rows, err := relay.ListQuarantined(b.ctx, b.db.Pool, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestOversizedPayloadIsQuarantined(t *testing.T) {
 		q.EventType != big.EventType || q.Headers["seq"] != "2" || len(q.Headers) != 1 ||
 		!strings.Contains(q.Error, "MESSAGE_TOO_LARGE") || q.CommitLSN == "" ||
 		q.CreatedAt.IsZero() || q.QuarantinedAt.Before(q.CreatedAt) {
-		t.Fatalf("relay.Quarantined = %+v, want id %s reason %s topic %s with the event's fields, error text, commit LSN and times",
+		t.Fatalf("relay.ListQuarantined = %+v, want id %s reason %s topic %s with the event's fields, error text, commit LSN and times",
 			q, bigID, relay.ReasonMessageTooLarge, topic)
 	}
 	if st, err := relay.Status(b.ctx, b.db.Pool, b.slot); err != nil || st.Quarantined != 1 || !st.Exists {

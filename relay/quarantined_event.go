@@ -33,7 +33,7 @@ type QuarantinedEvent struct {
 	// Reason is why: ReasonMessageTooLarge, ReasonInvalidTopic,
 	// ReasonInvalidRecord, ReasonUnknownTopic, or ReasonBehindQuarantined
 	// (Config.QuarantineOrder keep; Error names the event it is held behind).
-	Reason string
+	Reason QuarantineReason
 	// Error is the text of Kafka's (or the relay's) refusal.
 	Error string
 	// CommitLSN is the WAL position of the transaction that wrote the event,
@@ -43,9 +43,9 @@ type QuarantinedEvent struct {
 	QuarantinedAt time.Time
 }
 
-// Quarantined lists the events in outbox_quarantine, oldest first, at most
-// limit of them. db is a pool, a connection or a transaction.
-func Quarantined(ctx context.Context, db outbox.DBTX, limit int) ([]QuarantinedEvent, error) {
+// ListQuarantined lists the events in outbox_quarantine, oldest first, at
+// most limit of them. db is a pool, a connection or a transaction.
+func ListQuarantined(ctx context.Context, db outbox.DBTX, limit int) ([]QuarantinedEvent, error) {
 	rows, err := dbsqlc.New().OutboxQuarantineList(ctx, db, int32(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list quarantined events: %w", err)
@@ -55,7 +55,7 @@ func Quarantined(ctx context.Context, db outbox.DBTX, limit int) ([]QuarantinedE
 		e := &events[i]
 		*e = QuarantinedEvent{
 			ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, EventType: r.EventType,
-			Payload: r.Payload, CreatedAt: r.CreatedAt, Topic: r.Topic, Reason: r.Reason, Error: r.Error,
+			Payload: r.Payload, CreatedAt: r.CreatedAt, Topic: r.Topic, Reason: QuarantineReason(r.Reason), Error: r.Error,
 			QuarantinedAt: r.QuarantinedAt,
 		}
 		if r.CommitLsn != nil {

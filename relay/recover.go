@@ -390,7 +390,7 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 			return fmt.Errorf("quarantine outbox row %s: %w", f.p.row.ID, err)
 		}
 		log.Warn("recovery: event quarantined: Kafka refuses it for good", slog.String("id", f.p.row.ID.String()),
-			slog.String("topic", f.p.rec.Topic), slog.String("reason", reason), slog.String("error", f.err.Error()))
+			slog.String("topic", f.p.rec.Topic), slog.String("reason", string(reason)), slog.String("error", f.err.Error()))
 		res.Quarantined++
 	}
 	return nil
@@ -399,7 +399,7 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 // refusal is a row Kafka will never accept, on its way to quarantine.
 type refusal struct {
 	p      *inflight
-	reason string
+	reason QuarantineReason
 	err    error
 }
 

@@ -9,18 +9,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // ErrNotQuarantined means a requeue or discard named an event that is not
 // in quarantine: an ordinary outbox row, or no event at all. Nothing was
 // changed.
 var ErrNotQuarantined = errors.New("relay: not a quarantined event")
-
-// Beginner begins a transaction, as pgx.BeginFunc needs: *pgxpool.Pool,
-// *pgx.Conn and pgx.Tx (whose Begin makes a savepoint) all have it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // Requeue moves quarantined events back into the outbox, once their cause
 // is fixed (say, the topic's max.message.bytes raised). The relay publishes
@@ -38,7 +33,7 @@ type Beginner interface {
 //
 // The move is one transaction begun on db: a *pgxpool.Pool or *pgx.Conn
 // begins its own, a pgx.Tx makes it a savepoint of the caller's transaction.
-func Requeue(ctx context.Context, db Beginner, ids []uuid.UUID) (int64, error) {
+func Requeue(ctx context.Context, db outbox.Beginner, ids []uuid.UUID) (int64, error) {
 	q := dbsqlc.New()
 	var moved int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -66,7 +61,7 @@ func Requeue(ctx context.Context, db Beginner, ids []uuid.UUID) (int64, error) {
 // behind one of them stay, for Requeue. With Config.QuarantineOrder keep a
 // discard releases the aggregate the events held (within a second). It
 // returns how many were discarded.
-func Discard(ctx context.Context, db Beginner, ids []uuid.UUID) (int64, error) {
+func Discard(ctx context.Context, db outbox.Beginner, ids []uuid.UUID) (int64, error) {
 	q := dbsqlc.New()
 	var n int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -98,7 +93,7 @@ func selection(ctx context.Context, q *dbsqlc.Queries, tx pgx.Tx, ids []uuid.UUI
 	if ids == nil {
 		return q.OutboxQuarantineIDs(ctx, tx)
 	}
-	found, err := q.OutboxQuarantineWithBehind(ctx, tx, dbsqlc.OutboxQuarantineWithBehindParams{Ids: ids, BehindReason: ReasonBehindQuarantined})
+	found, err := q.OutboxQuarantineWithBehind(ctx, tx, dbsqlc.OutboxQuarantineWithBehindParams{Ids: ids, BehindReason: string(ReasonBehindQuarantined)})
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -38,13 +39,13 @@ import (
 // (step_history.go).
 //
 // With a plan in DUAL_WRITE or CUTOVER the relay writes every event to both
-// channels, each copy stamped (migration.HeaderRoute), and a transaction is
+// channels, each copy stamped (route.HeaderRoute), and a transaction is
 // confirmed only when every copy of every record was acknowledged: the LSN
 // tracker counts copies. At the first event of each topic under a step, in
-// each session, it writes a fence (migration.HeaderFence) to every
+// each session, it writes a fence (route.HeaderFence) to every
 // partition of that topic on each channel, before the event: a consumer
 // that passed those fences has seen every record written there under
-// earlier steps (see migration.History.Since). In OLD_RETIRED it writes the
+// earlier steps (see route.History.Since). In OLD_RETIRED it writes the
 // new channel only, without fences: the drain that OLD_RETIRED requires
 // means the consumers applied everything the old channel held.
 
@@ -115,7 +116,7 @@ func (c *channelOut) release() []pendingCopy {
 // phase but OLD_ONLY).
 type router struct {
 	plan    migration.Plan
-	history migration.History // the plan's applied steps; the last is in effect
+	history route.History // the plan's applied steps; the last is in effect
 	since   [migration.Slices]int
 	outs    map[migration.Side]*channelOut
 	fenced  map[fenceKey]int       // the epoch whose fences this session wrote, per topic
@@ -134,10 +135,10 @@ type fenceKey struct {
 	topic string
 }
 
-func (rt *router) step() migration.Step { return rt.history[len(rt.history)-1] }
+func (rt *router) step() route.Step { return rt.history[len(rt.history)-1] }
 
 // setHistory makes the newest of h the step in effect.
-func (rt *router) setHistory(h migration.History) {
+func (rt *router) setHistory(h route.History) {
 	rt.history = h
 	rt.epoch.Store(int64(h[len(h)-1].Epoch))
 	for slice := range rt.since {
@@ -155,7 +156,7 @@ type pendingStep struct {
 
 // stepRow is a decoded insert into ferry_migration_step.
 type stepRow struct {
-	migration.Step
+	route.Step
 	Seq int64
 }
 
@@ -175,13 +176,13 @@ func (s *session) loadRoute(ctx context.Context, pool *pgxpool.Pool, start pglog
 		return fmt.Errorf("read the migration steps: %w", err)
 	}
 	s.routeSeq = seq
-	byPlan := map[string]migration.History{}
+	byPlan := map[string]route.History{}
 	var order []string
 	for _, r := range rows {
 		if _, ok := byPlan[r.Migration]; !ok {
 			order = append(order, r.Migration)
 		}
-		byPlan[r.Migration] = append(byPlan[r.Migration], migration.Step{
+		byPlan[r.Migration] = append(byPlan[r.Migration], route.Step{
 			Plan: r.Migration, Epoch: int(r.Epoch), Phase: migration.Phase(r.Phase), Slices: int(r.Slices)})
 	}
 	s.route = nil
@@ -233,11 +234,12 @@ func adoptRoute(ctx context.Context, pool *pgxpool.Pool, slot string) (int64, er
 }
 
 // activate makes plan name, at history h, the one the session routes by.
-func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string, h migration.History) error {
-	p, err := migration.LoadPlan(ctx, pool, name)
+func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string, h route.History) error {
+	st, err := (&migration.Controller{DB: pool}).State(ctx, name)
 	if err != nil {
 		return err
 	}
+	p := st.Plan
 	if p.Old.TopicTemplate != s.cfg.TopicTemplate && h[len(h)-1].Phase != migration.OldRetired {
 		return fmt.Errorf("%w: migration plan %q leaves topic template %q, but the relay writes %q: the plan's old channel must be "+
 			"the relay's own (its --kafka-* settings and --topic-template)", ErrFatal, name, p.Old.TopicTemplate, s.cfg.TopicTemplate)
@@ -386,7 +388,7 @@ func (s *session) applyStep(ctx context.Context) error {
 }
 
 // follow makes st the step in effect from here on.
-func (s *session) follow(ctx context.Context, st migration.Step) error {
+func (s *session) follow(ctx context.Context, st route.Step) error {
 	rt := s.route
 	switch {
 	case rt != nil && rt.plan.Name != st.Plan:
@@ -413,10 +415,10 @@ func (s *session) follow(ctx context.Context, st migration.Step) error {
 	if err != nil {
 		return fmt.Errorf("read the steps of migration plan %q: %w", st.Plan, err)
 	}
-	var h migration.History
+	var h route.History
 	for _, r := range rows {
 		if int(r.Epoch) <= st.Epoch {
-			h = append(h, migration.Step{Plan: r.Migration, Epoch: int(r.Epoch), Phase: migration.Phase(r.Phase), Slices: int(r.Slices)})
+			h = append(h, route.Step{Plan: r.Migration, Epoch: int(r.Epoch), Phase: migration.Phase(r.Phase), Slices: int(r.Slices)})
 		}
 	}
 	if len(h) == 0 || h[len(h)-1] != st {
@@ -449,10 +451,10 @@ func (s *session) publishRouted(p *inflight) {
 
 // routeCopies sends p's copies, each after its topic's fence when one is
 // due.
-func (s *session) routeCopies(p *inflight, copies []migration.Copy) {
+func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 	rt := s.route
 	st := rt.step()
-	slice := migration.Slice(p.row.AggregateID)
+	slice := route.Slice(p.row.AggregateID)
 	for i, c := range copies {
 		q := p
 		if i > 0 {
@@ -463,14 +465,14 @@ func (s *session) routeCopies(p *inflight, copies []migration.Copy) {
 		peer := rt.outs[other(c.Side)].namer.topic(&q.row).name
 		q.fill(topic.name, s.cfg.CloudEvents)
 		s.r.tracing.start(q)
-		q.out, q.shadow = out, c.Role == migration.Shadow
+		q.out, q.shadow = out, c.Role == route.Shadow
 		q.copies = s.r.metrics.copies.WithLabelValues(string(c.Side), string(c.Role))
-		stamp := migration.Stamp{Plan: rt.plan.Name, Epoch: st.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
-		if c.Role == migration.Authoritative && st.Phase != migration.OldRetired && rt.since[slice] > 0 {
+		stamp := route.Stamp{Plan: rt.plan.Name, Epoch: st.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
+		if c.Role == route.Authoritative && st.Phase != migration.OldRetired && rt.since[slice] > 0 {
 			stamp.Since = rt.since[slice]
 			stamp.Peer = peer
 		}
-		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(stamp.String())})
+		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte(stamp.String())})
 		q.size = recordSize(&q.rec)
 		if topic.problem == "" && st.Phase != migration.OldRetired {
 			s.fence(out, topic.name, peer, p.tx)
@@ -537,7 +539,7 @@ func (rt *router) unfenced(key fenceKey, out *channelOut) bool {
 
 // fenceLookups returns the topics of r's copies that need a fence and whose
 // partitions the session does not know.
-func (s *session) fenceLookups(r *row, copies []migration.Copy) []fenceKey {
+func (s *session) fenceLookups(r *row, copies []route.Copy) []fenceKey {
 	rt := s.route
 	var keys []fenceKey
 	for _, c := range copies {
@@ -615,7 +617,7 @@ func (s *session) fenceAll(ctx context.Context, tx *txn) error {
 func (s *session) writeFences(out *channelOut, topic, peer string, n int, tx *txn) {
 	rt := s.route
 	st := rt.step()
-	fence := []byte(migration.Fence{Plan: rt.plan.Name, Epoch: st.Epoch, Side: out.side, Partitions: n, Peer: peer}.String())
+	fence := []byte(route.Fence{Plan: rt.plan.Name, Epoch: st.Epoch, Side: out.side, Partitions: n, Peer: peer}.String())
 	otherChannel := rt.plan.New
 	if out.side == migration.NewSide {
 		otherChannel = rt.plan.Old
@@ -624,7 +626,7 @@ func (s *session) writeFences(out *channelOut, topic, peer string, n int, tx *tx
 	for part := range n {
 		f := &fenceRecord{Context: s.sctx, out: out, tx: tx}
 		f.rec = kgo.Record{Topic: topic, Partition: int32(part), Context: f, Value: value,
-			Headers: []kgo.RecordHeader{{Key: migration.HeaderFence, Value: fence}}}
+			Headers: []kgo.RecordHeader{{Key: route.HeaderFence, Value: fence}}}
 		f.size = recordSize(&f.rec)
 		if out.side == migration.NewSide && !out.track(f, tx, f.size) {
 			return // given up (releaseNew)

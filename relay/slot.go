@@ -123,7 +123,7 @@ func checkServer(ctx context.Context, db dbsqlc.DBTX) error {
 		return fmt.Errorf("look up outbox table: %w", err)
 	}
 	if !outboxExists {
-		return fmt.Errorf("%w: run `relay migrate` first", ErrOutboxMissing)
+		return fmt.Errorf("%w: run `relay schema` first", ErrOutboxMissing)
 	}
 	return nil
 }
@@ -350,7 +350,7 @@ func readSlot(ctx context.Context, db dbsqlc.DBTX, slot string) (*dbsqlc.Replica
 
 // Setup creates the publication and the slot when they are missing. The
 // slot keeps every transaction that commits after it exists, so creating it
-// before the application writes its first event (as `relay migrate` does)
+// before the application writes its first event (as `relay schema` does)
 // means no event is ever missed, even before the relay first runs.
 //
 // Setup needs no Kafka settings: only db, on which it checks wal_level and

@@ -39,7 +39,7 @@ func readSlotRecord(ctx context.Context, db dbsqlc.DBTX, slot string) (*slotReco
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
 	case pgerr.UndefinedTable(err):
-		return nil, fmt.Errorf("%w: table ferry_relay_slot is missing: run `relay migrate` (Ferry's migrations)", ErrOutboxMissing)
+		return nil, fmt.Errorf("%w: table ferry_relay_slot is missing: run `relay schema` (Ferry's migrations)", ErrOutboxMissing)
 	case err != nil:
 		return nil, fmt.Errorf("read ferry_relay_slot for slot %q: %w", slot, err)
 	}

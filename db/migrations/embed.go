@@ -1,5 +1,5 @@
 // Package migrations embeds Ferry's goose SQL migrations so that every binary
-// carries the schema it expects. Apply them with package migrate.
+// carries the schema it expects. Apply them with package schema.
 package migrations
 
 import "embed"

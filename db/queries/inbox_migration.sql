@@ -25,7 +25,7 @@ WHERE consumer = @consumer AND plan = @plan AND side = @side AND topic = @topic;
 -- name: InboxCopyInsert :exec
 -- A shadow copy keeps its record (topic to headers), to stand in for a lost
 -- authoritative copy; an authoritative one passes NULLs, and alone when the
--- relay wrote it to one channel only (migration.Stamp.Alone).
+-- relay wrote it to one channel only (route.Stamp.Alone).
 INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone,
     topic, partition, record_offset, record_key, record_value, record_headers)
 VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_at, @alone,

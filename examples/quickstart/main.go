@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/outbox"
+	"github.com/ferryhq/ferry/schema"
 )
 
 func main() {
@@ -71,5 +71,5 @@ func main() {
 
 func migrateUp(ctx context.Context, db *sql.DB) error {
 	defer db.Close()
-	return migrate.Up(ctx, db)
+	return schema.Up(ctx, db)
 }

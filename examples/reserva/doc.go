@@ -22,7 +22,7 @@ import (
 	"embed"
 	"io/fs"
 
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 //go:embed migrations/*.sql
@@ -30,7 +30,7 @@ var migrationFiles embed.FS
 
 // Migrations are reserva's tables, recorded in reserva_schema_version so they
 // live beside Ferry's own migrations (ferry_schema_version).
-var Migrations = migrate.Set{FS: mustSub(migrationFiles, "migrations"), VersionTable: "reserva_schema_version"}
+var Migrations = schema.Set{FS: mustSub(migrationFiles, "migrations"), VersionTable: "reserva_schema_version"}
 
 func mustSub(f fs.FS, dir string) fs.FS {
 	sub, err := fs.Sub(f, dir)

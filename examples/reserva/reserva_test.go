@@ -24,9 +24,9 @@ import (
 	"github.com/ferryhq/ferry/examples/reserva"
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/ferrytest"
-	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
+	"github.com/ferryhq/ferry/schema"
 )
 
 type bundle struct {
@@ -44,7 +44,7 @@ func setup(t *testing.T) *bundle {
 	db := ferrytest.NewMigratedDB(t)
 	ctx := ferrytest.Context(t, 5*time.Minute)
 	sqldb := db.SQL(t)
-	m, err := migrate.New(sqldb, reserva.Migrations, nil)
+	m, err := schema.New(sqldb, reserva.Migrations, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +356,7 @@ func TestOrderAPI(t *testing.T) {
 	t.Parallel()
 	db := ferrytest.NewMigratedDB(t)
 	ctx := ferrytest.Context(t, time.Minute)
-	m, err := migrate.New(db.SQL(t), reserva.Migrations, nil)
+	m, err := schema.New(db.SQL(t), reserva.Migrations, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func apiSetup(t *testing.T) (context.Context, *ferrytest.DB, *httptest.Server) {
 	t.Helper()
 	db := ferrytest.NewMigratedDB(t)
 	ctx := ferrytest.Context(t, 2*time.Minute)
-	m, err := migrate.New(db.SQL(t), reserva.Migrations, nil)
+	m, err := schema.New(db.SQL(t), reserva.Migrations, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,11 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
-// MigrateFlags are the settings of `<binary> migrate [up|down|status]`.
+// MigrateFlags are the settings of `<binary> schema [up|down|status]`
+// (`<binary> migrate`, its first name, is the same command).
 type MigrateFlags struct {
 	Base
 	yes        *bool
@@ -24,13 +25,13 @@ type partitionFlag struct {
 	name  string // the flag
 	table string
 	value *string
-	apply func(context.Context, *sql.DB, migrate.Partitioning) error
+	apply func(context.Context, *sql.DB, schema.Partitioning) error
 }
 
-// RegisterPartitioning adds --<table>-partitioning: `migrate up` then lays
+// RegisterPartitioning adds --<table>-partitioning: `schema up` then lays
 // the (empty) table out partitioned by day with apply
-// (migrate.PartitionOutbox, migrate.PartitionInbox) after the migrations.
-func (m *MigrateFlags) RegisterPartitioning(f *Flags, table string, apply func(context.Context, *sql.DB, migrate.Partitioning) error) {
+// (schema.PartitionOutbox, schema.PartitionInbox) after the migrations.
+func (m *MigrateFlags) RegisterPartitioning(f *Flags, table string, apply func(context.Context, *sql.DB, schema.Partitioning) error) {
 	p := partitionFlag{name: table + "-partitioning", table: table, apply: apply}
 	p.value = f.String(p.name, "", "daily: make the (empty) "+table+" a table partitioned by day, which retention empties "+
 		"by dropping whole partitions; unset leaves the layout as it is")
@@ -43,14 +44,14 @@ func (m *MigrateFlags) Register(f *Flags) {
 	f.TakesArgs(1)
 	// No environment variable: a confirmation left there would confirm every
 	// rollback.
-	m.yes = f.FlagSet.Bool("yes", false, "migrate down: roll back for real (it drops tables and their rows)")
+	m.yes = f.FlagSet.Bool("yes", false, "down: roll back for real (it drops tables and their rows)")
 }
 
-// Migrate runs `<binary> migrate [up|down|status]` on the database of the
+// Migrate runs `<binary> schema [up|down|status]` on the database of the
 // parsed settings: Ferry's tables first, then each of own in order. down
 // rolls back one migration, of the last set that has one applied, and only
 // with --yes. Every action first names the database it acts on.
-func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer, logger *slog.Logger, own ...migrate.Set) error {
+func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer, logger *slog.Logger, own ...schema.Set) error {
 	switch action {
 	case "", "up", "down", "status":
 	default:
@@ -58,10 +59,10 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 	}
 	for _, p := range m.partitions {
 		switch {
-		case *p.value != "" && *p.value != string(migrate.PartitionDaily):
-			return Usagef("--%s (%s): %q: want %s, or leave it unset", p.name, EnvName(p.name), *p.value, migrate.PartitionDaily)
+		case *p.value != "" && *p.value != string(schema.PartitionDaily):
+			return Usagef("--%s (%s): %q: want %s, or leave it unset", p.name, EnvName(p.name), *p.value, schema.PartitionDaily)
 		case *p.value != "" && action != "" && action != "up":
-			return Usagef("--%s (%s) applies to migrate up only, not %s", p.name, EnvName(p.name), action)
+			return Usagef("--%s (%s) applies to up only, not %s", p.name, EnvName(p.name), action)
 		}
 	}
 	target, err := m.DB.Target()
@@ -69,7 +70,7 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 		return err
 	}
 	if action == "down" && !*m.yes {
-		return Usagef("migrate down rolls back the newest migration of %s, dropping what it created with its rows: add --yes to do it", target)
+		return Usagef("down rolls back the newest migration of %s, dropping what it created with its rows: add --yes to do it", target)
 	}
 	fmt.Fprintln(out, target)
 	db, err := sql.Open("pgx", m.DB.URL)
@@ -77,10 +78,10 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer db.Close()
-	sets := append([]migrate.Set{migrate.Ferry}, own...)
-	ms := make([]*migrate.Migrator, len(sets))
+	sets := append([]schema.Set{schema.Ferry}, own...)
+	ms := make([]*schema.Migrator, len(sets))
 	for i, set := range sets {
-		if ms[i], err = migrate.New(db, set, logger); err != nil {
+		if ms[i], err = schema.New(db, set, logger); err != nil {
 			return err
 		}
 	}
@@ -99,7 +100,7 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 			if *p.value == "" {
 				continue
 			}
-			if err := p.apply(ctx, db, migrate.Partitioning(*p.value)); err != nil {
+			if err := p.apply(ctx, db, schema.Partitioning(*p.value)); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "%s is partitioned %s\n", p.table, *p.value)
@@ -119,7 +120,7 @@ func (m *MigrateFlags) Migrate(ctx context.Context, action string, out io.Writer
 	return nil
 }
 
-func migrateDown(ctx context.Context, ms []*migrate.Migrator, out io.Writer) error {
+func migrateDown(ctx context.Context, ms []*schema.Migrator, out io.Writer) error {
 	for i := len(ms) - 1; i >= 0; i-- {
 		cur, _, err := ms[i].Version(ctx)
 		if err != nil {

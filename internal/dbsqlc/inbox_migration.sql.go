@@ -152,7 +152,7 @@ type InboxCopyInsertParams struct {
 
 // A shadow copy keeps its record (topic to headers), to stand in for a lost
 // authoritative copy; an authoritative one passes NULLs, and alone when the
-// relay wrote it to one channel only (migration.Stamp.Alone).
+// relay wrote it to one channel only (route.Stamp.Alone).
 func (q *Queries) InboxCopyInsert(ctx context.Context, db DBTX, arg InboxCopyInsertParams) error {
 	_, err := db.Exec(ctx, inboxCopyInsert,
 		arg.Consumer,

@@ -25,8 +25,8 @@ import (
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/internal/ferrytest"
-	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/relay"
+	"github.com/ferryhq/ferry/schema"
 )
 
 // binary is a command deploy/ runs: its command line, the default of its
@@ -41,7 +41,7 @@ var binaries = map[string]binary{
 	"relay": {relaycli.Main, relaycli.HTTPAddrDefault, relay.ShutdownTimeoutDefault},
 	"reserva-worker": {func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return workercli.Main(ctx, args, stdout, stderr, &workercli.App{Name: "reserva-worker", Register: reserva.Register,
-			Migrations: []migrate.Set{reserva.Migrations}})
+			Migrations: []schema.Set{reserva.Migrations}})
 	}, workercli.HTTPAddrDefault, inbox.DrainTimeoutDefault},
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ferryhq/ferry/migration"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -185,7 +185,7 @@ func (p *pipeline) scanTopicOn(ctx context.Context, adm *kadm.Client, opts []kgo
 
 func isFence(r *kgo.Record) bool {
 	for _, h := range r.Headers {
-		if h.Key == migration.HeaderFence {
+		if h.Key == route.HeaderFence {
 			return true
 		}
 	}

@@ -23,9 +23,9 @@ import (
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/partition"
-	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
+	"github.com/ferryhq/ferry/schema"
 )
 
 type retentionOpts struct {
@@ -100,7 +100,7 @@ func retentionRun(ctx context.Context, o retentionOpts, partitioned bool) (*rete
 	first := last.AddDate(0, 0, -o.days)
 	if partitioned {
 		r.layout = "partitioned (drop day partitions)"
-		if err := migrate.PartitionOutbox(ctx, stdlib.OpenDBFromPool(pool), migrate.PartitionDaily); err != nil {
+		if err := schema.PartitionOutbox(ctx, stdlib.OpenDBFromPool(pool), schema.PartitionDaily); err != nil {
 			return nil, m, err
 		}
 		for d := first; d.Before(last); d = d.AddDate(0, 0, 1) {

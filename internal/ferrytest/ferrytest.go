@@ -24,7 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/partition"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 // Environment variables printed by `scripts/stack up`.
@@ -127,14 +127,14 @@ func NewMigratedDB(t testing.TB) *DB {
 }
 
 // NewPartitionedDB is NewMigratedDB with the outbox and the inbox
-// partitioned by day (migrate.PartitionOutbox, migrate.PartitionInbox).
+// partitioned by day (schema.PartitionOutbox, schema.PartitionInbox).
 func NewPartitionedDB(t testing.TB) *DB {
 	t.Helper()
 	d := NewMigratedDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, part := range []func(context.Context, *sql.DB, migrate.Partitioning) error{migrate.PartitionOutbox, migrate.PartitionInbox} {
-		if err := part(ctx, d.SQL(t), migrate.PartitionDaily); err != nil {
+	for _, part := range []func(context.Context, *sql.DB, schema.Partitioning) error{schema.PartitionOutbox, schema.PartitionInbox} {
+		if err := part(ctx, d.SQL(t), schema.PartitionDaily); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,7 +175,7 @@ func MigrateURL(ctx context.Context, url string) error {
 		return err
 	}
 	defer db.Close()
-	if err := migrate.Up(ctx, db); err != nil {
+	if err := schema.Up(ctx, db); err != nil {
 		return fmt.Errorf("migrate %s: %w", url, err)
 	}
 	return nil

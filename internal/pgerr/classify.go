@@ -125,10 +125,6 @@ func PublicationMissing(err error) bool {
 // exists (42P07): for a partition, another process created it first.
 func DuplicateTable(err error) bool { return Is(err, pgerrcode.DuplicateTable) }
 
-// LockNotAvailable reports whether a statement gave up waiting for a lock
-// (55P03) under lock_timeout: the table is busy, try again later.
-func LockNotAvailable(err error) bool { return Is(err, pgerrcode.LockNotAvailable) }
-
 // CheckViolation reports whether a row broke a CHECK constraint (23514),
 // which includes a partition's bound: creating a partition whose range
 // rows in the default partition already hold.

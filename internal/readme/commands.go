@@ -27,12 +27,12 @@ var Commands = map[string][][]string{
 		{"quarantine"}, {"quarantine", "list"}, {"quarantine", "requeue"}, {"quarantine", "discard"},
 		{"migration"}, {"migration", "create"}, {"migration", "list"}, {"migration", "status"},
 		{"migration", "request"}, {"migration", "history"},
-		{"bridge"}, {"migrate"},
+		{"bridge"}, {"schema"},
 	},
 	"worker": {
 		{}, {"run"}, {"status"}, {"prune"},
 		{"dlq"}, {"dlq", "list"}, {"dlq", "redrive"}, {"dlq", "parked", "list"}, {"dlq", "parked", "redrive"},
-		{"migrate"}, {"migration", "quarantine", "list"}, {"migration", "quarantine", "replay"},
+		{"schema"}, {"migration", "quarantine", "list"}, {"migration", "quarantine", "replay"},
 		{"scaffold"},
 	},
 }

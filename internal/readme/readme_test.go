@@ -24,8 +24,15 @@ var examples = map[string]string{
 	"reserva":        "github.com/ferryhq/ferry/examples/reserva/cmd/reserva",
 }
 
+// faultBuilds are the commands whose `run` the fault suite builds with the
+// ferryfault tag, which adds the negative controls' flags.
+var faultBuilds = map[string]string{
+	"relay":          "github.com/ferryhq/ferry/cmd/relay",
+	"reserva-worker": examples["reserva-worker"],
+}
+
 var exampleCommands = map[string][][]string{
-	"reserva-worker": {{"run"}, {"status"}, {"prune"}, {"migrate"}, {"dlq", "list"}, {"dlq", "redrive"}},
+	"reserva-worker": {{"run"}, {"status"}, {"prune"}, {"schema"}, {"dlq", "list"}, {"dlq", "redrive"}},
 	"reserva":        {{"demo"}, {"api"}, {"migrate"}},
 }
 
@@ -115,6 +122,19 @@ func build(t *testing.T) (*fixture, string) {
 			all.Write(out)
 		}
 		f.commands[name] = exampleCommands[name]
+	}
+	// The negative controls' flags exist only in the fault suite's builds
+	// (the ferryfault tag); the docs may name them as such.
+	for name, pkg := range faultBuilds {
+		bin := filepath.Join(dir, "ferryfault-"+name)
+		if out, err := exec.Command("go", "build", "-tags", "ferryfault", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return nil, fmt.Sprintf("build -tags ferryfault %s: %v\n%s", pkg, err, out)
+		}
+		out, err := exec.Command(bin, "run", "-h").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Sprintf("ferryfault %s run -h: %v\n%s", name, err, out)
+		}
+		all.Write(out)
 	}
 	f.known = all.String()
 	return f, ""

@@ -28,7 +28,7 @@ import (
 
 	"github.com/ferryhq/ferry/cmd/worker/workercli"
 	"github.com/ferryhq/ferry/inbox"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -49,7 +49,7 @@ type Order struct {
 	Qty int
 }
 
-var stockMigrations migrate.Set
+var stockMigrations schema.Set
 `
 
 var goBlockRE = regexp.MustCompile("(?s)```go\n(.*?)```")

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/backoff"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -53,13 +54,15 @@ type Bridge struct {
 
 // Stats are a bridge's counters since New.
 type Stats struct {
-	Step       migration.Step // the plan's step as last read
-	StepReads  int64          // successful reads of the step
-	Waiting    bool           // the step is OLD_ONLY: nothing is copied or committed
-	Consumed   int64          // records read from the old channel and sent to the new one
-	Published  int64          // copies the new cluster acknowledged
-	DerivedIDs int64          // copies whose id was derived from the payload (PayloadID)
-	Commits    int64          // offset commits the old cluster accepted
+	Phase      migration.Phase // the plan's phase at its step as last read
+	Epoch      int             // that step's epoch (0: the plan's creation)
+	Slices     int             // slices moved to the new channel at that step (CUTOVER)
+	StepReads  int64           // successful reads of the step
+	Waiting    bool            // the step is OLD_ONLY: nothing is copied or committed
+	Consumed   int64           // records read from the old channel and sent to the new one
+	Published  int64           // copies the new cluster acknowledged
+	DerivedIDs int64           // copies whose id was derived from the key and value
+	Commits    int64           // offset commits the old cluster accepted
 
 	// MissingTopics are the topics of Config.Topics the old cluster did
 	// not have at the last check (Config.TopicCheckInterval).
@@ -88,8 +91,11 @@ func (e *RefusedError) Error() string {
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 // New validates cfg and returns a bridge. Its errors name the field.
-func New(cfg Config) (*Bridge, error) {
-	cfg = cfg.WithDefaults()
+func New(c *Config) (*Bridge, error) {
+	if c == nil {
+		return nil, errors.New("bridge: Config is nil")
+	}
+	cfg := c.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -114,7 +120,8 @@ func (b *Bridge) Stats() Stats {
 		Commits:    b.commits.Load(),
 	}
 	if w := b.watch.Load(); w != nil {
-		st.Step, _ = w.current()
+		step, _ := w.current()
+		st.Phase, st.Epoch, st.Slices = step.Phase, step.Epoch, step.Slices
 		st.StepReads = w.reads.Load()
 	}
 	if tw := b.topics.Load(); tw != nil {
@@ -511,7 +518,7 @@ func (s *session) tracker(topic string, partition int32) *commitTracker {
 }
 
 // send sends r's copy; false when the bridge must stop.
-func (s *session) send(t *commitTracker, r *kgo.Record, step migration.Step) bool {
+func (s *session) send(t *commitTracker, r *kgo.Record, step route.Step) bool {
 	out, derived, _ := s.b.copier.copyOf(r, step) // step is not OLD_ONLY
 	if err := s.b.loop(r.Topic, out.Topic); err != nil {
 		s.refuse(err)

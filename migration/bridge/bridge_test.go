@@ -19,6 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/payloadid"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/migration/bridge"
 	"github.com/ferryhq/ferry/outbox"
@@ -104,7 +106,7 @@ type running struct {
 
 func (b *bundle) start(cfg bridge.Config) *running {
 	b.t.Helper()
-	br, err := bridge.New(cfg)
+	br, err := bridge.New(&cfg)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -213,13 +215,13 @@ func header(r *kgo.Record, key string) []string {
 }
 
 // stamp is the copy's one route stamp.
-func stamp(t *testing.T, r *kgo.Record) migration.Stamp {
+func stamp(t *testing.T, r *kgo.Record) route.Stamp {
 	t.Helper()
-	vs := header(r, migration.HeaderRoute)
+	vs := header(r, route.HeaderRoute)
 	if len(vs) != 1 {
 		t.Fatalf("record %s has %d route stamps, want 1: %q", r.Key, len(vs), vs)
 	}
-	st, err := migration.ParseStamp(vs[0])
+	st, err := route.ParseStamp(vs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +245,7 @@ func TestIDsArePreservedOrDerivedAndStableAcrossRuns(t *testing.T) {
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: outbox.HeaderID, Value: []byte("evt-" + strconv.Itoa(i))})
 		}
 		if i%5 == 0 {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte("plan=forged;epoch=99;slice=0;side=new;role=authoritative")})
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte("plan=forged;epoch=99;slice=0;side=new;role=authoritative")})
 		}
 		recs = append(recs, r)
 	}
@@ -275,14 +277,14 @@ func TestIDsArePreservedOrDerivedAndStableAcrossRuns(t *testing.T) {
 		if len(id) != 1 {
 			t.Fatalf("copy of %s has ids %q, want one", r.Value, id)
 		}
-		if st := stamp(t, r); st.Plan != b.plan || st.Epoch != 1 || st.Side != migration.NewSide || st.Role != migration.Authoritative || st.Slice != migration.Slice(r.Key) {
-			t.Fatalf("copy of %s: stamp %+v, want plan %s epoch 1 new authoritative slice %d", r.Value, st, b.plan, migration.Slice(r.Key))
+		if st := stamp(t, r); st.Plan != b.plan || st.Epoch != 1 || st.Side != migration.NewSide || st.Role != route.Authoritative || st.Slice != route.Slice(r.Key) {
+			t.Fatalf("copy of %s: stamp %+v, want plan %s epoch 1 new authoritative slice %d", r.Value, st, b.plan, route.Slice(r.Key))
 		}
 		i, _ := strconv.Atoi(strings.TrimPrefix(string(r.Value), "v"))
 		if got := header(r, "trace"); !slices.Equal(got, []string{"t" + strconv.Itoa(i)}) {
 			t.Fatalf("copy of %s: trace header %q", r.Value, got)
 		}
-		want := bridge.PayloadID(r.Key, r.Value)
+		want := payloadid.Of(r.Key, r.Value)
 		if i%2 == 0 {
 			want = "evt-" + strconv.Itoa(i)
 		}
@@ -442,7 +444,7 @@ func TestStoppedMidStreamAndRestartedLosesNothing(t *testing.T) {
 	ids := map[string]string{}
 	for _, r := range got {
 		id := header(r, outbox.HeaderID)
-		if len(id) != 1 || id[0] != bridge.PayloadID(r.Key, r.Value) {
+		if len(id) != 1 || id[0] != payloadid.Of(r.Key, r.Value) {
 			t.Fatalf("copy %s/%s: id %q", r.Key, r.Value, id)
 		}
 		ids[string(r.Key)+"/"+string(r.Value)] = id[0]
@@ -474,14 +476,14 @@ func TestStampsFollowThePlanPerSlice(t *testing.T) {
 
 	const moved = 64
 	cut := b.request(migration.Cutover, moved)
-	b.waitFor("the bridge to read the CUTOVER step", func() bool { return r.Stats().Step.Epoch == cut })
+	b.waitFor("the bridge to read the CUTOVER step", func() bool { return r.Stats().Epoch == cut })
 	b.produce(batch("after")...)
 
 	movedKeys := 0
 	for _, rec := range b.readB(2 * keys) {
 		st := stamp(t, rec)
-		slice := migration.Slice(rec.Key)
-		want := migration.Stamp{Plan: b.plan, Epoch: dual, Slice: slice, Side: migration.NewSide, Role: migration.Authoritative}
+		slice := route.Slice(rec.Key)
+		want := route.Stamp{Plan: b.plan, Epoch: dual, Slice: slice, Side: migration.NewSide, Role: route.Authoritative}
 		if string(rec.Value) == "after" {
 			want.Epoch = cut
 			if slice < moved {
@@ -522,7 +524,7 @@ func TestOldOnlyPublishesNothing(t *testing.T) {
 
 	epoch := b.request(migration.DualWrite, 0)
 	for _, rec := range b.readB(n) {
-		if st := stamp(t, rec); st.Epoch != epoch || st.Role != migration.Authoritative {
+		if st := stamp(t, rec); st.Epoch != epoch || st.Role != route.Authoritative {
 			t.Fatalf("copy stamped %+v, want epoch %d authoritative", st, epoch)
 		}
 	}
@@ -595,7 +597,7 @@ func TestPlanProblemsStopTheBridgeAtStart(t *testing.T) {
 	b := setup(t, opts{})
 	cfg := b.cfg
 	cfg.Plan = "no-such-plan"
-	br, err := bridge.New(cfg)
+	br, err := bridge.New(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,7 +614,7 @@ func TestPlanProblemsStopTheBridgeAtStart(t *testing.T) {
 	}
 	cfg = b.cfg
 	cfg.Plan, cfg.TopicMap = same, nil
-	if br, err = bridge.New(cfg); err != nil {
+	if br, err = bridge.New(&cfg); err != nil {
 		t.Fatal(err)
 	}
 	if err := br.Run(b.ctx); !errors.Is(err, bridge.ErrTopicLoop) || !strings.Contains(err.Error(), "Config.TopicTemplate") {

@@ -1,9 +1,9 @@
 package bridge
 
 import (
-	"sort"
-
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/commitpoint"
 )
 
 // commitTracker guards the bridge's one rule on the old side: an offset of
@@ -11,30 +11,22 @@ import (
 // copy of that record and of every earlier record of the partition. The
 // copies of one old partition go to several new partitions (by key), whose
 // acknowledgements come back in any order; the commit point moves over
-// the contiguous acknowledged prefix only. It is not safe for concurrent
-// use.
+// the contiguous acknowledged prefix only (commitpoint.Tracker, the
+// inbox worker's rule too). It is not safe for concurrent use.
 type commitTracker struct {
-	entries    []trackedOffset // in offset order, from head on
-	head       int
-	point      kgo.EpochOffset // next offset to consume; Offset -1: nothing acknowledged yet
-	committed  int64           // the last point committed, -1 if none
-	unanswered int             // sent, neither acknowledged nor refused
-}
-
-type trackedOffset struct {
-	offset int64
-	epoch  int32
-	acked  bool
+	offsets    commitpoint.Tracker // an offset is finished when its copy is acknowledged
+	committed  int64               // the last point committed, -1 if none
+	unanswered int                 // sent, neither acknowledged nor refused
 }
 
 func newCommitTracker() *commitTracker {
-	return &commitTracker{point: kgo.EpochOffset{Epoch: -1, Offset: -1}, committed: -1}
+	return &commitTracker{offsets: commitpoint.New(), committed: -1}
 }
 
 // add records an offset sent to the new cluster; offsets come in
 // increasing order.
 func (t *commitTracker) add(offset int64, epoch int32) {
-	t.entries = append(t.entries, trackedOffset{offset: offset, epoch: epoch})
+	t.offsets.Add(offset, epoch)
 	t.unanswered++
 }
 
@@ -46,28 +38,13 @@ func (t *commitTracker) refuse() { t.unanswered-- }
 // acknowledged prefix.
 func (t *commitTracker) ack(offset int64) {
 	t.unanswered--
-	live := t.entries[t.head:]
-	i := sort.Search(len(live), func(i int) bool { return live[i].offset >= offset })
-	if i == len(live) || live[i].offset != offset {
-		return
-	}
-	live[i].acked = true
-	for t.head < len(t.entries) && t.entries[t.head].acked {
-		e := t.entries[t.head]
-		t.point = kgo.EpochOffset{Epoch: e.epoch, Offset: e.offset + 1}
-		t.head++
-	}
-	if t.head == len(t.entries) {
-		t.entries, t.head = t.entries[:0], 0
-	} else if t.head > 1024 && t.head > len(t.entries)/2 {
-		n := copy(t.entries, t.entries[t.head:])
-		t.entries, t.head = t.entries[:n], 0
-	}
+	t.offsets.Finish(offset)
 }
 
 // uncommitted returns the commit point when it moved since the last commit.
 func (t *commitTracker) uncommitted() (kgo.EpochOffset, bool) {
-	return t.point, t.point.Offset > t.committed
+	point, _ := t.offsets.Point()
+	return point, point.Offset > t.committed
 }
 
 // markCommitted records a commit of point.
@@ -77,7 +54,7 @@ func (t *commitTracker) markCommitted(point kgo.EpochOffset) {
 
 // pending is how many offsets sent are not acknowledged or wait behind one
 // that is not.
-func (t *commitTracker) pending() int { return len(t.entries) - t.head }
+func (t *commitTracker) pending() int { return t.offsets.Pending() }
 
 // waiting is how many offsets sent have no answer from the new cluster
 // yet.

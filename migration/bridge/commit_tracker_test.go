@@ -1,9 +1,6 @@
 package bridge
 
-import (
-	"math/rand/v2"
-	"testing"
-)
+import "testing"
 
 // The commit point moves over the contiguous acknowledged prefix only:
 // acknowledgements out of order (copies in different new partitions)
@@ -39,39 +36,5 @@ func TestCommitTrackerCommitsBehindAcksOnly(t *testing.T) {
 	}
 	if tr.waiting() != 0 || tr.pending() != 2 {
 		t.Fatalf("waiting %d pending %d, want 0 and 2", tr.waiting(), tr.pending())
-	}
-}
-
-// Against a model: with acknowledgements in random order, the commit point
-// is always one past the longest acknowledged prefix.
-func TestCommitTrackerMatchesModel(t *testing.T) {
-	t.Parallel()
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range 200 {
-		tr := newCommitTracker()
-		n := 1 + rng.IntN(3000)
-		offsets := make([]int64, n)
-		next := int64(rng.IntN(100))
-		for i := range offsets {
-			offsets[i] = next
-			tr.add(next, 0)
-			next += 1 + int64(rng.IntN(2))
-		}
-		acked := make([]bool, n)
-		for _, i := range rng.Perm(n) {
-			tr.ack(offsets[i])
-			acked[i] = true
-			want := int64(-1)
-			for j := 0; j < n && acked[j]; j++ {
-				want = offsets[j] + 1
-			}
-			at, ok := tr.uncommitted()
-			if got := map[bool]int64{true: at.Offset, false: -1}[ok]; got != want {
-				t.Fatalf("round %d: commit point %d, want %d", round, got, want)
-			}
-		}
-		if tr.pending() != 0 || tr.waiting() != 0 {
-			t.Fatalf("round %d: pending %d waiting %d after every ack", round, tr.pending(), tr.waiting())
-		}
 	}
 }

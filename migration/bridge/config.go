@@ -12,8 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/internal/topicname"
-	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -34,25 +34,31 @@ const (
 // Config.TopicTemplate.
 const TopicPlaceholder = "{topic}"
 
+// IDFrom says where a copy's id comes from (Config.IDFrom).
+type IDFrom string
+
 // Values of Config.IDFrom.
 const (
 	// IDFromHeader takes the id from the record's Config.IDHeader header,
-	// and derives it from the payload (PayloadID) when the record has
-	// none.
-	IDFromHeader = "header"
-	// IDFromPayload always derives the id from the payload (PayloadID),
-	// whatever the record's headers say.
-	IDFromPayload = "payload"
+	// and derives it from the payload when the record has none: a SHA-256
+	// of key and value, the id inbox.Config.IDFromPayloadHash derives.
+	IDFromHeader IDFrom = "header"
+	// IDFromPayload always derives the id from the payload, whatever the
+	// record's headers say.
+	IDFromPayload IDFrom = "payload"
 )
 
-// Values of Config.OffsetReset: where a partition the bridge's group has
-// never committed starts.
+// OffsetReset is where a partition the bridge's group has never committed
+// starts (Config.OffsetReset).
+type OffsetReset string
+
+// Values of Config.OffsetReset.
 const (
 	// OffsetResetEarliest copies the partition's whole retained log: a
 	// bridge started late misses nothing.
-	OffsetResetEarliest = "earliest"
+	OffsetResetEarliest OffsetReset = "earliest"
 	// OffsetResetLatest copies what is written from now on.
-	OffsetResetLatest = "latest"
+	OffsetResetLatest OffsetReset = "latest"
 )
 
 // Config configures a Bridge. Plan, DB and Topics or TopicRegex are
@@ -65,7 +71,7 @@ type Config struct {
 
 	// DB holds the plan (the producer's PostgreSQL), read every
 	// StepInterval. Required.
-	DB migration.Beginner
+	DB outbox.Beginner
 
 	// Topics are the old channel's topics to copy. Topics or TopicRegex
 	// is required.
@@ -96,14 +102,14 @@ type Config struct {
 	IDHeader string
 
 	// IDFrom is IDFromHeader or IDFromPayload. Defaults to IDFromHeader.
-	IDFrom string
+	IDFrom IDFrom
 
 	// OffsetReset is where a partition the group has never committed
 	// starts: OffsetResetEarliest or OffsetResetLatest. A committed offset
 	// that retention has deleted resumes at the earliest offset either
 	// way: copying again is safe, skipping is not. Defaults to
 	// OffsetResetEarliest.
-	OffsetReset string
+	OffsetReset OffsetReset
 
 	// StepInterval is how often the plan's current step is read. Defaults
 	// to one second.
@@ -221,7 +227,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("bridge: Config.Group %q: want a consumer group name without spaces or commas", c.Group)
 	}
 	switch {
-	case c.IDHeader == "" || c.IDHeader == migration.HeaderRoute:
+	case c.IDHeader == "" || c.IDHeader == route.HeaderRoute:
 		return fmt.Errorf("bridge: Config.IDHeader %q: want the name of the header that holds the id", c.IDHeader)
 	case c.IDFrom != IDFromHeader && c.IDFrom != IDFromPayload:
 		return fmt.Errorf("bridge: Config.IDFrom %q: want %s or %s", c.IDFrom, IDFromHeader, IDFromPayload)

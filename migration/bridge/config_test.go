@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ferryhq/ferry/migration"
+	"github.com/ferryhq/ferry/internal/route"
 )
 
 // fakeDB is a database New accepts and Run cannot use.
@@ -38,7 +38,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{func(c *Config) { c.TopicTemplate = "all-in-one" }, "Config.TopicTemplate"},
 		{func(c *Config) { c.TopicTemplate = "b:{topic}" }, "Config.TopicTemplate"},
 		{func(c *Config) { c.Group = "two words" }, "Config.Group"},
-		{func(c *Config) { c.IDHeader = migration.HeaderRoute }, "Config.IDHeader"},
+		{func(c *Config) { c.IDHeader = route.HeaderRoute }, "Config.IDHeader"},
 		{func(c *Config) { c.IDFrom = "offset" }, "Config.IDFrom"},
 		{func(c *Config) { c.IDFrom, c.IDHeader = IDFromPayload, "msg-id" }, "Config.IDHeader"},
 		{func(c *Config) { c.OffsetReset = "none" }, "Config.OffsetReset"},
@@ -47,20 +47,20 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{func(c *Config) { c.MaxInFlightRecords = -1 }, "Config.MaxInFlightRecords"},
 		{func(c *Config) { c.ShutdownTimeout = -time.Second }, "Config.ShutdownTimeout"},
 	}
-	if _, err := New(ok); err != nil {
+	if _, err := New(&ok); err != nil {
 		t.Fatalf("a valid config: %v", err)
 	}
 	for _, tc := range cases {
 		c := ok
 		tc.change(&c)
-		if _, err := New(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := New(&c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("want an error naming %s, got %v", tc.want, err)
 		}
 	}
 	// With a regex, a renamed topic must be one it matches.
 	c := ok
 	c.Topics, c.TopicRegex, c.TopicMap = nil, `legacy\..*`, map[string]string{"legacy.orders": "orders"}
-	if _, err := New(c); err != nil {
+	if _, err := New(&c); err != nil {
 		t.Errorf("a rename of a topic the regex matches: %v", err)
 	}
 }

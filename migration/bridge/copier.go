@@ -1,35 +1,13 @@
 package bridge
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/payloadid"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
-
-// PayloadID is the id the bridge gives a record that carries none:
-// "sha256:" and the hex SHA-256 of the key's length (8 bytes, big-endian),
-// the key and the value. It depends on nothing but those bytes, so a
-// replay, a restart and the other cluster all derive the same id; it is
-// never taken from an offset, which differs between clusters and between
-// a replay and the original. It is the id a worker gives the same record
-// with inbox.Config.IDFromPayloadHash, so a worker reading the old channel
-// that way and the new channel through the bridge deduplicates the two
-// copies. Two distinct messages with the same key and the same value
-// share the id: a consumer applies only one of them.
-func PayloadID(key, value []byte) string {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(key)))
-	h.Write(n[:])
-	h.Write(key)
-	h.Write(value)
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
-}
 
 // copier makes the new channel's copy of an old record.
 type copier struct {
@@ -46,23 +24,23 @@ type copier struct {
 //
 // The copy has r's key, value, timestamp and headers, with two changes:
 // the id travels in one outbox.HeaderID header, and the route stamp
-// (migration.HeaderRoute) is the bridge's, in place of any the record
+// (route.HeaderRoute) is the bridge's, in place of any the record
 // carried. A record whose outbox.HeaderID appears more than once is
 // ambiguous: with IDFromHeader and the default header it is copied with
 // its ids as they are, so the new channel's workers refuse it as the old
 // channel's do.
-func (c *copier) copyOf(r *kgo.Record, step migration.Step) (out *kgo.Record, derived, ok bool) {
+func (c *copier) copyOf(r *kgo.Record, step route.Step) (out *kgo.Record, derived, ok bool) {
 	role, ok := newRole(step, r.Key)
 	if !ok {
 		return nil, false, false
 	}
 	id, keepIDs := c.id(r.Headers)
 	if id == nil && !keepIDs {
-		id, derived = []byte(PayloadID(r.Key, r.Value)), true
+		id, derived = []byte(payloadid.Of(r.Key, r.Value)), true
 	}
 	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+2)
 	for _, h := range r.Headers {
-		if h.Key == migration.HeaderRoute || (h.Key == outbox.HeaderID && !keepIDs) {
+		if h.Key == route.HeaderRoute || (h.Key == outbox.HeaderID && !keepIDs) {
 			continue
 		}
 		headers = append(headers, h)
@@ -72,8 +50,8 @@ func (c *copier) copyOf(r *kgo.Record, step migration.Step) (out *kgo.Record, de
 	}
 	// Since and Peer stay empty: the bridge writes no fences (see the
 	// package doc).
-	stamp := migration.Stamp{Plan: c.plan, Epoch: step.Epoch, Slice: migration.Slice(r.Key), Side: migration.NewSide, Role: role}
-	headers = append(headers, kgo.RecordHeader{Key: migration.HeaderRoute, Value: []byte(stamp.String())})
+	stamp := route.Stamp{Plan: c.plan, Epoch: step.Epoch, Slice: route.Slice(r.Key), Side: migration.NewSide, Role: role}
+	headers = append(headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte(stamp.String())})
 	return &kgo.Record{
 		Topic:     newTopic(c.topicMap, c.template, r.Topic),
 		Key:       r.Key,
@@ -111,10 +89,10 @@ func (c *copier) id(headers []kgo.RecordHeader) (id []byte, keep bool) {
 // newRole is the role of the new channel's copy of an event of
 // aggregateID under step; false when the step writes no such copy. A
 // bridged copy is always authoritative: see the package doc.
-func newRole(step migration.Step, aggregateID []byte) (migration.Role, bool) {
+func newRole(step route.Step, aggregateID []byte) (route.Role, bool) {
 	for _, c := range step.Route(aggregateID) {
 		if c.Side == migration.NewSide {
-			return migration.Authoritative, true
+			return route.Authoritative, true
 		}
 	}
 	return "", false

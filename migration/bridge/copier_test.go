@@ -1,8 +1,6 @@
 package bridge
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/payloadid"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -33,31 +33,15 @@ func values(hs []kgo.RecordHeader, key string) []string {
 	return out
 }
 
-// The derived id is pinned: "sha256:" and the hex SHA-256 of the key's
-// length (8 bytes, big-endian), the key and the value, the formula of the
-// inbox's IDFromPayloadHash. Changing it would make a worker that reads
-// both channels apply a record twice.
-func TestPayloadIDIsTheInboxFormula(t *testing.T) {
-	t.Parallel()
-	key, value := []byte("order-7"), []byte(`{"qty":3}`)
-	sum := sha256.Sum256(append(append([]byte{0, 0, 0, 0, 0, 0, 0, byte(len(key))}, key...), value...))
-	if got, want := PayloadID(key, value), "sha256:"+hex.EncodeToString(sum[:]); got != want {
-		t.Fatalf("PayloadID = %s, want %s", got, want)
-	}
-	if PayloadID([]byte("ab"), []byte("c")) == PayloadID([]byte("a"), []byte("bc")) {
-		t.Fatal("moving a byte from the key to the value keeps the id")
-	}
-}
-
 // Each way of choosing the id gives the copy exactly one id header (or the
 // record's own ambiguous ones, untouched), keeps every other header, and
 // replaces an incoming route stamp with the bridge's.
 func TestCopyCarriesOneIDAndTheBridgesStamp(t *testing.T) {
 	t.Parallel()
 	key, value := []byte("k1"), []byte("v1")
-	derived := PayloadID(key, value)
-	step := migration.Step{Plan: "move-1", Epoch: 4, Phase: migration.DualWrite}
-	stamp := migration.Stamp{Plan: "move-1", Epoch: 4, Slice: migration.Slice(key), Side: migration.NewSide, Role: migration.Authoritative}.String()
+	derived := payloadid.Of(key, value)
+	step := route.Step{Plan: "move-1", Epoch: 4, Phase: migration.DualWrite}
+	stamp := route.Stamp{Plan: "move-1", Epoch: 4, Slice: route.Slice(key), Side: migration.NewSide, Role: route.Authoritative}.String()
 	cases := []struct {
 		name        string
 		c           copier
@@ -69,7 +53,7 @@ func TestCopyCarriesOneIDAndTheBridgesStamp(t *testing.T) {
 		{"id header kept", copier{idHeader: outbox.HeaderID}, hdr("a", "1", "id", "e-1", "b", "2"), []string{"e-1"}, false, []string{"a=1", "b=2"}},
 		{"no id: derived", copier{idHeader: outbox.HeaderID}, hdr("a", "1"), []string{derived}, true, []string{"a=1"}},
 		{"empty id: derived", copier{idHeader: outbox.HeaderID}, hdr("id", ""), []string{derived}, true, nil},
-		{"forged stamp replaced", copier{idHeader: outbox.HeaderID}, hdr("id", "e-2", migration.HeaderRoute, "plan=x;epoch=9;slice=1;side=new;role=authoritative", migration.HeaderRoute, "junk"), []string{"e-2"}, false, nil},
+		{"forged stamp replaced", copier{idHeader: outbox.HeaderID}, hdr("id", "e-2", route.HeaderRoute, "plan=x;epoch=9;slice=1;side=new;role=authoritative", route.HeaderRoute, "junk"), []string{"e-2"}, false, nil},
 		{"another header", copier{idHeader: "msg-id"}, hdr("msg-id", "m-9", "id", "stale"), []string{"m-9"}, false, []string{"msg-id=m-9"}},
 		{"another header missing: derived", copier{idHeader: "msg-id"}, hdr("id", "stale"), []string{derived}, true, nil},
 		{"from payload", copier{idHeader: outbox.HeaderID, fromPayload: true}, hdr("id", "e-3", "c", "3"), []string{derived}, true, []string{"c=3"}},
@@ -87,7 +71,7 @@ func TestCopyCarriesOneIDAndTheBridgesStamp(t *testing.T) {
 		if ids := values(out.Headers, outbox.HeaderID); !slices.Equal(ids, tc.wantIDs) || gotDerived != tc.wantDerived {
 			t.Errorf("%s: ids %q derived %t, want %q %t", tc.name, ids, gotDerived, tc.wantIDs, tc.wantDerived)
 		}
-		if st := values(out.Headers, migration.HeaderRoute); !slices.Equal(st, []string{stamp}) {
+		if st := values(out.Headers, route.HeaderRoute); !slices.Equal(st, []string{stamp}) {
 			t.Errorf("%s: stamps %q, want only %q", tc.name, st, stamp)
 		}
 		for _, kv := range tc.want {
@@ -113,22 +97,22 @@ func TestCopyRoleFollowsTheStep(t *testing.T) {
 	var moved, unmoved []byte
 	for i := 0; moved == nil || unmoved == nil; i++ {
 		k := []byte("agg-" + strconv.Itoa(i))
-		if migration.Slice(k) < 40 {
+		if route.Slice(k) < 40 {
 			moved = k
 		} else {
 			unmoved = k
 		}
 	}
 	cases := []struct {
-		step migration.Step
+		step route.Step
 		key  []byte
-		role migration.Role // "" for no copy
+		role route.Role // "" for no copy
 	}{
-		{migration.Step{Phase: migration.OldOnly}, moved, ""},
-		{migration.Step{Phase: migration.DualWrite, Epoch: 1}, moved, migration.Authoritative},
-		{migration.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, moved, migration.Authoritative},
-		{migration.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, unmoved, migration.Authoritative},
-		{migration.Step{Phase: migration.OldRetired, Epoch: 3}, unmoved, migration.Authoritative},
+		{route.Step{Phase: migration.OldOnly}, moved, ""},
+		{route.Step{Phase: migration.DualWrite, Epoch: 1}, moved, route.Authoritative},
+		{route.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, moved, route.Authoritative},
+		{route.Step{Phase: migration.Cutover, Epoch: 2, Slices: 40}, unmoved, route.Authoritative},
+		{route.Step{Phase: migration.OldRetired, Epoch: 3}, unmoved, route.Authoritative},
 	}
 	for _, tc := range cases {
 		out, _, ok := c.copyOf(&kgo.Record{Topic: "t", Key: tc.key}, tc.step)
@@ -138,12 +122,12 @@ func TestCopyRoleFollowsTheStep(t *testing.T) {
 		if !ok {
 			continue
 		}
-		st, err := migration.ParseStamp(values(out.Headers, migration.HeaderRoute)[0])
+		st, err := route.ParseStamp(values(out.Headers, route.HeaderRoute)[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Role != tc.role || st.Side != migration.NewSide || st.Epoch != tc.step.Epoch || st.Slice != migration.Slice(tc.key) {
-			t.Errorf("%s %d, slice %d: stamp %+v, want role %s", tc.step.Phase, tc.step.Slices, migration.Slice(tc.key), st, tc.role)
+		if st.Role != tc.role || st.Side != migration.NewSide || st.Epoch != tc.step.Epoch || st.Slice != route.Slice(tc.key) {
+			t.Errorf("%s %d, slice %d: stamp %+v, want role %s", tc.step.Phase, tc.step.Slices, route.Slice(tc.key), st, tc.role)
 		}
 	}
 }

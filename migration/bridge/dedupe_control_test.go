@@ -107,8 +107,8 @@ func idRecords(batch string, n int) []*kgo.Record {
 	return recs
 }
 
-// dedupeScenario runs the scenario, with the prune's dedupe window check
-// bypassed when unsafe:
+// dedupeScenario runs the scenario, with inbox.Prune, or when unsafe with a
+// prune that ignores the dedupe window (a plain DELETE at the retention):
 //
 //  1. The first records go to cluster A; the consumer applies them there.
 //     Then the bridge copies them to B, where the consumer meets them
@@ -116,7 +116,7 @@ func idRecords(batch string, n int) []*kgo.Record {
 //     prune's dedupe window can measure.
 //  2. The bridge stops. The second records go to A and are applied there.
 //  3. Once every inbox row is older than dedupeRetention, a prune runs at
-//     that retention (the safety minimum lowered to it).
+//     that retention (inbox.Prune's safety minimum lowered to it).
 //  4. The bridge starts again and copies the second records to B, where
 //     the consumer meets them long after the prune.
 //
@@ -168,15 +168,23 @@ func dedupeScenario(t *testing.T, unsafe bool) dedupeRun {
 	})
 	run.oldCopies = queryInt(b, pool, `SELECT count(*) FROM ferry_inbox_copy WHERE consumer = $1 AND side = 'old'`, run.consumer)
 	run.newCopies = copiesOnB()
-	cfg := &inbox.PruneConfig{InboxRetention: dedupeRetention, InboxRetentionMin: dedupeRetention}
 	if unsafe {
-		inbox.UnsafePruneIgnoreDedupeWindow(cfg)
+		// A prune that ignores the dedupe window deletes what the
+		// retention alone allows: every row older than it.
+		tag, err := pool.Exec(b.ctx, `DELETE FROM inbox WHERE consumer = $1 AND processed_at < now() - $2::interval`,
+			run.consumer, dedupeRetention.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		run.pruned = tag.RowsAffected()
+	} else {
+		cfg := &inbox.PruneConfig{InboxRetention: dedupeRetention, InboxRetentionMin: dedupeRetention}
+		res, err := inbox.Prune(b.ctx, pool, cfg)
+		if res == nil {
+			t.Fatalf("prune settings refused: %v", err)
+		}
+		run.pruneErr, run.pruned = err, res.Deleted
 	}
-	res, err := inbox.Prune(b.ctx, pool, cfg)
-	if res == nil {
-		t.Fatalf("prune settings refused: %v", err)
-	}
-	run.pruneErr, run.pruned = err, res.InboxDeleted
 
 	// 4. The second records' late copies.
 	b.start(b.cfg)
@@ -236,7 +244,7 @@ func (r dedupeRun) doubles() map[string]int {
 	return out
 }
 
-// The negative control: a prune told to ignore the dedupe window forgets
+// The negative control: a prune that ignores the dedupe window forgets
 // the second records while their copies on B are still to come, and each
 // of them takes effect twice. The checker counts those double effects.
 func TestDedupeWindowShorterThanTheCrossChannelDelayAppliesTwice(t *testing.T) {

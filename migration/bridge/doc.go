@@ -14,7 +14,7 @@
 // Consumers deduplicate on the record's id (the outbox.HeaderID header),
 // so a copy must carry the id the original had, on every copy ever made
 // of it. A record that has an id keeps it (Config.IDHeader names another
-// header to take it from). A record that has none gets PayloadID: a
+// header to take it from). A record that has none gets a derived id: a
 // SHA-256 of its key and value, the same on every run and on both
 // clusters, and the same a worker derives with
 // inbox.Config.IDFromPayloadHash. Two distinct messages with identical
@@ -41,10 +41,11 @@
 //
 // # Route stamps
 //
-// Every copy carries a migration.HeaderRoute stamp, in place of any the
-// record had: the plan, the epoch of the plan's current step, the
-// aggregate's slice (migration.Slice of the record key), side new, and
-// role authoritative, in every phase that writes the new channel. A
+// Every copy carries a route stamp (the ferry.route header), in place of
+// any the record had: the plan, the epoch of the plan's current step, the
+// aggregate's slice (the stable hash of the record key into one of
+// migration.Slices), side new, and role authoritative, in every phase that
+// writes the new channel. A
 // bridged copy is the original byte for byte, and the original on the old
 // channel carries no stamp, so a consumer applies both on sight and its
 // inbox keeps the first: each channel brings a key's records in their

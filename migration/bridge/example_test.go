@@ -21,7 +21,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer pool.Close()
-	b, err := bridge.New(bridge.Config{
+	b, err := bridge.New(&bridge.Config{
 		Plan:     "move-1",
 		DB:       pool,
 		Topics:   []string{"orders", "payments"},

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -23,7 +24,7 @@ type stepWatch struct {
 	reads    atomic.Int64
 
 	mu      sync.Mutex
-	cur     migration.Step
+	cur     route.Step
 	changed chan struct{} // closed when cur changes, then replaced
 }
 
@@ -34,12 +35,12 @@ func newStepWatch(ctl *migration.Controller, st *migration.State, interval time.
 	return w
 }
 
-func stepOf(st *migration.State) migration.Step {
-	return migration.Step{Plan: st.Plan.Name, Epoch: st.Epoch, Phase: st.Phase, Slices: st.Slices}
+func stepOf(st *migration.State) route.Step {
+	return route.Step{Plan: st.Plan.Name, Epoch: st.Epoch, Phase: st.Phase, Slices: st.Slices}
 }
 
 // current returns the step and a channel closed when it changes.
-func (w *stepWatch) current() (migration.Step, <-chan struct{}) {
+func (w *stepWatch) current() (route.Step, <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.cur, w.changed
@@ -74,7 +75,7 @@ func (w *stepWatch) run(ctx context.Context) {
 	}
 }
 
-func (w *stepWatch) set(s migration.Step) {
+func (w *stepWatch) set(s route.Step) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if s == w.cur {

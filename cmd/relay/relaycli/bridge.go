@@ -57,8 +57,8 @@ func runBridge(ctx context.Context, args []string, _, stderr io.Writer) error {
 	template := f.String("copy-topic-template", bridge.TopicTemplateDefault, "the new topic of each old topic --topic-map does not name; {topic} is the old name")
 	group := f.String("group", "", "the bridge's consumer group on the old cluster (default "+bridge.GroupPrefix+"<plan>)")
 	idHeader := f.String("id-header", outbox.HeaderID, "the header that holds a record's id on the old channel; copies carry it as "+outbox.HeaderID)
-	idFrom := f.String("id-from", bridge.IDFromDefault, "header: the id header, else an id derived from key and value; payload: always derived from key and value")
-	reset := f.String("offset-reset", bridge.OffsetResetDefault, "where a partition the group never committed starts: earliest or latest")
+	idFrom := f.String("id-from", string(bridge.IDFromDefault), "header: the id header, else an id derived from key and value; payload: always derived from key and value")
+	reset := f.String("offset-reset", string(bridge.OffsetResetDefault), "where a partition the group never committed starts: earliest or latest")
 	step := f.PositiveDuration("step-interval", bridge.StepIntervalDefault, "how often the plan's current step is read")
 	commit := f.PositiveDuration("commit-interval", bridge.CommitIntervalDefault, "how often offsets the new cluster acknowledged are committed")
 	maxInFlight := f.Count("max-in-flight", bridge.MaxInFlightRecordsDefault, "copies sent and not yet acknowledged, at most")
@@ -90,8 +90,8 @@ func runBridge(ctx context.Context, args []string, _, stderr io.Writer) error {
 		TopicTemplate:      *template,
 		Group:              *group,
 		IDHeader:           *idHeader,
-		IDFrom:             *idFrom,
-		OffsetReset:        *reset,
+		IDFrom:             bridge.IDFrom(*idFrom),
+		OffsetReset:        bridge.OffsetReset(*reset),
 		StepInterval:       *step,
 		CommitInterval:     *commit,
 		MaxInFlightRecords: *maxInFlight,
@@ -101,7 +101,7 @@ func runBridge(ctx context.Context, args []string, _, stderr io.Writer) error {
 		NewKafkaOpts:       []kgo.Opt{kgo.ClientID(*clientID), kafkaLog(migration.NewSide)},
 		Logger:             logger,
 	}
-	b, err := bridge.New(cfg)
+	b, err := bridge.New(&cfg)
 	if err != nil {
 		return cli.ConfigError(err, bridgeFlags)
 	}

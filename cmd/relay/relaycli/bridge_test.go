@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferryhq/ferry/cmd/relay/relaycli"
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
 )
@@ -142,17 +143,17 @@ func TestBridgeCommandCopies(t *testing.T) {
 		}
 		f.EachRecord(func(r *kgo.Record) {
 			seen++
-			var id, route []string
+			var id, stamps []string
 			for _, h := range r.Headers {
 				switch h.Key {
 				case outbox.HeaderID:
 					id = append(id, string(h.Value))
-				case migration.HeaderRoute:
-					route = append(route, string(h.Value))
+				case route.HeaderRoute:
+					stamps = append(stamps, string(h.Value))
 				}
 			}
-			if len(id) != 1 || !strings.HasPrefix(id[0], "sha256:") || len(route) != 1 || !strings.Contains(route[0], "plan="+name+";epoch=1;") {
-				t.Errorf("copy %s: ids %q, stamps %q", r.Key, id, route)
+			if len(id) != 1 || !strings.HasPrefix(id[0], "sha256:") || len(stamps) != 1 || !strings.Contains(stamps[0], "plan="+name+";epoch=1;") {
+				t.Errorf("copy %s: ids %q, stamps %q", r.Key, id, stamps)
 			}
 		})
 	}

@@ -27,6 +27,9 @@ func TestVerbHelpListsItsOwnFlags(t *testing.T) {
 		{Args: []string{"quarantine", "list", "-h"}, Want: []string{"-limit", "-database-url"}, Never: []string{"-all", "-id"}},
 		{Args: []string{"quarantine", "requeue", "-h"}, Want: []string{"-all", "-id"}, Never: []string{"-limit"}},
 		{Args: []string{"quarantine", "discard", "-h"}, Want: []string{"-all", "-id"}, Never: []string{"-limit"}},
+		// schema, and migrate, its first name kept as an alias.
+		{Args: []string{"schema", "-h"}, Want: []string{"-no-slot", "-outbox-partitioning", "-yes"}, Never: []string{"-slices"}},
+		{Args: []string{"migrate", "-h"}, Want: []string{"-no-slot", "-outbox-partitioning", "-yes"}, Never: []string{"-slices"}},
 	})
 }
 

@@ -69,7 +69,7 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	switch verb {
 	case "list":
-		rows, err := relay.Quarantined(ctx, pool, *limit)
+		rows, err := relay.ListQuarantined(ctx, pool, *limit)
 		if err != nil {
 			return err
 		}
@@ -78,7 +78,7 @@ func runQuarantine(ctx context.Context, args []string, stdout, stderr io.Writer)
 		for _, r := range rows {
 			// The topic and the error come from event data: escaped and cut.
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.QuarantinedAt.Format("2006-01-02 15:04:05Z07:00"),
-				cli.Cell(r.Topic, 100), cli.Cell(r.Reason, 40), len(r.Payload), cli.Cell(r.Error, 120))
+				cli.Cell(r.Topic, 100), cli.Cell(string(r.Reason), 40), len(r.Payload), cli.Cell(r.Error, 120))
 		}
 		return w.Flush()
 	case "discard":

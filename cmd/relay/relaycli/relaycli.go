@@ -1,6 +1,7 @@
 // Package relaycli is the command line of the relay binary: `relay run`,
 // `relay status`, `relay prune`, `relay recover`, `relay quarantine`,
-// `relay migration`, `relay bridge`, `relay migrate`. Its shape is the
+// `relay migration`, `relay bridge`, `relay schema` (alias `relay migrate`).
+// Its shape is the
 // worker's (cmd/worker/workercli): the settings every Ferry binary shares
 // come from internal/cli, each with one validation, and errors follow one
 // exit-code rule (see cli.Dispatch).
@@ -12,8 +13,8 @@ import (
 	"io"
 
 	"github.com/ferryhq/ferry/internal/cli"
-	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/relay"
+	"github.com/ferryhq/ferry/schema"
 )
 
 const usage = `relay publishes Ferry's outbox to Kafka.
@@ -48,10 +49,11 @@ Usage:
                                    a plan's old channel to its new one, stamped with the
                                    plan's step; offsets committed once the new cluster acked;
                                    /readyz (:9189) names a topic the old cluster lacks
-  relay migrate [up|down|status]   apply Ferry's schema migrations; up also creates
+  relay schema [up|down|status]    apply Ferry's schema migrations; up also creates
                                    the publication and slot (--no-slot: schema only;
                                    --outbox-partitioning daily: an empty outbox
-                                   partitioned by day); down rolls back one, with --yes
+                                   partitioned by day); down rolls back one, with --yes;
+                                   "relay migrate" is the same command
   relay help                       show this text
 
 Settings come from flags or the environment; run "relay <command> -h".
@@ -66,7 +68,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"prune":      runPrune,
 		"recover":    runRecover,
 		"quarantine": runQuarantine,
-		"migrate":    runMigrate,
+		"schema":     runMigrate,
+		"migrate":    runMigrate, // the schema command's first name, kept
 		"migration":  runMigration,
 		"bridge":     runBridge,
 	}, args, stdout, stderr)
@@ -101,7 +104,7 @@ func checkNameFlag(flag, name string) error {
 }
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := cli.NewFlags("relay migrate", stderr)
+	f := cli.NewFlags("relay schema", stderr)
 	var m cli.MigrateFlags
 	m.Register(f)
 	slot := f.String("slot", relay.SlotDefault, "logical replication slot")
@@ -109,7 +112,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	noSlot := f.FlagSet.Bool("no-slot", false, "apply the schema only; do not create the publication and slot")
 	// Before the publication: a new one then starts with the partitioned
 	// outbox, an existing one is moved to it.
-	m.RegisterPartitioning(f, "outbox", migrate.PartitionOutbox)
+	m.RegisterPartitioning(f, "outbox", schema.PartitionOutbox)
 	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err

@@ -84,7 +84,7 @@ func get(url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// relay migrate creates the schema, the publication and the slot; relay run
+// relay schema creates the schema, the publication and the slot; relay run
 // then serves metrics and readiness, publishes through a listener that wants
 // TLS and SCRAM, and never logs a password, whether Kafka takes it or not;
 // relay status shows the slot.
@@ -100,9 +100,9 @@ func TestMigrateRunStatus(t *testing.T) {
 	t.Setenv("FERRY_KAFKA_BROKERS", ferrytest.Brokers(t)[0])
 	t.Setenv("FERRY_SLOT", slot)
 
-	code, out, stderr := run(t, context.Background(), "migrate")
+	code, out, stderr := run(t, context.Background(), "schema")
 	if code != 0 || !strings.Contains(out, "slot "+slot+" are ready") {
-		t.Fatalf("relay migrate: exit %d\n%s\n%s", code, out, stderr)
+		t.Fatalf("relay schema: exit %d\n%s\n%s", code, out, stderr)
 	}
 	var exists bool
 	if err := db.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists); err != nil || !exists {

@@ -2,6 +2,7 @@ package relaycli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -131,6 +132,12 @@ func (e *engine) cloudEvents() *relay.CloudEvents {
 	return &relay.CloudEvents{Source: *e.ceSource, ContentType: *e.ceType}
 }
 
+// negativeControls registers the fault suite's negative-control flags on
+// `relay run` and returns what applies them to the parsed configuration. It
+// is nil except in binaries built with the ferryfault tag
+// (run_ferryfault.go): a release relay has no flag that loses data.
+var negativeControls func(*flag.FlagSet) func(*relay.Config, *slog.Logger)
+
 func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	f := cli.NewFlags("relay run", stderr)
 	var e engine
@@ -139,10 +146,13 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	http.Register(f, HTTPAddrDefault)
 	var p pruneFlags
 	p.register(f, true)
-	order := f.String("quarantine-order", relay.QuarantineOrderDefault,
+	order := f.String("quarantine-order", string(relay.QuarantineOrderDefault),
 		"skip: publish an aggregate's later events while one is quarantined (a requeue publishes it after them); "+
 			"keep: quarantine them behind it until it is requeued or discarded, sending each aggregate's events one at a time")
-	unsafeConfirm := f.FlagSet.Bool("unsafe-confirm-on-send", false, "NEGATIVE CONTROL ONLY: confirm WAL before Kafka acknowledges, which loses events on a crash")
+	var control func(*relay.Config, *slog.Logger)
+	if negativeControls != nil {
+		control = negativeControls(f.FlagSet)
+	}
 	logger, cfg, err := e.parse(ctx, f, args, stderr)
 	if err != nil {
 		return err
@@ -151,10 +161,9 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	reg := cli.NewRegistry()
 	cfg.Registerer = reg
 	cfg.Prune = p.config()
-	cfg.QuarantineOrder = *order
-	if *unsafeConfirm {
-		relay.UnsafeConfirmOnSend(cfg)
-		logger.Warn("NEGATIVE CONTROL: --unsafe-confirm-on-send confirms WAL before Kafka acknowledges; events will be lost on a crash")
+	cfg.QuarantineOrder = relay.QuarantineOrder(*order)
+	if control != nil {
+		control(cfg, logger)
 	}
 	r, err := relay.New(cfg)
 	if err != nil {
@@ -169,7 +178,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	logger.Info("relay starting",
 		slog.String("database", e.DB.Redacted()), slog.String("kafka", e.kafka.String()),
 		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate),
-		slog.String("quarantine_order", cfg.QuarantineOrder))
+		slog.String("quarantine_order", string(cfg.QuarantineOrder)))
 	if err := r.Run(ctx); err != nil {
 		return err
 	}

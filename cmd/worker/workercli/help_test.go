@@ -32,6 +32,9 @@ func TestVerbHelpListsItsOwnFlags(t *testing.T) {
 		{Args: []string{"dlq", "redrive", "-h"}, Want: []string{"-topic", "-id", "-all"}},
 		{Args: []string{"dlq", "parked", "list", "-h"}, Want: []string{"-consumer", "-limit"}, Never: []string{"-all", "-kafka-brokers"}},
 		{Args: []string{"dlq", "parked", "redrive", "-h"}, Want: []string{"-consumer", "-all", "-kafka-brokers"}},
+		// schema, and migrate, its first name kept as an alias.
+		{Args: []string{"schema", "-h"}, Want: []string{"-inbox-partitioning", "-yes"}, Never: []string{"-consumer"}},
+		{Args: []string{"migrate", "-h"}, Want: []string{"-inbox-partitioning", "-yes"}, Never: []string{"-consumer"}},
 	})
 }
 

@@ -77,7 +77,7 @@ func runPrune(ctx context.Context, name string, args []string, stdout, stderr io
 			fmt.Fprintln(stdout, "the default partition holds rows, which retention never drops")
 		}
 	} else {
-		fmt.Fprintf(stdout, "deleted %d inbox rows in %d batches\n", res.InboxDeleted, res.Batches)
+		fmt.Fprintf(stdout, "deleted %d inbox rows in %d batches\n", res.Deleted, res.Batches)
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package workercli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -67,6 +68,12 @@ func checkDeadLetterSuffix(s string) error {
 	return nil
 }
 
+// negativeControls registers the fault suite's negative-control flags on
+// `run` and returns what applies them to the parsed configuration. It is
+// nil except in binaries built with the ferryfault tag (run_ferryfault.go):
+// a release worker has no flag that loses data.
+var negativeControls func(*flag.FlagSet) func(*inbox.Config, *slog.Logger)
+
 func runWorker(ctx context.Context, name string, args []string, stderr io.Writer, register Register) error {
 	f := cli.NewFlags(name+" run", stderr)
 	var base cli.Base
@@ -103,8 +110,10 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	sessionTimeout := f.PositiveDuration("kafka-session-timeout", SessionTimeoutDefault, "how long the group waits for a member that stopped heartbeating (a crashed worker) before giving its partitions to others; the broker allows 6s to 5m by default")
 	var p pruneFlags
 	p.register(f, true)
-	unsafeCommit := f.FlagSet.Bool("unsafe-commit-before-db", false, "NEGATIVE CONTROL ONLY: commit Kafka offsets before the database transaction, which loses effects on a crash")
-	unsafeNoQuarantine := f.FlagSet.Bool("unsafe-no-migration-quarantine", false, "NEGATIVE CONTROL ONLY: never quarantine a live migration's events whose authoritative copy was lost, which leaves them unapplied and unaccounted")
+	var control func(*inbox.Config, *slog.Logger)
+	if negativeControls != nil {
+		control = negativeControls(f.FlagSet)
+	}
 	logger, err := base.Parse(f, args, stderr)
 	if err != nil {
 		return err
@@ -165,13 +174,8 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		Logger:                   logger,
 		Registerer:               reg,
 	}
-	if *unsafeCommit {
-		inbox.UnsafeCommitOffsetsBeforeDB(cfg)
-		logger.Warn("NEGATIVE CONTROL: --unsafe-commit-before-db commits offsets before the database; effects will be lost on a crash")
-	}
-	if *unsafeNoQuarantine {
-		inbox.UnsafeNoMigrationQuarantine(cfg)
-		logger.Warn("NEGATIVE CONTROL: --unsafe-no-migration-quarantine leaves a migration's lost events unaccounted")
+	if control != nil {
+		control(cfg, logger)
 	}
 	stopTracing, err := cli.StartTracing(ctx, name, logger)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package workercli is the worker's command line: `run`, `status`,
-// `prune`, `dlq list|redrive`, `migrate`, `migration quarantine` and
-// `scaffold`. Ferry's own
+// `prune`, `dlq list|redrive`, `schema` (alias `migrate`), `migration
+// quarantine` and `scaffold`. Ferry's own
 // `worker` binary runs it with no handlers, for the operations that need
 // none; an application's worker binary runs it with its App, which adds
 // `run` (hosting the application's handlers) and the application's own
@@ -11,7 +11,7 @@
 //		code := workercli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, &workercli.App{
 //			Name:       "billing-worker",
 //			Register:   billing.Register,
-//			Migrations: []migrate.Set{billing.Migrations},
+//			Migrations: []schema.Set{billing.Migrations},
 //		})
 //		stop()
 //		os.Exit(code)
@@ -31,7 +31,7 @@ import (
 
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/cli"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 // Register adds handlers (and middleware) to the worker that `run` hosts.
@@ -50,8 +50,8 @@ type App struct {
 	Register Register
 
 	// Migrations are the application's own migration sets, applied by
-	// `migrate up` after Ferry's, in order. Defaults to none.
-	Migrations []migrate.Set
+	// `schema up` after Ferry's, in order. Defaults to none.
+	Migrations []schema.Set
 }
 
 const usageText = `%[1]s applies Ferry's Kafka messages exactly once through the inbox.
@@ -61,9 +61,10 @@ Usage:
   %[1]s prune                     delete inbox rows older than the dedupe window
   %[1]s dlq list --topic T        show dead letters: what, why, when, from where
   %[1]s dlq redrive --topic T     republish dead letters with their original id
-  %[1]s migrate [up|down|status]  apply Ferry's schema migrations%[3]s
+  %[1]s schema [up|down|status]   apply Ferry's schema migrations%[3]s
                                   (--inbox-partitioning daily: an empty inbox
-                                  partitioned by day); down rolls back one, with --yes
+                                  partitioned by day); down rolls back one, with --yes;
+                                  "%[1]s migrate" is the same command
   %[1]s migration quarantine list|replay
                                   events of a live broker migration never applied
                                   (their authoritative copy lost): list, replay once
@@ -90,6 +91,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 		ownMigrations = ", then the application's"
 	}
 	usage := fmt.Sprintf(usageText, name, runLine, ownMigrations)
+	schemaCmd := func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return runMigrate(ctx, name, args, stdout, stderr, app.Migrations)
+	}
 	return cli.Dispatch(ctx, name, usage, map[string]cli.Command{
 		"run": func(ctx context.Context, args []string, _, stderr io.Writer) error {
 			if app.Register == nil {
@@ -108,9 +112,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 		"dlq": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runDLQ(ctx, name, args, stdout, stderr)
 		},
-		"migrate": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			return runMigrate(ctx, name, args, stdout, stderr, app.Migrations)
-		},
+		"schema": schemaCmd,
+		// The schema command's first name, kept.
+		"migrate": schemaCmd,
 		"migration": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runMigration(ctx, name, args, stdout, stderr)
 		},
@@ -120,11 +124,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 	}, args, stdout, stderr)
 }
 
-func runMigrate(ctx context.Context, name string, args []string, stdout, stderr io.Writer, own []migrate.Set) error {
-	f := cli.NewFlags(name+" migrate", stderr)
+func runMigrate(ctx context.Context, name string, args []string, stdout, stderr io.Writer, own []schema.Set) error {
+	f := cli.NewFlags(name+" schema", stderr)
 	var m cli.MigrateFlags
 	m.Register(f)
-	m.RegisterPartitioning(f, "inbox", migrate.PartitionInbox)
+	m.RegisterPartitioning(f, "inbox", schema.PartitionInbox)
 	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err

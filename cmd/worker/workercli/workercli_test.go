@@ -19,7 +19,7 @@ import (
 	"github.com/ferryhq/ferry/cmd/worker/workercli"
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/ferrytest"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 func run(ctx context.Context, app *workercli.App, args ...string) (code int, stdout, stderr string) {
@@ -102,10 +102,10 @@ func TestMigrateAndPrune(t *testing.T) {
 	db := ferrytest.NewDB(t)
 	// An application's binary migrates Ferry's tables, then its own; down
 	// rolls back its own first.
-	app := &workercli.App{Migrations: []migrate.Set{{VersionTable: "app_schema_version", FS: fstest.MapFS{
+	app := &workercli.App{Migrations: []schema.Set{{VersionTable: "app_schema_version", FS: fstest.MapFS{
 		"00001_extra.sql": {Data: []byte("-- +goose Up\nCREATE TABLE extra (id int);\n-- +goose Down\nDROP TABLE extra;\n")},
 	}}}}
-	code, stdout, stderr := run(ctx, app, "migrate", "--database-url", db.URL, "--log-level", "warn")
+	code, stdout, stderr := run(ctx, app, "schema", "--database-url", db.URL, "--log-level", "warn")
 	if code != 0 || !strings.Contains(stdout, "(table ferry_schema_version)") ||
 		!strings.Contains(stdout, "schema version 1 of 1 (table app_schema_version)") {
 		t.Fatalf("migrate: exit %d\n%s\n%s", code, stdout, stderr)
@@ -362,7 +362,7 @@ func TestStatusWithoutTheInboxSaysSo(t *testing.T) {
 	db := ferrytest.NewDB(t) // no migrations
 	code, stdout, stderr := run(ctx, nil, "status", "--database-url", db.URL, "--kafka-brokers", strings.Join(ferrytest.Brokers(t), ","),
 		"--consumers", ferrytest.Name(t, "never-ran"))
-	if code != 1 || !strings.Contains(stderr, "inbox table does not exist") || !strings.Contains(stderr, "worker migrate") {
+	if code != 1 || !strings.Contains(stderr, "inbox table does not exist") || !strings.Contains(stderr, "worker schema") {
 		t.Fatalf("status on a database without migrations: exit %d\n%s%s\nwant 1 saying the inbox table does not exist", code, stdout, stderr)
 	}
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ferryhq/ferry/cmd/worker/workercli"
 	"github.com/ferryhq/ferry/examples/reserva"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 func main() {
@@ -24,7 +24,7 @@ func main() {
 	code := workercli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, &workercli.App{
 		Name:       "reserva-worker",
 		Register:   reserva.Register,
-		Migrations: []migrate.Set{reserva.Migrations},
+		Migrations: []schema.Set{reserva.Migrations},
 	})
 	stop()
 	os.Exit(code)

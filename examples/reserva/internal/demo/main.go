@@ -16,8 +16,8 @@ import (
 
 	"github.com/ferryhq/ferry/examples/reserva"
 	"github.com/ferryhq/ferry/internal/cli"
-	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/relay"
+	"github.com/ferryhq/ferry/schema"
 )
 
 const usage = `reserva is the order + stock-reservation example built on Ferry.
@@ -47,10 +47,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	if err := migrate.Up(ctx, db); err != nil {
+	if err := schema.Up(ctx, db); err != nil {
 		return err
 	}
-	m, err := migrate.New(db, reserva.Migrations, logger)
+	m, err := schema.New(db, reserva.Migrations, logger)
 	if err != nil {
 		return err
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/ferryhq/ferry/examples/reserva"
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/procs"
-	"github.com/ferryhq/ferry/migrate"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/relay"
+	"github.com/ferryhq/ferry/schema"
 )
 
 // migrationDatabase is the migration demo's own database, recreated at
@@ -234,10 +234,10 @@ func (m *migrationDemo) prepare(ctx context.Context) error {
 	}
 	db := stdlib.OpenDBFromPool(m.pool)
 	defer db.Close()
-	if err := migrate.Up(ctx, db); err != nil {
+	if err := schema.Up(ctx, db); err != nil {
 		return err
 	}
-	rm, err := migrate.New(db, reserva.Migrations, nil)
+	rm, err := schema.New(db, reserva.Migrations, nil)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/examples/reserva"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -139,8 +140,8 @@ func (m *migrationDemo) progress(ctx context.Context) {
 	relay := scrapeAll([]string{m.o.relayAddr}, "ferry_relay_migration_copies_total")
 	held := scrapeAll(m.o.workerAddrs[:], "ferry_worker_migration_held_total").sum()
 	copies := func(side migration.Side) string {
-		return fmt.Sprintf("%.0f+%.0f", relay.sum("side", string(side), "role", string(migration.Authoritative)),
-			relay.sum("side", string(side), "role", string(migration.Shadow)))
+		return fmt.Sprintf("%.0f+%.0f", relay.sum("side", string(side), "role", string(route.Authoritative)),
+			relay.sum("side", string(side), "role", string(route.Shadow)))
 	}
 	m.say("   %s %-15s placed %d · undecided %d · relay copies (authoritative+shadow) A %s, B %s · held for fences (total) %.0f",
 		m.elapsed(), m.phase, m.placed.Load(), undecided, copies(migration.OldSide), copies(migration.NewSide), held)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferryhq/ferry/examples/reserva"
 	"github.com/ferryhq/ferry/inbox"
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -321,7 +322,7 @@ func (m *migrationDemo) routes() routes {
 
 var (
 	sides = []migration.Side{migration.OldSide, migration.NewSide}
-	roles = []migration.Role{migration.Authoritative, migration.Shadow}
+	roles = []route.Role{route.Authoritative, route.Shadow}
 )
 
 // short names the routes on which the consumers received fewer copies

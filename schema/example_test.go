@@ -1,4 +1,4 @@
-package migrate_test
+package schema_test
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
-// Apply Ferry's migrations at start-up (what `relay migrate` does): Up
+// Apply Ferry's migrations at start-up (what `relay schema` does): Up
 // applies the pending ones, and does nothing when there are none.
 func ExampleUp() {
 	ctx := context.Background()
@@ -23,11 +23,11 @@ func ExampleUp() {
 	}
 	defer db.Close()
 
-	if err := migrate.Up(ctx, db); err != nil {
+	if err := schema.Up(ctx, db); err != nil {
 		log.Fatal(err)
 	}
 
-	m, err := migrate.New(db, migrate.Ferry, nil)
+	m, err := schema.New(db, schema.Ferry, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,14 +63,14 @@ func ExampleMigrator() {
 	}
 	defer db.Close()
 
-	app := migrate.Set{
+	app := schema.Set{
 		VersionTable: "app_schema_version",
 		FS: fstest.MapFS{
 			"00001_orders.sql":       {Data: []byte("-- +goose Up\nCREATE TABLE orders (id text PRIMARY KEY);\n-- +goose Down\nDROP TABLE orders;\n")},
 			"00002_orders_total.sql": {Data: []byte("-- +goose Up\nALTER TABLE orders ADD total_cents bigint;\n-- +goose Down\nALTER TABLE orders DROP total_cents;\n")},
 		},
 	}
-	m, err := migrate.New(db, app, nil)
+	m, err := schema.New(db, app, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package migrate_test
+package schema_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 type bundle struct {
@@ -36,7 +36,7 @@ var ferryTables = []string{"outbox", "inbox", "outbox_quarantine", "ferry_relay_
 func TestUpDownUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	m, err := migrate.New(b.db, migrate.Ferry, nil)
+	m, err := schema.New(b.db, schema.Ferry, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +82,11 @@ func TestUpDownUp(t *testing.T) {
 func TestVersionTableHasFerrysName(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if err := migrate.Up(b.ctx, b.db); err != nil {
+	if err := schema.Up(b.ctx, b.db); err != nil {
 		t.Fatal(err)
 	}
-	if !tableExists(t, b, migrate.FerryVersionTable) {
-		t.Fatalf("version table %s missing", migrate.FerryVersionTable)
+	if !tableExists(t, b, schema.FerryVersionTable) {
+		t.Fatalf("version table %s missing", schema.FerryVersionTable)
 	}
 	if tableExists(t, b, "goose_db_version") {
 		t.Fatal("Ferry's migrations wrote goose's default table goose_db_version")
@@ -97,23 +97,23 @@ func TestVersionTableHasFerrysName(t *testing.T) {
 func TestSetsCoexist(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	app := migrate.Set{
+	app := schema.Set{
 		VersionTable: "goose_db_version",
 		FS: fstest.MapFS{
 			"00001_orders.sql": {Data: []byte("-- +goose Up\nCREATE TABLE orders (id int PRIMARY KEY);\n-- +goose Down\nDROP TABLE orders;\n")},
 		},
 	}
-	am, err := migrate.New(b.db, app, nil)
+	am, err := schema.New(b.db, app, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := am.Up(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate.Up(b.ctx, b.db); err != nil {
+	if err := schema.Up(b.ctx, b.db); err != nil {
 		t.Fatal(err)
 	}
-	for _, tbl := range append([]string{"orders", "goose_db_version", migrate.FerryVersionTable}, ferryTables...) {
+	for _, tbl := range append([]string{"orders", "goose_db_version", schema.FerryVersionTable}, ferryTables...) {
 		if !tableExists(t, b, tbl) {
 			t.Fatalf("table %s missing", tbl)
 		}
@@ -134,10 +134,10 @@ func TestNewRejectsIncompleteSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := migrate.New(db, migrate.Set{FS: migrate.Ferry.FS}, nil); err == nil {
+	if _, err := schema.New(db, schema.Set{FS: schema.Ferry.FS}, nil); err == nil {
 		t.Fatal("New accepted a set without VersionTable")
 	}
-	if _, err := migrate.New(nil, migrate.Ferry, nil); err == nil {
+	if _, err := schema.New(nil, schema.Ferry, nil); err == nil {
 		t.Fatal("New accepted a nil db")
 	}
 }
@@ -149,7 +149,7 @@ func TestNewRejectsIncompleteSet(t *testing.T) {
 func TestRelaySlotStepsKeepTheRecordedStep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	m, err := migrate.New(b.db, migrate.Ferry, nil)
+	m, err := schema.New(b.db, schema.Ferry, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

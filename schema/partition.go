@@ -1,4 +1,4 @@
-package migrate
+package schema
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package migrate_test
+package schema_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
-	"github.com/ferryhq/ferry/migrate"
+	"github.com/ferryhq/ferry/schema"
 )
 
 // A table holding a row is not converted: the error says why, and the
@@ -18,10 +18,10 @@ func TestPartitionRefusesANonEmptyTable(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		table, insert string
-		partition     func(context.Context, *sql.DB, migrate.Partitioning) error
+		partition     func(context.Context, *sql.DB, schema.Partitioning) error
 	}{
-		{"outbox", `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'order', '1', 'Placed', '')`, migrate.PartitionOutbox},
-		{"inbox", `INSERT INTO inbox (consumer, message_id) VALUES ('c', 'm')`, migrate.PartitionInbox},
+		{"outbox", `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'order', '1', 'Placed', '')`, schema.PartitionOutbox},
+		{"inbox", `INSERT INTO inbox (consumer, message_id) VALUES ('c', 'm')`, schema.PartitionInbox},
 	} {
 		t.Run(tc.table, func(t *testing.T) {
 			t.Parallel()
@@ -30,8 +30,8 @@ func TestPartitionRefusesANonEmptyTable(t *testing.T) {
 			if _, err := d.Pool.Exec(ctx, tc.insert); err != nil {
 				t.Fatal(err)
 			}
-			err := tc.partition(ctx, d.SQL(t), migrate.PartitionDaily)
-			if !errors.Is(err, migrate.ErrNotEmpty) || !strings.Contains(err.Error(), tc.table+" holds rows") {
+			err := tc.partition(ctx, d.SQL(t), schema.PartitionDaily)
+			if !errors.Is(err, schema.ErrNotEmpty) || !strings.Contains(err.Error(), tc.table+" holds rows") {
 				t.Fatalf("partitioning an %s with a row: %v, want ErrNotEmpty saying it holds rows", tc.table, err)
 			}
 			var kind string
@@ -71,7 +71,7 @@ func TestPartitionOutboxKeepsTheTable(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = d.Pool.Exec(ctx, `DROP OWNED BY `+role+`; DROP ROLE `+role) })
 	for range 2 {
-		if err := migrate.PartitionOutbox(ctx, d.SQL(t), migrate.PartitionDaily); err != nil {
+		if err := schema.PartitionOutbox(ctx, d.SQL(t), schema.PartitionDaily); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package migration
+package route
 
 import (
 	"errors"
@@ -234,6 +234,10 @@ func ParseFence(v string) (Fence, error) {
 	return f, err
 }
 
+// PlanName is a legal plan name: the migration's Plan.Name and the plan
+// field of a stamp or a fence.
+var PlanName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
 // topicName is a legal Kafka topic name.
 var topicName = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 
@@ -257,7 +261,7 @@ func parseFields(what, v string, want []string, set func(k, val string) error) e
 }
 
 func parsePlanName(val string) (string, error) {
-	if !planName.MatchString(val) {
+	if !PlanName.MatchString(val) {
 		return "", fmt.Errorf("%q is not a plan name", val)
 	}
 	return val, nil

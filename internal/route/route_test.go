@@ -1,4 +1,4 @@
-package migration_test
+package route_test
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -14,31 +15,31 @@ import (
 // aggregate moves at once.
 func TestRouteFollowsThePhaseAndTheSlice(t *testing.T) {
 	t.Parallel()
-	old, nw := migration.OldSide, migration.NewSide
-	auth, shadow := migration.Authoritative, migration.Shadow
+	old, nw := route.OldSide, route.NewSide
+	auth, shadow := route.Authoritative, route.Shadow
 	var moved, stays []byte // an aggregate in slice < 6, one in a slice >= 6
 	for i := 0; moved == nil || stays == nil; i++ {
 		id := []byte("agg-" + strings.Repeat("i", i))
-		if migration.Slice(id) < 6 {
+		if route.Slice(id) < 6 {
 			moved = id
 		} else {
 			stays = id
 		}
 	}
 	for _, tc := range []struct {
-		step migration.Step
+		step route.Step
 		id   []byte
-		want []migration.Copy
+		want []route.Copy
 	}{
-		{migration.Step{Phase: migration.OldOnly}, moved, []migration.Copy{{Side: old, Role: auth}}},
-		{migration.Step{Phase: migration.DualWrite}, moved, []migration.Copy{{Side: old, Role: auth}, {Side: nw, Role: shadow}}},
-		{migration.Step{Phase: migration.Cutover, Slices: 6}, moved, []migration.Copy{{Side: nw, Role: auth}, {Side: old, Role: shadow}}},
-		{migration.Step{Phase: migration.Cutover, Slices: 6}, stays, []migration.Copy{{Side: old, Role: auth}, {Side: nw, Role: shadow}}},
-		{migration.Step{Phase: migration.Cutover, Slices: migration.Slices}, stays, []migration.Copy{{Side: nw, Role: auth}, {Side: old, Role: shadow}}},
-		{migration.Step{Phase: migration.OldRetired, Slices: migration.Slices}, stays, []migration.Copy{{Side: nw, Role: auth}}},
+		{route.Step{Phase: route.OldOnly}, moved, []route.Copy{{Side: old, Role: auth}}},
+		{route.Step{Phase: route.DualWrite}, moved, []route.Copy{{Side: old, Role: auth}, {Side: nw, Role: shadow}}},
+		{route.Step{Phase: route.Cutover, Slices: 6}, moved, []route.Copy{{Side: nw, Role: auth}, {Side: old, Role: shadow}}},
+		{route.Step{Phase: route.Cutover, Slices: 6}, stays, []route.Copy{{Side: old, Role: auth}, {Side: nw, Role: shadow}}},
+		{route.Step{Phase: route.Cutover, Slices: route.Slices}, stays, []route.Copy{{Side: nw, Role: auth}, {Side: old, Role: shadow}}},
+		{route.Step{Phase: route.OldRetired, Slices: route.Slices}, stays, []route.Copy{{Side: nw, Role: auth}}},
 	} {
 		if got := tc.step.Route(tc.id); !slices.Equal(got, tc.want) {
-			t.Errorf("%s %d, slice %d: %v, want %v", tc.step.Phase, tc.step.Slices, migration.Slice(tc.id), got, tc.want)
+			t.Errorf("%s %d, slice %d: %v, want %v", tc.step.Phase, tc.step.Slices, route.Slice(tc.id), got, tc.want)
 		}
 	}
 }
@@ -47,11 +48,11 @@ func TestRouteFollowsThePhaseAndTheSlice(t *testing.T) {
 // field at fault.
 func TestStampRoundTripAndStrictParse(t *testing.T) {
 	t.Parallel()
-	for _, st := range []migration.Stamp{
-		{Plan: "move-1", Epoch: 3, Slice: 127, Side: migration.NewSide, Role: migration.Shadow},
-		{Plan: "move-1", Epoch: 5, Slice: 2, Side: migration.NewSide, Role: migration.Authoritative, Since: 4, Peer: "outbox.event.order"},
+	for _, st := range []route.Stamp{
+		{Plan: "move-1", Epoch: 3, Slice: 127, Side: route.NewSide, Role: route.Shadow},
+		{Plan: "move-1", Epoch: 5, Slice: 2, Side: route.NewSide, Role: route.Authoritative, Since: 4, Peer: "outbox.event.order"},
 	} {
-		got, err := migration.ParseStamp(st.String())
+		got, err := route.ParseStamp(st.String())
 		if err != nil || got != st {
 			t.Fatalf("ParseStamp(%q) = %+v, %v", st.String(), got, err)
 		}
@@ -70,7 +71,7 @@ func TestStampRoundTripAndStrictParse(t *testing.T) {
 		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=":    "since and peer go together",
 		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=a b": "peer",
 	} {
-		_, err := migration.ParseStamp(bad)
+		_, err := route.ParseStamp(bad)
 		if err == nil {
 			t.Errorf("ParseStamp(%q) accepted", bad)
 			continue
@@ -84,14 +85,14 @@ func TestStampRoundTripAndStrictParse(t *testing.T) {
 // A fence reads back as written; a malformed one is refused.
 func TestFenceRoundTripAndStrictParse(t *testing.T) {
 	t.Parallel()
-	f := migration.Fence{Plan: "move-1", Epoch: 4, Side: migration.OldSide, Partitions: 6, Peer: "orders.v2"}
-	if got, err := migration.ParseFence(f.String()); err != nil || got != f {
+	f := route.Fence{Plan: "move-1", Epoch: 4, Side: route.OldSide, Partitions: 6, Peer: "orders.v2"}
+	if got, err := route.ParseFence(f.String()); err != nil || got != f {
 		t.Fatalf("ParseFence(%q) = %+v, %v", f.String(), got, err)
 	}
 	for _, bad := range []string{"", "plan=move-1;epoch=4;side=old;partitions=0;peer=t", "plan=move-1;epoch=4;side=old;partitions=6",
 		"plan=move-1;epoch=x;side=old;partitions=6;peer=t", "plan=move-1;epoch=4;side=both;partitions=6;peer=t",
 		"plan=move-1;epoch=4;side=old;partitions=6;peer="} {
-		if _, err := migration.ParseFence(bad); err == nil {
+		if _, err := route.ParseFence(bad); err == nil {
 			t.Errorf("ParseFence(%q) accepted", bad)
 		}
 	}
@@ -102,14 +103,14 @@ func TestFenceRoundTripAndStrictParse(t *testing.T) {
 // that never moved has always been on the old side (0).
 func TestHistorySinceFollowsEveryMoveOfASlice(t *testing.T) {
 	t.Parallel()
-	h := migration.History{
-		{Epoch: 0, Phase: migration.OldOnly},
-		{Epoch: 1, Phase: migration.DualWrite},
-		{Epoch: 2, Phase: migration.Cutover, Slices: 6},
-		{Epoch: 3, Phase: migration.DualWrite},
-		{Epoch: 4, Phase: migration.Cutover, Slices: 6},
-		{Epoch: 5, Phase: migration.Cutover, Slices: migration.Slices},
-		{Epoch: 6, Phase: migration.OldRetired},
+	h := route.History{
+		{Epoch: 0, Phase: route.OldOnly},
+		{Epoch: 1, Phase: route.DualWrite},
+		{Epoch: 2, Phase: route.Cutover, Slices: 6},
+		{Epoch: 3, Phase: route.DualWrite},
+		{Epoch: 4, Phase: route.Cutover, Slices: 6},
+		{Epoch: 5, Phase: route.Cutover, Slices: route.Slices},
+		{Epoch: 6, Phase: route.OldRetired},
 	}
 	for _, tc := range []struct{ through, slice, want int }{
 		{1, 3, 0},   // dual write: old all along
@@ -125,7 +126,7 @@ func TestHistorySinceFollowsEveryMoveOfASlice(t *testing.T) {
 			t.Errorf("through epoch %d, slice %d: since %d, want %d", tc.through, tc.slice, got, tc.want)
 		}
 	}
-	if got := (migration.History{}).Since(1); got != 0 {
+	if got := (route.History{}).Since(1); got != 0 {
 		t.Errorf("empty history: since %d", got)
 	}
 }
@@ -137,26 +138,26 @@ func TestHistorySinceFollowsEveryMoveOfASlice(t *testing.T) {
 // after the plan's creation.
 func TestOnlyOldRetiredCopiesAreAlone(t *testing.T) {
 	t.Parallel()
-	h := migration.History{
-		{Epoch: 0, Phase: migration.OldOnly},
-		{Epoch: 1, Phase: migration.DualWrite},
-		{Epoch: 2, Phase: migration.Cutover, Slices: 6},
-		{Epoch: 3, Phase: migration.DualWrite},
-		{Epoch: 4, Phase: migration.Cutover, Slices: 64},
-		{Epoch: 5, Phase: migration.Cutover, Slices: migration.Slices},
-		{Epoch: 6, Phase: migration.OldRetired},
+	h := route.History{
+		{Epoch: 0, Phase: route.OldOnly},
+		{Epoch: 1, Phase: route.DualWrite},
+		{Epoch: 2, Phase: route.Cutover, Slices: 6},
+		{Epoch: 3, Phase: route.DualWrite},
+		{Epoch: 4, Phase: route.Cutover, Slices: 64},
+		{Epoch: 5, Phase: route.Cutover, Slices: route.Slices},
+		{Epoch: 6, Phase: route.OldRetired},
 	}
 	for i := 1; i < len(h); i++ {
 		step := h[i]
-		for slice := range migration.Slices {
+		for slice := range route.Slices {
 			agg := aggregateOfSlice(t, slice)
 			copies := step.Route(agg)
 			for _, c := range copies {
-				st := migration.Stamp{Plan: "p", Epoch: step.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
-				if c.Role == migration.Authoritative && step.Phase != migration.OldRetired {
+				st := route.Stamp{Plan: "p", Epoch: step.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
+				if c.Role == route.Authoritative && step.Phase != route.OldRetired {
 					st.Since = h[:i+1].Since(slice)
 				}
-				if want := step.Phase == migration.OldRetired; st.Alone() != want || (want && len(copies) != 1) {
+				if want := step.Phase == route.OldRetired; st.Alone() != want || (want && len(copies) != 1) {
 					t.Fatalf("%s epoch %d, slice %d: copy %+v alone %t of %d copies; want alone only in OLD_RETIRED",
 						step.Phase, step.Epoch, slice, c, st.Alone(), len(copies))
 				}
@@ -169,7 +170,7 @@ func TestOnlyOldRetiredCopiesAreAlone(t *testing.T) {
 func aggregateOfSlice(t *testing.T, slice int) []byte {
 	t.Helper()
 	for i := 0; i < 1_000_000; i++ {
-		if id := []byte(fmt.Sprintf("agg-%d", i)); migration.Slice(id) == slice {
+		if id := []byte(fmt.Sprintf("agg-%d", i)); route.Slice(id) == slice {
 			return id
 		}
 	}
@@ -184,7 +185,7 @@ func FuzzParseStamp(f *testing.F) {
 	f.Add("plan=a;epoch=0;slice=0;side=old;role=shadow;since=0;peer=")
 	f.Add("plan=;epoch=;slice=;side=;role=;since=;peer=")
 	f.Fuzz(func(t *testing.T, v string) {
-		st, err := migration.ParseStamp(v)
+		st, err := route.ParseStamp(v)
 		if err != nil {
 			return
 		}
@@ -192,4 +193,44 @@ func FuzzParseStamp(f *testing.F) {
 			t.Fatalf("ParseStamp(%q) = %+v, which renders as %q", v, st, st.String())
 		}
 	})
+}
+
+// Slice is stable (the same aggregate id, the same slice, in every
+// process and release) and spreads ids over all 128 slices.
+func TestSliceIsStableAndSpreads(t *testing.T) {
+	t.Parallel()
+	if got := route.Slice([]byte("order-42")); got != route.Slice([]byte("order-42")) || got < 0 || got >= route.Slices {
+		t.Fatalf("Slice(order-42) = %d", got)
+	}
+	// Pinned values (FNV-1a 32 modulo 128, computed apart): changing the
+	// hash would move aggregates mid-route.
+	for id, want := range map[string]int{"": 69, "order-42": 116, "stock-7": 77} {
+		if got := route.Slice([]byte(id)); got != want {
+			t.Errorf("Slice(%q) = %d, want %d", id, got, want)
+		}
+	}
+	seen := map[int]bool{}
+	for i := range 10_000 {
+		seen[route.Slice([]byte("agg-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune(i))))] = true
+	}
+	if len(seen) != route.Slices {
+		t.Fatalf("10,000 ids fell in %d slices, want all %d", len(seen), route.Slices)
+	}
+}
+
+// Package migration spells out the phases, the sides and the slice count
+// for its users; they are these, or the relay and the workers would read
+// another plan than the controller wrote.
+func TestMigrationSpellsTheSameValues(t *testing.T) {
+	t.Parallel()
+	for _, p := range [][2]route.Phase{{migration.OldOnly, route.OldOnly}, {migration.DualWrite, route.DualWrite},
+		{migration.Cutover, route.Cutover}, {migration.OldRetired, route.OldRetired}} {
+		if p[0] != p[1] {
+			t.Errorf("migration's phase %q, route's %q", p[0], p[1])
+		}
+	}
+	if migration.OldSide != route.OldSide || migration.NewSide != route.NewSide || migration.Slices != route.Slices {
+		t.Errorf("migration's sides %q, %q and %d slices; route's %q, %q and %d",
+			migration.OldSide, migration.NewSide, migration.Slices, route.OldSide, route.NewSide, route.Slices)
+	}
 }

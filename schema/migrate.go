@@ -1,10 +1,12 @@
-// Package migrate applies goose SQL migrations: Ferry's own tables, and any
-// other embedded set such as an application's, each recorded in a version
-// table of its own so that several sets share one database.
+// Package schema applies Ferry's SQL schema with goose migrations: Ferry's
+// own tables, and any other embedded set such as an application's, each
+// recorded in a version table of its own so that several sets share one
+// database. (A broker migration, moving traffic between Kafka clusters, is
+// package migration's.)
 //
 //	db := stdlib.OpenDBFromPool(pool) // or sql.Open("pgx", url)
-//	if err := migrate.Up(ctx, db); err != nil { ... }
-package migrate
+//	if err := schema.Up(ctx, db); err != nil { ... }
+package schema
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package migrate_test
+package schema_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "%s is not set: run `make test`, or `eval \"$(scripts/stack up)\"` before go test\n", ferrytest.EnvDatabaseURL)
 		os.Exit(1)
 	}
-	name := "migrate_example_" + ferrytest.Suffix()
+	name := "schema_example_" + ferrytest.Suffix()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	url, err := ferrytest.CreateDatabase(ctx, admin, name)
 	cancel()

@@ -1,0 +1,23 @@
+//go:build ferryfault
+
+package workercli_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ferryhq/ferry/cmd/worker/workercli"
+	"github.com/ferryhq/ferry/inbox"
+
+	"github.com/ferryhq/ferry/internal/cli/clitest"
+)
+
+// The fault suite's worker, built with the ferryfault tag, takes the
+// negative controls' flags.
+func TestFaultBuildRunHasTheNegativeControls(t *testing.T) {
+	t.Parallel()
+	app := &workercli.App{Register: func(*inbox.Worker) error { return nil }}
+	clitest.VerbHelpListsItsOwnFlags(t, "worker", func(args ...string) (int, string, string) { return run(context.Background(), app, args...) }, []clitest.Verb{
+		{Args: []string{"run", "-h"}, Want: []string{"-consumers", "-unsafe-commit-before-db", "-unsafe-no-migration-quarantine"}},
+	})
+}
