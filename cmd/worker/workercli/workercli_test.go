@@ -124,7 +124,7 @@ func TestMigrateAndPrune(t *testing.T) {
 		SELECT 'c', 'm' || i, now() - interval '30 days' FROM generate_series(1, 25) i`); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr = run(ctx, nil, "prune", "--database-url", db.URL, "--inbox-retention", "1h")
+	code, _, stderr = run(ctx, nil, "prune", "--database-url", db.URL, "--inbox-retention", "1h")
 	if code != 2 || !strings.Contains(stderr, "take effect twice") {
 		t.Fatalf("prune with a 1h window: exit %d, %q; want a refusal explaining duplicates", code, stderr)
 	}
