@@ -68,6 +68,24 @@ reference: ## regenerate docs/reference/*.md from the relay's and worker's -h
 test: ## start PostgreSQL + Kafka, verify, run every test, tear down
 	scripts/test
 
+# The engines' packages, built of goroutines and atomics: make test-race
+# runs their tests with the race detector, and make test runs them there
+# instead of in its parallel suite (scripts/test reads this list).
+RACE_PACKAGES := ./relay/ ./inbox/ ./outbox/ ./migration/...
+
+.PHONY: test-race
+test-race: ## the relay, inbox, outbox and migration tests with -race, on the stack (scripts/stack up)
+	@if [ -z "$${FERRY_TEST_DATABASE_URL:-}" ]; then \
+		env=$$(scripts/stack env) || { echo "no test stack: run 'eval \"\$$(scripts/stack up)\"' first"; exit 1; }; \
+		eval "$$env"; \
+	fi; \
+	read -r -a flags <<<"$${FERRY_TEST_FLAGS:-}"; \
+	set -x; $(GO) test -race -count=1 -timeout 20m "$${flags[@]}" $(RACE_PACKAGES)
+
+.PHONY: race-packages
+race-packages:
+	@echo $(RACE_PACKAGES)
+
 .PHONY: test-short
 test-short: ## unit tests only, no services
 	$(GO) test -short ./...
