@@ -179,6 +179,14 @@ func TestRunHostsRegisteredHandlers(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("nothing applied: %s", stderr.String())
 	}
+	// The handler ran inside the transaction that records the inbox row:
+	// wait for the commit, or status may read the table before it.
+	for n := 0; n != 1; {
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM inbox WHERE consumer = 'cmd-test'`).Scan(&n); err != nil {
+			t.Fatalf("inbox row of m-1 never committed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// status reads the group from Kafka and the inbox row from PostgreSQL.
 	code, stdout, stderr2 := run(ctx, nil, "status", "--database-url", db.URL, "--kafka-brokers", brokers, "--consumers", "cmd-test")
 	if fields := strings.Fields(lastLine(stdout)); code != 0 || len(fields) < 5 || fields[0] != "cmd-test" || fields[1] != "Stable" || fields[2] != "1" {
