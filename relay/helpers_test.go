@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -141,7 +140,6 @@ func (b *bundle) write(t testing.TB, events ...outbox.Event) []string {
 
 // consumed is everything read from a set of topics, by outbox id.
 type consumed struct {
-	mu      sync.Mutex
 	records []*kgo.Record
 	byID    map[string]int // how often each id arrived
 }

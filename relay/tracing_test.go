@@ -83,7 +83,7 @@ func TestTraceContextReachesKafka(t *testing.T) {
 func attrValue(s tracetest.SpanStub, key string) string {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

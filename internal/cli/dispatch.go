@@ -15,7 +15,8 @@ type Command func(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // by one rule for every Ferry binary: 0 on success or help; 2 for a wrong
 // command line (no or unknown subcommand, or an error wrapping ErrUsage:
 // see Usage); 1 for every other failure. Errors are printed as
-// "prog sub: error".
+// "prog sub: error". Every binary answers `version` (and --version) with
+// its name and Version on stdout.
 func Dispatch(ctx context.Context, prog, usage string, cmds map[string]Command, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -24,6 +25,18 @@ func Dispatch(ctx context.Context, prog, usage string, cmds map[string]Command, 
 	if IsHelp(args[0]) {
 		fmt.Fprint(stdout, usage)
 		return 0
+	}
+	if IsVersion(args[0]) {
+		switch {
+		case len(args) == 1:
+			fmt.Fprintf(stdout, "%s %s\n", prog, Version())
+			return 0
+		case len(args) == 2 && IsHelp(args[1]):
+			fmt.Fprintf(stdout, "Usage: %s version\n\nPrints the version, commit and Go release the binary was built from.\n", prog)
+			return 0
+		}
+		fmt.Fprintf(stderr, "%s %s: takes no arguments, got %q\n", prog, args[0], args[1:])
+		return 2
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {

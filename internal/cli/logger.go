@@ -48,7 +48,7 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		}
 		fallthrough
 	case LogFormatText:
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !terminal})), nil
+		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: !terminal})), nil
 	case LogFormatJSON:
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 	}

@@ -417,8 +417,10 @@ func TestStoppedMidStreamAndRestartedLosesNothing(t *testing.T) {
 	cfg.MaxInFlightRecords = 300
 	// The producer holds its copies for a while before it sends them, and
 	// stopping does not wait for them: the stop abandons copies B never
-	// saw, as a crash would.
-	cfg.NewKafkaOpts = []kgo.Opt{kgo.ProducerLinger(300 * time.Millisecond)}
+	// saw, as a crash would. The linger is the time the stop has to land
+	// before the next batch goes out: 300ms was too short under -race on a
+	// busy machine (make test-race), which then sent everything.
+	cfg.NewKafkaOpts = []kgo.Opt{kgo.ProducerLinger(2 * time.Second)}
 	cfg.ShutdownTimeout = time.Millisecond
 	first := b.start(cfg)
 	b.waitFor("a first part published and more waiting", func() bool {

@@ -145,7 +145,11 @@ func dedupeScenario(t *testing.T, unsafe bool) dedupeRun {
 	b.produce(idRecords("first", dedupeFirst)...)
 	b.waitFor("the first records applied from cluster A", func() bool { return effects() == dedupeFirst })
 	br := b.start(b.cfg)
-	b.waitFor("the first records' copies met on cluster B", func() bool { return copiesOnB() == dedupeFirst })
+	// The worker counts a batch after its transaction commits the copies'
+	// rows: wait for both, or the counters may lag the rows.
+	b.waitFor("the first records' copies met on cluster B", func() bool {
+		return copiesOnB() == dedupeFirst && onB.Stats().Duplicates >= dedupeFirst
+	})
 	if st := onB.Stats(); st.Duplicates < dedupeFirst || st.Processed != 0 {
 		t.Fatalf("the worker on B: %+v, want the %d first copies skipped as duplicates, none applied", st, dedupeFirst)
 	}

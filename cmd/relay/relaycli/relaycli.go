@@ -54,6 +54,8 @@ Usage:
                                    --outbox-partitioning daily: an empty outbox
                                    partitioned by day); down rolls back one, with --yes;
                                    "relay migrate" is the same command
+  relay version                    print the version and the commit it was built from
+  relay --version                  the same
   relay help                       show this text
 
 Settings come from flags or the environment; run "relay <command> -h".

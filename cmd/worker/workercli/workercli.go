@@ -69,6 +69,8 @@ Usage:
                                   events of a live broker migration never applied
                                   (their authoritative copy lost): list, replay once
   %[1]s scaffold NAME --dir PATH  write a new worker (handler, test, migration, main)
+  %[1]s version                   print the version and the commit it was built from
+  %[1]s --version                 the same
   %[1]s help                      show this text
 
 Settings come from flags or the environment; run "%[1]s <command> -h".

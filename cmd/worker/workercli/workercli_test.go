@@ -124,7 +124,7 @@ func TestMigrateAndPrune(t *testing.T) {
 		SELECT 'c', 'm' || i, now() - interval '30 days' FROM generate_series(1, 25) i`); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr = run(ctx, nil, "prune", "--database-url", db.URL, "--inbox-retention", "1h")
+	code, _, stderr = run(ctx, nil, "prune", "--database-url", db.URL, "--inbox-retention", "1h")
 	if code != 2 || !strings.Contains(stderr, "take effect twice") {
 		t.Fatalf("prune with a 1h window: exit %d, %q; want a refusal explaining duplicates", code, stderr)
 	}
@@ -178,6 +178,14 @@ func TestRunHostsRegisteredHandlers(t *testing.T) {
 		t.Fatalf("run exited %d: %s", code, stderr.String())
 	case <-ctx.Done():
 		t.Fatalf("nothing applied: %s", stderr.String())
+	}
+	// The handler ran inside the transaction that records the inbox row:
+	// wait for the commit, or status may read the table before it.
+	for n := 0; n != 1; {
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM inbox WHERE consumer = 'cmd-test'`).Scan(&n); err != nil {
+			t.Fatalf("inbox row of m-1 never committed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// status reads the group from Kafka and the inbox row from PostgreSQL.
 	code, stdout, stderr2 := run(ctx, nil, "status", "--database-url", db.URL, "--kafka-brokers", brokers, "--consumers", "cmd-test")
