@@ -571,10 +571,18 @@ func (s *session) refuse(err error) {
 
 // waitAnswers waits up to d until every copy sent of parts has its
 // answer, and returns how many still have none.
+// The timer says the time is up under s.mu: a deadline read from the
+// clock after the timer started could lie ahead of a wake-up already gone,
+// and the wait would never end.
 func (s *session) waitAnswers(parts map[topicPartition]*commitTracker, d time.Duration) int {
-	timer := time.AfterFunc(d, s.wake)
+	up := false // guarded by s.mu
+	timer := time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		up = true
+		s.answered.Broadcast()
+	})
 	defer timer.Stop()
-	deadline := time.Now().Add(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
@@ -582,7 +590,7 @@ func (s *session) waitAnswers(parts map[topicPartition]*commitTracker, d time.Du
 		for _, t := range parts {
 			n += t.waiting()
 		}
-		if n == 0 || !time.Now().Before(deadline) {
+		if n == 0 || up {
 			return n
 		}
 		s.answered.Wait()
