@@ -535,7 +535,7 @@ func rollback(tx pgx.Tx) {
 	_ = tx.Rollback(ctx) // a no-op after Commit
 }
 
-func permanentReason(err error) string {
+func permanentReason(err error) DeadLetterReason {
 	var pe *PermanentError
 	if errors.As(err, &pe) && pe.Reason != "" {
 		return pe.Reason

@@ -68,11 +68,11 @@ func deadLetterRecord(rec *kgo.Record, topic, consumer, reason string, cause err
 // authoritative copy also gets its ferry_inbox_copy row, as an applied one
 // does: the event is accounted for, and its shadow copy must not send it
 // to the migration quarantine (InboxQuarantineShadows) as if it were lost.
-func (p *partition) deadLetterDelivery(d *delivery, reason string, cause error) bool {
+func (p *partition) deadLetterDelivery(d *delivery, reason DeadLetterReason, cause error) bool {
 	if !p.deadLetter(d.rec, d.m.ID, reason, cause, d.m.Attempt) {
 		return false
 	}
-	d.event(spanEventDeadLetter, attribute.String(attrReason, reason), attribute.String(attrDeadLetterTopic, p.w.cfg.DeadLetterTopic(d.rec.Topic)))
+	d.event(spanEventDeadLetter, attribute.String(attrReason, string(reason)), attribute.String(attrDeadLetterTopic, p.w.cfg.DeadLetterTopic(d.rec.Topic)))
 	if d.copyRow != nil && !p.retryDB("record the dead-lettered copy of a live migration", func(ctx context.Context, tx pgx.Tx) error {
 		return p.w.queries.InboxCopyInsert(ctx, tx, *d.copyRow)
 	}) {
@@ -90,7 +90,7 @@ func (p *partition) deadLetterDelivery(d *delivery, reason string, cause error) 
 // good (larger than the producer or the dead-letter topic accepts) is
 // parked in inbox_parked instead. Either way the message is finished only
 // once a durable copy exists, so never committed without one.
-func (p *partition) deadLetter(rec *kgo.Record, id, reason string, cause error, attempts int) bool {
+func (p *partition) deadLetter(rec *kgo.Record, id string, reason DeadLetterReason, cause error, attempts int) bool {
 	cfg := &p.w.cfg
 	topic := cfg.DeadLetterTopic(rec.Topic)
 	failedAt := time.Now()
@@ -101,14 +101,14 @@ func (p *partition) deadLetter(rec *kgo.Record, id, reason string, cause error, 
 		}
 	}()
 	for n := 1; ; n++ {
-		out := deadLetterRecord(rec, topic, p.g.name, reason, cause, attempts, failedAt)
+		out := deadLetterRecord(rec, topic, p.g.name, string(reason), cause, attempts, failedAt)
 		ctx, cancel := context.WithTimeout(p.stopCtx, 30*time.Second)
 		err := p.g.cl.ProduceSync(ctx, out).FirstErr()
 		cancel()
 		if err == nil {
-			p.metrics.deadLettered(reason)
+			p.metrics.deadLettered(string(reason))
 			p.log.Warn("message dead-lettered", slog.String("id", id), slog.Int64("offset", rec.Offset),
-				slog.String("reason", reason), slog.Int("attempts", attempts), slog.String("dead_letter_topic", topic),
+				slog.String("reason", string(reason)), slog.Int("attempts", attempts), slog.String("dead_letter_topic", topic),
 				slog.String("error", causeText(cause)))
 			return true
 		}
@@ -117,7 +117,7 @@ func (p *partition) deadLetter(rec *kgo.Record, id, reason string, cause error, 
 		}
 		p.metrics.deadLetterError()
 		if refusedForGood(err) {
-			return p.park(rec, id, reason, cause, attempts, fmt.Errorf("dead-letter topic %s: %w", topic, err))
+			return p.park(rec, id, string(reason), cause, attempts, fmt.Errorf("dead-letter topic %s: %w", topic, err))
 		}
 		if !stuck {
 			stuck = true

@@ -9,19 +9,22 @@ import (
 	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
-// Reasons a message goes to the dead-letter topic, in its
+// DeadLetterReason is why a message went to the dead-letter topic, in its
 // HeaderDeadLetterReason header.
+type DeadLetterReason string
+
+// The reasons a message goes to the dead-letter topic.
 const (
 	// ReasonPermanent: the handler returned an error marked with Permanent.
-	ReasonPermanent = "permanent"
+	ReasonPermanent DeadLetterReason = "permanent"
 	// ReasonUndecodable: the handler returned an error marked with
 	// Undecodable, or the id header is not a usable message id.
-	ReasonUndecodable = "undecodable"
+	ReasonUndecodable DeadLetterReason = "undecodable"
 	// ReasonMissingID: the record has no id header, so it cannot be
 	// deduplicated (see Config.IDFromPayloadHash).
-	ReasonMissingID = "missing_id"
+	ReasonMissingID DeadLetterReason = "missing_id"
 	// ReasonRetriesExhausted: the handler failed Config.MaxAttempts times.
-	ReasonRetriesExhausted = "retries_exhausted"
+	ReasonRetriesExhausted DeadLetterReason = "retries_exhausted"
 )
 
 // ErrInboxMissing is returned by Run and Status when the inbox table does
@@ -35,13 +38,13 @@ var ErrRetentionTooShort = errors.New("inbox retention is below the safety minim
 // PermanentError marks a handler error that retrying cannot cure. The
 // message goes to the dead-letter topic at once. Match it with errors.As.
 type PermanentError struct {
-	Reason string // ReasonPermanent or ReasonUndecodable
+	Reason DeadLetterReason // ReasonPermanent or ReasonUndecodable
 	Err    error
 }
 
 func (e *PermanentError) Error() string {
 	if e.Err == nil {
-		return e.Reason
+		return string(e.Reason)
 	}
 	return e.Err.Error()
 }

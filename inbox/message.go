@@ -95,7 +95,7 @@ func (m *Message) Header(key string) (string, bool) {
 
 // decodeFailure says why a record cannot become a Message.
 type decodeFailure struct {
-	reason string
+	reason DeadLetterReason
 	err    error
 }
 

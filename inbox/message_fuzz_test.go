@@ -160,7 +160,7 @@ func FuzzNewMessage(f *testing.F) {
 func FuzzParseDeadLetter(f *testing.F) {
 	valid := func(extra ...string) []byte {
 		return encodeFuzzHeaders(append([]string{"id", "e-1", "trace", "t",
-			HeaderDeadLetterReason, ReasonPermanent, HeaderDeadLetterError, "no such order", HeaderDeadLetterAttempts, "3",
+			HeaderDeadLetterReason, string(ReasonPermanent), HeaderDeadLetterError, "no such order", HeaderDeadLetterAttempts, "3",
 			HeaderDeadLetterOriginalTopic, "orders", HeaderDeadLetterOriginalPartition, "2", HeaderDeadLetterOriginalOffset, "41",
 			HeaderDeadLetterOriginalTimestamp, "2026-05-01T12:00:00.123Z", HeaderDeadLetterConsumer, "reserva",
 			HeaderDeadLetterFailedAt, "2026-05-01T12:00:01Z"}, extra...)...)
@@ -205,7 +205,7 @@ func FuzzParseDeadLetter(f *testing.F) {
 		orig := &kgo.Record{Topic: "orders", Partition: partition, Offset: offset, Key: r.Key, Value: r.Value, Headers: hs,
 			Timestamp: time.Date(2026, 5, 1, 12, 0, 0, 123, time.UTC)}
 		failedAt := time.Date(2026, 5, 1, 12, 0, 1, 0, time.UTC)
-		dl := deadLetterRecord(orig, "orders.dlq", "reserva", ReasonPermanent, errors.New("no such order"), 3, failedAt)
+		dl := deadLetterRecord(orig, "orders.dlq", "reserva", string(ReasonPermanent), errors.New("no such order"), 3, failedAt)
 		d, err = ParseDeadLetter(dl)
 		if err != nil {
 			t.Fatalf("ParseDeadLetter of the worker's own dead letter: %v", err)

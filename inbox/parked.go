@@ -30,8 +30,8 @@ type Parked struct {
 	Headers   []kgo.RecordHeader
 	Timestamp time.Time
 
-	Reason          string // why it was dead-lettered: ReasonXxx
-	Error           string // the handler's or decoder's error
+	Reason          DeadLetterReason // why it was dead-lettered
+	Error           string           // the handler's or decoder's error
 	Attempts        int
 	DeadLetterError string // why Kafka refused the dead letter
 	ParkedAt        time.Time
@@ -41,7 +41,7 @@ func parkedFrom(r *dbsqlc.InboxParked) Parked {
 	p := Parked{
 		Consumer: r.Consumer, Topic: r.Topic, Partition: r.KafkaPartition, Offset: r.KafkaOffset, ID: r.MessageID,
 		Key: r.RecordKey, Value: r.RecordValue, Timestamp: r.RecordTimestamp,
-		Reason: r.Reason, Error: r.Error, Attempts: int(r.Attempts), DeadLetterError: r.DeadLetterError, ParkedAt: r.ParkedAt,
+		Reason: DeadLetterReason(r.Reason), Error: r.Error, Attempts: int(r.Attempts), DeadLetterError: r.DeadLetterError, ParkedAt: r.ParkedAt,
 	}
 	for i, k := range r.HeaderKeys {
 		p.Headers = append(p.Headers, kgo.RecordHeader{Key: k, Value: r.HeaderValues[i]})

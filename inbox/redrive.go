@@ -23,7 +23,7 @@ type DeadLetter struct {
 	Offset    int64
 
 	ID       string // the message id (id header), "" when it had none
-	Reason   string // ReasonXxx
+	Reason   DeadLetterReason
 	Error    string
 	Attempts int
 	Consumer string
@@ -82,7 +82,7 @@ func ParseDeadLetter(r *kgo.Record) (*DeadLetter, error) {
 				d.ID = v
 			}
 		case HeaderDeadLetterReason:
-			d.Reason = v
+			d.Reason = DeadLetterReason(v)
 		case HeaderDeadLetterError:
 			d.Error = v
 		case HeaderDeadLetterAttempts:

@@ -108,7 +108,7 @@ func TestMessageDecoding(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		r      *kgo.Record
-		reason string
+		reason DeadLetterReason
 	}{
 		{rec(), ReasonMissingID},
 		{rec("id", ""), ReasonMissingID},

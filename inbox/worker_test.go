@@ -194,7 +194,7 @@ func TestFailuresGoToTheDeadLetterTopic(t *testing.T) {
 			}
 			dls := b.deadLetters()
 			want := map[string]struct {
-				reason   string
+				reason   DeadLetterReason
 				offset   int64
 				attempts int
 				errText  string

@@ -17,7 +17,7 @@ import (
 
 // ReasonUnknownTopic is the quarantine reason of an event whose topic did
 // not exist for Config.UnknownTopicWait (and the broker did not create it).
-const ReasonUnknownTopic = "unknown_topic"
+const ReasonUnknownTopic QuarantineReason = "unknown_topic"
 
 // errUnknownTopic marks a record quarantined because its topic stayed
 // missing for Config.UnknownTopicWait.

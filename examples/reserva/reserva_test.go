@@ -299,8 +299,8 @@ func TestMalformedOrderIsDeadLettered(t *testing.T) {
 		dls, err = inbox.ListDeadLetters(b.ctx, b.kopts, b.names.OrdersTopic+".dlq", nil)
 		return err == nil && len(dls) == 2
 	})
-	reasons := dls[0].Reason + " " + dls[1].Reason
-	if !strings.Contains(reasons, inbox.ReasonUndecodable) || !strings.Contains(reasons, inbox.ReasonPermanent) {
+	reasons := string(dls[0].Reason + " " + dls[1].Reason)
+	if !strings.Contains(reasons, string(inbox.ReasonUndecodable)) || !strings.Contains(reasons, string(inbox.ReasonPermanent)) {
 		t.Fatalf("dead-letter reasons %q, want %s and %s", reasons, inbox.ReasonUndecodable, inbox.ReasonPermanent)
 	}
 	for _, dl := range dls {

@@ -221,7 +221,7 @@ func (p *pipeline) deadLetters(ctx context.Context, consumer string) (map[uuid.U
 		if err != nil || d.Reason == "" {
 			continue // not accountable: the event stays lost
 		}
-		out[id] = d.Reason
+		out[id] = string(d.Reason)
 	}
 	return out, nil
 }

@@ -123,7 +123,7 @@ func printDeadLetters(w io.Writer, dls []inbox.DeadLetter) {
 	// (see cli.Cell). The error is always quoted, as it often spans lines.
 	for _, d := range dls {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s/%d/%d\t%s/%d/%d\t%s\n",
-			d.FailedAt.UTC().Format(time.RFC3339), cli.Cell(orDash(d.ID), 80), cli.Cell(d.Reason, 40), d.Attempts, cli.Cell(d.Consumer, 60),
+			d.FailedAt.UTC().Format(time.RFC3339), cli.Cell(orDash(d.ID), 80), cli.Cell(string(d.Reason), 40), d.Attempts, cli.Cell(d.Consumer, 60),
 			cli.Cell(d.OriginalTopic, 100), d.OriginalPartition, d.OriginalOffset, cli.Cell(d.Topic, 100), d.Partition, d.Offset,
 			cli.Cell(strconv.Quote(d.Error), 120))
 	}

@@ -100,7 +100,7 @@ func printParked(w io.Writer, ps []inbox.Parked) {
 	for _, p := range ps {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%d/%d\t%d\t%s\t%s\t%s\n",
 			p.ParkedAt.UTC().Format(time.RFC3339), cli.Cell(orDash(p.ID), 80), cli.Cell(p.Consumer, 60),
-			cli.Cell(p.Topic, 100), p.Partition, p.Offset, len(p.Key)+len(p.Value), cli.Cell(p.Reason, 40),
+			cli.Cell(p.Topic, 100), p.Partition, p.Offset, len(p.Key)+len(p.Value), cli.Cell(string(p.Reason), 40),
 			cli.Cell(strconv.Quote(p.Error), 120), cli.Cell(strconv.Quote(p.DeadLetterError), 120))
 	}
 	_ = tw.Flush()

@@ -53,7 +53,7 @@ func TestDeadLetterListEscapesHeaders(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{`id-\x1b]0;pwned\a`, `billing\x1b]0;pwned\a`, `no such order\x1b[31m\r\nFAKE\tLINE`, inbox.ReasonPermanent + `\x1b[2J`} {
+	for _, want := range []string{`id-\x1b]0;pwned\a`, `billing\x1b]0;pwned\a`, `no such order\x1b[31m\r\nFAKE\tLINE`, string(inbox.ReasonPermanent) + `\x1b[2J`} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("the list does not show %s escaped:\n%.2000s", want, stdout)
 		}

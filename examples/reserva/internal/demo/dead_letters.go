@@ -2,6 +2,8 @@ package demo
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -18,8 +20,8 @@ type deadLetterCount struct {
 	records  int
 	// byReason counts messages by the reason of their first dead letter,
 	// so it adds up to messages; example is one error for each reason.
-	byReason map[string]int
-	example  map[string]string
+	byReason map[inbox.DeadLetterReason]int
+	example  map[inbox.DeadLetterReason]string
 	// again counts records beyond a message's first from a consumer that
 	// had dead-lettered it already; byOther those from another consumer.
 	again, byOther int
@@ -28,7 +30,7 @@ type deadLetterCount struct {
 func countDeadLetters(dls []inbox.DeadLetter) deadLetterCount {
 	dls = append([]inbox.DeadLetter(nil), dls...)
 	sort.SliceStable(dls, func(i, j int) bool { return dls[i].FailedAt.Before(dls[j].FailedAt) })
-	c := deadLetterCount{records: len(dls), byReason: map[string]int{}, example: map[string]string{}}
+	c := deadLetterCount{records: len(dls), byReason: map[inbox.DeadLetterReason]int{}, example: map[inbox.DeadLetterReason]string{}}
 	consumers := map[string]map[string]bool{} // message -> consumers that dead-lettered it
 	for _, dl := range dls {
 		key := dl.ID
@@ -55,13 +57,8 @@ func countDeadLetters(dls []inbox.DeadLetter) deadLetterCount {
 }
 
 // reasons returns the reasons in alphabetical order.
-func (c deadLetterCount) reasons() []string {
-	out := make([]string, 0, len(c.byReason))
-	for r := range c.byReason {
-		out = append(out, r)
-	}
-	sort.Strings(out)
-	return out
+func (c deadLetterCount) reasons() []inbox.DeadLetterReason {
+	return slices.Sorted(maps.Keys(c.byReason))
 }
 
 // extra explains, in one short line, why there are more records than

@@ -10,8 +10,8 @@ import (
 func TestCountDeadLettersBreaksMessagesDownByReason(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	dl := func(id, consumer, reason string, s int) inbox.DeadLetter {
-		return inbox.DeadLetter{ID: id, Consumer: consumer, Reason: reason, Error: reason + " " + id, FailedAt: at.Add(time.Duration(s) * time.Second)}
+	dl := func(id, consumer string, reason inbox.DeadLetterReason, s int) inbox.DeadLetter {
+		return inbox.DeadLetter{ID: id, Consumer: consumer, Reason: reason, Error: string(reason) + " " + id, FailedAt: at.Add(time.Duration(s) * time.Second)}
 	}
 	c := countDeadLetters([]inbox.DeadLetter{
 		dl("a", "stock", inbox.ReasonUndecodable, 0),

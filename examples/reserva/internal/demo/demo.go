@@ -561,7 +561,7 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	dl := countDeadLetters(dls)
 	row("dead-lettered messages", strconv.Itoa(dl.messages))
 	for _, r := range dl.reasons() {
-		row("  "+r, fmt.Sprintf("%d, e.g. %q", dl.byReason[r], trim(dl.example[r], 80)))
+		row("  "+string(r), fmt.Sprintf("%d, e.g. %q", dl.byReason[r], trim(dl.example[r], 80)))
 	}
 	records := strconv.Itoa(dl.records)
 	if extra := dl.extra(); extra != "" {
