@@ -415,12 +415,12 @@ func TestStoppedMidStreamAndRestartedLosesNothing(t *testing.T) {
 	})
 	cfg := b.cfg
 	cfg.MaxInFlightRecords = 300
-	// The producer holds its copies for a while before it sends them, and
-	// stopping does not wait for them: the stop abandons copies B never
-	// saw, as a crash would. The linger is the time the stop has to land
-	// before the next batch goes out: 300ms was too short under -race on a
-	// busy machine (make test-race), which then sent everything.
-	cfg.NewKafkaOpts = []kgo.Opt{kgo.ProducerLinger(2 * time.Second)}
+	// The producer sends a batch only once it is full (2 KiB, about ten
+	// copies) and holds a partial one for a minute; stopping does not wait
+	// for them: the stop abandons the copies of the partial batches, which
+	// B never saw, as a crash would. A linger the stop could outlast (300ms
+	// was, under -race on a busy machine) let everything out first.
+	cfg.NewKafkaOpts = []kgo.Opt{kgo.ProducerLinger(time.Minute), kgo.ProducerBatchMaxBytes(2 << 10)}
 	cfg.ShutdownTimeout = time.Millisecond
 	first := b.start(cfg)
 	b.waitFor("a first part published and more waiting", func() bool {
