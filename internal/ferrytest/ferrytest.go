@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"regexp"
@@ -200,6 +201,43 @@ func MainDB(prefix string) (url string, drop func(), err error) {
 		return "", nil, err
 	}
 	return url, drop, nil
+}
+
+// MainEmptyDB is MainDB without Ferry's migrations: for what applies them
+// itself.
+func MainEmptyDB(prefix string) (url string, drop func(), err error) {
+	admin := os.Getenv(EnvDatabaseURL)
+	if admin == "" {
+		return "", nil, fmt.Errorf("%s is not set: run `make test`, or `eval \"$(scripts/stack up)\"` before go test", EnvDatabaseURL)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := prefix + "_" + Suffix()
+	if url, err = CreateDatabase(ctx, admin, name); err != nil {
+		return "", nil, err
+	}
+	return url, func() { _ = DropDatabase(admin, name) }, nil
+}
+
+// ExamplesMain is the TestMain of a package whose examples, which have no
+// testing.T, need a database: newDB (MainDB or MainEmptyDB) makes one
+// named after prefix and its URL goes in DATABASE_URL. With -short the
+// tests matching needsDB are skipped instead, and no database is made.
+func ExamplesMain(m *testing.M, prefix, needsDB string, newDB func(prefix string) (string, func(), error)) {
+	flag.Parse()
+	if testing.Short() {
+		_ = flag.Set("test.skip", needsDB)
+		os.Exit(m.Run())
+	}
+	url, drop, err := newDB(prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("DATABASE_URL", url)
+	code := m.Run()
+	drop()
+	os.Exit(code)
 }
 
 // replaceDatabase swaps the path of a postgres:// URL for name.
