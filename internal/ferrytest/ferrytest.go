@@ -185,17 +185,11 @@ func MigrateURL(ctx context.Context, url string) error {
 // MainDB makes a migrated database for a TestMain, which has no testing.T.
 // It returns the database's URL and a function that drops it.
 func MainDB(prefix string) (url string, drop func(), err error) {
-	admin := os.Getenv(EnvDatabaseURL)
-	if admin == "" {
-		return "", nil, fmt.Errorf("%s is not set: run `make test`, or `eval \"$(scripts/stack up)\"` before go test", EnvDatabaseURL)
+	if url, drop, err = MainEmptyDB(prefix); err != nil {
+		return "", nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := prefix + "_" + Suffix()
-	if url, err = CreateDatabase(ctx, admin, name); err != nil {
-		return "", nil, err
-	}
-	drop = func() { _ = DropDatabase(admin, name) }
 	if err := MigrateURL(ctx, url); err != nil {
 		drop()
 		return "", nil, err
