@@ -112,7 +112,11 @@ func (p *partition) applyDeliveries(ds []*delivery) bool {
 		return true
 	}
 	if p.w.cfg.unsafeCommitBeforeDB {
-		p.commitBeforeApplying(ds[len(ds)-1].rec)
+		if p.rmq != nil {
+			p.ackBeforeApplying(ds)
+		} else {
+			p.commitBeforeApplying(ds[len(ds)-1].rec)
+		}
 	}
 	if len(ds) == 1 {
 		return p.settle(ds[0])
@@ -184,6 +188,9 @@ func (p *partition) settle(d *delivery) bool {
 			}
 			d.failures++
 			d.lastErr = err
+			if p.rmq != nil && cfg.unsafeRequeueRetries {
+				return p.requeue(d)
+			}
 			if d.failures >= cfg.MaxAttempts {
 				return p.deadLetterDelivery(d, ReasonRetriesExhausted, err)
 			}

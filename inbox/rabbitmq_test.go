@@ -1,0 +1,346 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferryhq/ferry/internal/rabbitmq"
+)
+
+// TestRabbitExactlyOnceInOrder: every message reaches the handler once, in
+// per-aggregate order, with several key lanes and batches; an inbox row per
+// message; and after the stop nothing is left in the queues, so every
+// delivery was acknowledged (after its commit: the acks follow the commit
+// point).
+func TestRabbitExactlyOnceInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, nil)
+	want := b.events(40, 25)
+	cfg := b.config()
+	cfg.KeyConcurrency = 4
+	cfg.BatchSize = 8
+	w, _ := New(cfg)
+	w.Handle(b.consumer, b.topic, effectHandler)
+	stop := b.start(w)
+	waitReady(t, w)
+	b.waitEffects(want)
+	time.Sleep(300 * time.Millisecond) // the last acks
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.check(want)
+	if n := b.queued(); n != 0 {
+		t.Errorf("%d messages left in the queues after the stop: not acknowledged", n)
+	}
+	t.Logf("%d messages, stats %+v", want, w.Stats())
+}
+
+// TestRabbitAckOnlyAfterCommit: an ack is sent only for deliveries whose
+// transaction committed: the ack hook sees every tag it acknowledges
+// already committed.
+func TestRabbitAckOnlyAfterCommit(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1 })
+	want := b.events(5, 40)
+	cfg := b.config()
+	cfg.KeyConcurrency = 3
+	cfg.BatchSize = 4
+	var early, acks atomic.Int64
+	w, _ := New(cfg)
+	w.Handle(b.consumer, b.topic, effectHandler)
+	// Each message handed to a handler records its delivery tag; an ack of
+	// tag T must find every message with a tag <= T in the inbox.
+	var tagsMu sync.Mutex
+	tags := map[uint64]string{}
+	w.Use(func(next Handler) Handler {
+		return func(ctx context.Context, tx pgx.Tx, m *Message) error {
+			tagsMu.Lock()
+			tags[uint64(m.Offset)] = m.ID
+			tagsMu.Unlock()
+			return next(ctx, tx, m)
+		}
+	})
+	// One shard, one channel: its tags run 1, 2, 3... with no gap, so an
+	// ack of T covers exactly the tags 1..T, each of which must have been
+	// handled and committed.
+	var last uint64
+	w.cfg.hooks.rabbitAck = func(tag uint64) {
+		acks.Add(1)
+		var ids []string
+		tagsMu.Lock()
+		for tg := last + 1; tg <= tag; tg++ {
+			id, ok := tags[tg]
+			if !ok {
+				early.Add(1) // not even handled yet
+				continue
+			}
+			ids = append(ids, id)
+		}
+		last = tag
+		tagsMu.Unlock()
+		var n int
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM inbox WHERE consumer = $1 AND message_id = ANY($2)`, b.consumer, ids).Scan(&n); err != nil {
+			t.Error(err)
+		}
+		early.Add(int64(len(ids) - n))
+	}
+	stop := b.start(w)
+	b.waitEffects(want)
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.check(want)
+	if early.Load() != 0 {
+		t.Errorf("%d delivery tags acknowledged before their commit", early.Load())
+	}
+	if acks.Load() == 0 {
+		t.Error("no ack seen")
+	}
+	if n := b.queued(); n != 0 {
+		t.Errorf("%d messages left in the queues after the stop", n)
+	}
+}
+
+// TestRabbitClosedBeforeCommitIsRedelivered is the seed's "a consumer
+// closes without ack": the connection dies while the first message is in
+// its handler, before the commit. The broker redelivers it (Redelivered)
+// on a new channel and it takes effect once.
+func TestRabbitClosedBeforeCommitIsRedelivered(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1 })
+	want := b.events(3, 10)
+	cfg := b.config()
+	w, _ := New(cfg)
+	var cut atomic.Bool
+	w.Handle(b.consumer, b.topic, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+		if cut.CompareAndSwap(false, true) {
+			cutConnection(w)
+			return errors.New("the connection went away under the handler")
+		}
+		return effectHandler(ctx, tx, m)
+	})
+	stop := b.start(w)
+	b.waitEffects(want)
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.check(want)
+	st := w.Stats()
+	if st.Redelivered == 0 || st.PartitionsLost == 0 {
+		t.Errorf("stats %+v: want redeliveries and a lost channel", st)
+	}
+	if n := b.queued(); n != 0 {
+		t.Errorf("%d messages left in the queues", n)
+	}
+}
+
+// TestRabbitAckLostAfterCommit is the seed's "the ack is lost after the
+// commit": the connection dies after the commit, before its ack. The
+// redelivery finds the inbox row: one effect, duplicates skipped.
+func TestRabbitAckLostAfterCommit(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1 })
+	want := b.events(3, 10)
+	cfg := b.config()
+	w, _ := New(cfg)
+	var cut atomic.Bool
+	w.cfg.hooks.rabbitAck = func(uint64) {
+		if cut.CompareAndSwap(false, true) {
+			cutConnection(w)
+		}
+	}
+	w.Handle(b.consumer, b.topic, effectHandler)
+	stop := b.start(w)
+	b.waitEffects(want)
+	deadline := time.Now().Add(30 * time.Second)
+	for w.Stats().Duplicates == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.check(want)
+	st := w.Stats()
+	if st.Duplicates == 0 || st.Redelivered == 0 {
+		t.Errorf("stats %+v: want the redelivered messages skipped as duplicates", st)
+	}
+	if n := b.queued(); n != 0 {
+		t.Errorf("%d messages left in the queues", n)
+	}
+	t.Logf("stats %+v", st)
+}
+
+// TestRabbitRetriesKeepOrder: a handler that fails transiently, then
+// succeeds, is retried while its delivery is held: the aggregate's later
+// events wait, no order inversion (a requeue would put it behind them).
+func TestRabbitRetriesKeepOrder(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1 })
+	want := b.events(4, 20)
+	cfg := b.config()
+	cfg.KeyConcurrency = 2
+	w, _ := New(cfg)
+	var mu sync.Mutex
+	failed := map[string]int{}
+	w.Handle(b.consumer, b.topic, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+		if strings.HasSuffix(m.ID, "-3") || strings.HasSuffix(m.ID, "-11") {
+			mu.Lock()
+			failed[m.ID]++
+			n := failed[m.ID]
+			mu.Unlock()
+			if n <= 2 {
+				return fmt.Errorf("transient failure %d", n)
+			}
+		}
+		return effectHandler(ctx, tx, m)
+	})
+	stop := b.start(w)
+	b.waitEffects(want)
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.check(want)
+	if st := w.Stats(); st.Retries == 0 || st.DeadLettered != 0 {
+		t.Errorf("stats %+v: want retries and no dead letter", st)
+	}
+	if n := b.queued(); n != 0 {
+		t.Errorf("%d messages left in the queues", n)
+	}
+}
+
+// TestRabbitPermanentFailureDeadLetters: a permanent failure goes to the
+// topic's .dlq stream with Ferry's reason headers and the shard queue, and
+// the original is acknowledged.
+func TestRabbitPermanentFailureDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, nil)
+	want := b.events(3, 5)
+	cfg := b.config()
+	w, _ := New(cfg)
+	poison := b.consumer + "-k1-3"
+	w.Handle(b.consumer, b.topic, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+		if m.ID == poison {
+			return Permanent(errors.New("no such product"))
+		}
+		return effectHandler(ctx, tx, m)
+	})
+	stop := b.start(w)
+	b.waitEffects(want - 1)
+	dls := b.deadLetters(1)
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dls))
+	}
+	d := dls[0]
+	h := func(k string) string { s, _ := d.Headers[k].(string); return s }
+	if h("id") != poison || h(HeaderDeadLetterReason) != string(ReasonPermanent) || h(HeaderDeadLetterConsumer) != b.consumer ||
+		h(HeaderDeadLetterOriginalTopic) != b.topic || !strings.Contains(h(HeaderDeadLetterError), "no such product") ||
+		h(HeaderDeadLetterOriginalQueue) != rabbitmq.QueueName(b.topic, rabbitmq.Shard([]byte("k1"), 4), b.consumer) {
+		t.Errorf("dead letter headers %v", d.Headers)
+	}
+	if n := b.queued(); n != 0 {
+		t.Errorf("%d messages left in the queues: the dead-lettered original was not acknowledged", n)
+	}
+	if n := b.effects(); n != want-1 {
+		t.Errorf("%d effects, want %d", n, want-1)
+	}
+}
+
+// TestRabbitStopHandsOverInOrder: a worker that stops while a second one
+// waits on the same queues (single active consumer) finishes, acknowledges
+// and closes; the second takes over where it stopped, with no order
+// inversion and no double effect.
+func TestRabbitStopHandsOverInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 2 })
+	slow := func(name string) Handler {
+		return func(ctx context.Context, tx pgx.Tx, m *Message) error {
+			time.Sleep(time.Millisecond)
+			return insertEffect(ctx, tx, m, name)
+		}
+	}
+	newWorker := func(name string) *Worker {
+		cfg := b.config()
+		cfg.KeyConcurrency = 4
+		cfg.BatchSize = 4
+		w, _ := New(cfg)
+		w.Handle(b.consumer, b.topic, slow(name))
+		return w
+	}
+	a := newWorker("a")
+	stopA := b.start(a)
+	waitReady(t, a)
+	bw := newWorker("b")
+	b.start(bw)
+	waitReady(t, bw)
+	want := b.events(30, 30)
+	// Stop a while it applies.
+	deadline := time.Now().Add(60 * time.Second)
+	for b.effects() < want/4 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	b.waitEffects(want)
+	time.Sleep(300 * time.Millisecond)
+	b.check(want)
+	var byA, byB int
+	_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE worker = 'a'), count(*) FILTER (WHERE worker = 'b') FROM effects`).Scan(&byA, &byB)
+	if byA == 0 || byB == 0 {
+		t.Errorf("effects by a %d, by b %d: want both", byA, byB)
+	}
+	t.Logf("a applied %d, b %d", byA, byB)
+}
+
+// TestRabbitTLSAndWrongPassword: the worker consumes over amqps with the
+// stack's CA and its own user; a wrong password fails Run at start with an
+// error that says so, without the password.
+func TestRabbitTLSAndWrongPassword(t *testing.T) {
+	t.Parallel()
+	tlsURL := needEnv(t, "FERRY_TEST_RABBITMQ_TLS_URL")
+	ca := needEnv(t, "FERRY_TEST_RABBITMQ_CA_FILE")
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1 })
+	want := b.events(2, 5)
+	cfg := b.config()
+	cfg.RabbitMQ.URL, cfg.RabbitMQ.TLSCAFile = tlsURL, ca
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(b.consumer, b.topic, effectHandler)
+	stop := b.start(w)
+	b.waitEffects(want)
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.check(want)
+
+	bad := b.config()
+	bad.RabbitMQ.Password = "not-the-password-42"
+	w2, _ := New(bad)
+	w2.Handle(b.consumer, b.topic, effectHandler)
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	err = w2.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "wrong password") || strings.Contains(err.Error(), "not-the-password-42") {
+		t.Fatalf("Run with a wrong password: %v", err)
+	}
+	t.Logf("wrong password: %v", err)
+}
