@@ -12,6 +12,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
 // pollRecordsMax bounds one poll, so the window in which rebalances wait
@@ -227,7 +229,9 @@ func (g *groupConsumer) stuck() error {
 	}
 	g.mu.Unlock()
 	for _, p := range parts {
-		if why := p.stuckReason(); why != "" {
+		if why := p.stuckReason(); why != "" && g.rmq != nil {
+			return fmt.Errorf("consumer %s, RabbitMQ queue %s cannot move: %s", g.name, rabbitmq.QueueName(p.topic, int(p.id), g.name), why)
+		} else if why != "" {
 			return fmt.Errorf("consumer %s, %s partition %d cannot move: %s", g.name, p.topic, p.id, why)
 		}
 	}

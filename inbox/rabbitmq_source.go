@@ -130,6 +130,7 @@ func (s *rabbitSource) run(ctx context.Context) {
 	stopAcks()
 	acker.Wait()
 	s.regMu.Lock()
+	g.w.metrics.assigned.WithLabelValues(g.name).Sub(float64(len(s.registered)))
 	for tp, ch := range s.registered {
 		// Close, not cancel: what was delivered and not acknowledged goes
 		// back to the head of the queue, in order, before the next
@@ -352,9 +353,10 @@ func (s *rabbitSource) ack(p *partition) {
 	p.committed(at)
 }
 
-// lagLoop sets each shard queue's lag gauge from its ready messages, read
-// with a passive declaration on a channel of its own (one that fails closes
-// that channel only).
+// lagLoop sets each shard queue's lag gauge from its ready messages (read
+// with a passive declaration) and its deliveries not finished yet, every
+// lagInterval. The ready count comes on a channel of its own (a passive
+// declaration that fails closes the channel it was asked on).
 func (s *rabbitSource) lagLoop(ctx context.Context) {
 	var ch *amqp.Channel
 	defer func() {
@@ -386,10 +388,26 @@ func (s *rabbitSource) lagLoop(ctx context.Context) {
 				if err != nil {
 					continue
 				}
-				s.g.w.metrics.lag.WithLabelValues(s.g.name, topic, strconv.Itoa(shard)).Set(float64(q.Messages))
+				// Ready in the queue, plus delivered and not finished (as
+				// Kafka's lag counts from the first unfinished record).
+				s.g.w.metrics.lag.WithLabelValues(s.g.name, topic, strconv.Itoa(shard)).Set(float64(q.Messages + s.g.pending(topic, shard)))
 			}
 		}
 	}
+}
+
+// pending is how many deliveries of a shard queue's partition are not
+// finished or wait behind one that is not.
+func (g *groupConsumer) pending(topic string, shard int) int {
+	g.mu.Lock()
+	p := g.parts[topicPartition{topic, int32(shard)}]
+	g.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tracker.Pending()
 }
 
 // ackBeforeApplying is the negative control's broken order: each delivery
@@ -443,6 +461,7 @@ type deadLetterPublisher struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	closes  chan *amqp.Error
 	closed  atomic.Bool
 }
 
@@ -477,6 +496,7 @@ func (d *deadLetterPublisher) publish(ctx context.Context, out, orig *kgo.Record
 	for len(d.returns) > 0 {
 		<-d.returns // of an earlier publish that failed before its confirm
 	}
+	returns := d.returns
 	dc, err := d.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, rk, true, false, msg)
 	if err != nil {
 		d.reset()
@@ -493,15 +513,23 @@ func (d *deadLetterPublisher) publish(ctx context.Context, out, orig *kgo.Record
 	// and the library hands it over first: one publish at a time, so a
 	// return now is this message's.
 	select {
-	case r := <-d.returns:
-		return fmt.Errorf("%w: %s returned it (%d %s)", rabbitmq.ErrUnroutable, exchange, r.ReplyCode, r.ReplyText)
+	case r, ok := <-returns:
+		if ok {
+			return fmt.Errorf("%w: %s returned it (%d %s)", rabbitmq.ErrUnroutable, exchange, r.ReplyCode, r.ReplyText)
+		}
+		// Closed: the channel is gone (a missing exchange closes it).
 	default:
 	}
-	if !acked {
+	if !acked || d.ch.IsClosed() {
+		why := "a nack"
 		if d.ch.IsClosed() {
+			why = "the channel closed"
+			if e := d.closeErr(); e != nil {
+				why += ": " + e.Error()
+			}
 			d.reset()
 		}
-		return fmt.Errorf("publish to %s: the broker did not confirm it (nack or closed channel)", exchange)
+		return fmt.Errorf("publish to %s: not confirmed (%s)", exchange, why)
 	}
 	return nil
 }
@@ -526,7 +554,18 @@ func (d *deadLetterPublisher) channel() error {
 	}
 	d.conn, d.ch = conn, ch
 	d.returns = ch.NotifyReturn(make(chan amqp.Return, 16))
+	d.closes = ch.NotifyClose(make(chan *amqp.Error, 1))
 	return nil
+}
+
+// closeErr is why the channel closed, if the broker said; mu is held.
+func (d *deadLetterPublisher) closeErr() *amqp.Error {
+	select {
+	case e := <-d.closes:
+		return e
+	case <-time.After(100 * time.Millisecond):
+		return nil
+	}
 }
 
 // reset drops the connection; mu is held.

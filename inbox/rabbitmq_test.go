@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
@@ -452,5 +454,177 @@ func TestRabbitRedriveAppliesOnce(t *testing.T) {
 	}
 	if st := w.Stats(); st.Duplicates != 1 {
 		t.Errorf("stats %+v: want the second redrive skipped as a duplicate", st)
+	}
+}
+
+// TestRabbitUndeliverableDeadLetterIsParked: a message whose dead letter
+// AMQP cannot carry (its 300-byte id cannot be a message id, a short
+// string) neither blocks its shard nor is lost: it goes to inbox_parked,
+// the original is acknowledged, and the next message is applied.
+func TestRabbitUndeliverableDeadLetterIsParked(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1 })
+	longID := strings.Repeat("i", 300)
+	rk, msg, err := rabbitmq.Publishing(b.record("short", "k", 1), 1, "", rabbitmq.MaxMessageBytesDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Headers["id"], msg.MessageId = longID, ""
+	if err := b.pub.PublishWithContext(b.ctx, b.topic, rk, true, false, msg); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(b.record(b.consumer+"-next", "k", 2))
+	w, _ := New(b.config())
+	w.Handle(b.consumer, b.topic, effectHandler)
+	stop := b.start(w)
+	b.waitEffects(1)
+	deadline := time.Now().Add(30 * time.Second)
+	for w.Stats().Parked == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var reason, dlErr string
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*), min(reason), min(dead_letter_error) FROM inbox_parked WHERE consumer = $1`, b.consumer).Scan(&n, &reason, &dlErr); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || reason != string(ReasonUndecodable) || !strings.Contains(dlErr, "cannot carry") {
+		t.Errorf("parked %d, reason %q, dead-letter error %q", n, reason, dlErr)
+	}
+	if q := b.queued(); q != 0 {
+		t.Errorf("%d messages left in the queue: the parked one was not acknowledged", q)
+	}
+}
+
+// TestRabbitStuckDeadLetterIsNotReady: a dead letter the broker cannot take
+// for now (the topic's .dlx is gone: the publish fails) holds the delivery,
+// and Ready names the shard and why, until the exchange is back; then the
+// dead letter is written and the original acknowledged.
+func TestRabbitStuckDeadLetterIsNotReady(t *testing.T) {
+	t.Parallel()
+	t.Run("exchange gone", func(t *testing.T) {
+		t.Parallel()
+		testStuckDeadLetter(t, func(ch *amqp.Channel, topic string) error {
+			return ch.ExchangeDelete(topic+rabbitmq.DeadLetterExchangeSuffix, false, false)
+		}, "NOT_FOUND")
+	})
+	// With mandatory, a .dlx that routes nowhere returns the dead letter:
+	// not acknowledged and forgotten.
+	t.Run("unroutable", func(t *testing.T) {
+		t.Parallel()
+		testStuckDeadLetter(t, func(ch *amqp.Channel, topic string) error {
+			_, err := ch.QueueDelete(topic+rabbitmq.DeadLetterStreamSuffix, false, false, false)
+			return err
+		}, "unroutable")
+	})
+}
+
+func testStuckDeadLetter(t *testing.T, breakIt func(ch *amqp.Channel, topic string) error, want string) {
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1 })
+	ch, err := b.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := New(b.config())
+	w.Handle(b.consumer, b.topic, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+		if strings.HasSuffix(m.ID, "-poison") {
+			return Permanent(errors.New("refused"))
+		}
+		return effectHandler(ctx, tx, m)
+	})
+	stop := b.start(w)
+	waitReady(t, w) // it declared its topology: remove the .dlx now
+	if err := breakIt(ch, b.topic); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(b.record(b.consumer+"-poison", "k", 1), b.record(b.consumer+"-next", "k", 2))
+	deadline := time.Now().Add(30 * time.Second)
+	var ready error
+	for time.Now().Before(deadline) {
+		if ready = w.Ready(); ready != nil && strings.Contains(ready.Error(), "cannot be written") && strings.Contains(ready.Error(), want) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ready == nil || !strings.Contains(ready.Error(), "cannot be written") {
+		t.Fatalf("Ready = %v, want the stuck dead letter named", ready)
+	}
+	t.Logf("Ready: %v", ready)
+	if n := b.effects(); n != 0 {
+		t.Fatalf("%d effects while the shard waits on its dead letter, want 0", n)
+	}
+	if err := rabbitmq.DeclareExchange(ch, b.topic, ""); err != nil {
+		t.Fatal(err)
+	}
+	b.waitEffects(1)
+	if dls := b.deadLetters(1); len(dls) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dls))
+	}
+	waitReady(t, w)
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if q := b.queued(); q != 0 {
+		t.Errorf("%d messages left in the queue", q)
+	}
+}
+
+// TestRabbitLagGauge: ferry_worker_consumer_lag of a shard queue counts its
+// ready messages and its deliveries not finished, as Kafka's counts from
+// the first unfinished record to the high watermark.
+func TestRabbitLagGauge(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1; c.Prefetch = 10 })
+	want := b.events(1, 50)
+	cfg := b.config()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	release := make(chan struct{})
+	w, _ := New(cfg)
+	w.Handle(b.consumer, b.topic, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return effectHandler(ctx, tx, m)
+	})
+	stop := b.start(w)
+	lag := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "ferry_worker_consumer_lag" {
+				for _, m := range mf.GetMetric() {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	deadline := time.Now().Add(3 * lagInterval)
+	for lag() != float64(want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := lag(); got != float64(want) {
+		t.Fatalf("lag %v while nothing is applied, want %d (40 ready + 10 held)", got, want)
+	}
+	close(release)
+	b.waitEffects(want)
+	deadline = time.Now().Add(3 * lagInterval)
+	for lag() != 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := lag(); got != 0 {
+		t.Errorf("lag %v once everything is applied, want 0", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
