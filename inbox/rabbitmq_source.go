@@ -40,11 +40,16 @@ const lagInterval = 5 * time.Second
 //     channel's delivery tags, increasing from 1, and its commit point is
 //     what may be acknowledged with multiple=true on that channel, after the
 //     PostgreSQL commit;
+//     (rabbitmq.md 9.2 suggests Offset -1 and per-delivery acks; the tag as
+//     offset reuses the commit point as the one rule for multiple acks);
 //   - a channel that dies takes its partition with it, as a lost Kafka
 //     partition: its work stops, its acknowledgements are never sent (a
 //     closed *amqp.Channel never sends again; there is no automatic
 //     recovery), the broker redelivers and the inbox absorbs what was
 //     applied;
+//   - acks go out as soon as the commit point moves (finish kicks the ack
+//     loop), not every CommitInterval: the prefetch would otherwise stall
+//     a shard on acks waiting for the interval;
 //   - the stop finishes the work, acknowledges it, then closes the
 //     channels, never basic.cancel (with a single active consumer, a
 //     cancel activates the next consumer while this one still applies
