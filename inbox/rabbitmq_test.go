@@ -2,8 +2,10 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
@@ -627,4 +630,103 @@ func TestRabbitLagGauge(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// closeWorkerConnections has the broker close the worker's consuming
+// connections of consumer (management API, as `rabbitmqctl
+// close_connection` does), and returns how many it closed.
+func closeWorkerConnections(t *testing.T, consumer string) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		body, err := ferrytest.RabbitMQManagement(t, "GET", "/api/connections?columns=name,user_provided_name", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conns []struct {
+			Name string `json:"name"`
+			User string `json:"user_provided_name"`
+		}
+		if err := json.Unmarshal(body, &conns); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range conns {
+			if c.User == "ferry-worker "+consumer {
+				if _, err := ferrytest.RabbitMQManagement(t, "DELETE", "/api/connections/"+url.PathEscape(c.Name), nil); err != nil {
+					t.Fatal(err)
+				}
+				n++
+			}
+		}
+		if n > 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRabbitBrokerClosesConnections: the broker closes the worker's
+// connection twice while handlers hold deliveries (as an operator's
+// close_connection or a node's restart would): every unacknowledged
+// delivery comes again, redelivered, at the head of its queue; the
+// transactions that commit after the close have their acks dropped, and
+// their redeliveries are duplicates. One effect each, in order, and nothing
+// left in the queues.
+func TestRabbitBrokerClosesConnections(t *testing.T) {
+	t.Parallel()
+	b := setupRabbit(t, nil)
+	cfg := b.config()
+	cfg.KeyConcurrency = 2
+	cfg.BatchSize = 4
+	w, _ := New(cfg)
+	var gateMu sync.Mutex
+	var gate chan struct{} // nil: handlers run; else they wait for its close
+	w.Handle(b.consumer, b.topic, func(ctx context.Context, tx pgx.Tx, m *Message) error {
+		gateMu.Lock()
+		g := gate
+		gateMu.Unlock()
+		if g != nil {
+			select {
+			case <-g:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return effectHandler(ctx, tx, m)
+	})
+	stop := b.start(w)
+	waitReady(t, w)
+	want := b.events(20, 30)
+	closed := 0
+	for _, at := range []int{want / 4, want / 2} {
+		deadline := time.Now().Add(60 * time.Second)
+		for b.effects() < at && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		g := make(chan struct{})
+		gateMu.Lock()
+		gate = g
+		gateMu.Unlock()
+		time.Sleep(100 * time.Millisecond) // handlers now hold their deliveries
+		closed += closeWorkerConnections(t, b.consumer)
+		gateMu.Lock()
+		gate = nil
+		gateMu.Unlock()
+		close(g)
+	}
+	b.waitEffects(want)
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.check(want)
+	st := w.Stats()
+	if closed != 2 || st.PartitionsLost < 2 || st.Redelivered == 0 {
+		t.Errorf("closed %d connections, stats %+v: want 2 closed, channels lost and redeliveries", closed, st)
+	}
+	if n := b.queued(); n != 0 {
+		t.Errorf("%d messages left in the queues", n)
+	}
+	t.Logf("stats %+v", st)
 }
