@@ -401,6 +401,15 @@ func (s *rabbitSource) lagLoop(ctx context.Context) {
 	}
 }
 
+// migrationUnsupported warns, once per partition, that a RabbitMQ worker
+// got a live migration's records.
+func (p *partition) migrationUnsupported() {
+	if p.migrationWarned.CompareAndSwap(false, true) {
+		p.log.Warn("live migration records (ferry.route stamps or fences) on RabbitMQ: live migrations are Kafka-only for now; " +
+			"stamped copies are applied as plain messages, fences skipped")
+	}
+}
+
 // pending is how many deliveries of a shard queue's partition are not
 // finished or wait behind one that is not.
 func (g *groupConsumer) pending(topic string, shard int) int {
