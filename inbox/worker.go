@@ -216,7 +216,11 @@ func (w *Worker) Ready() error {
 			return err
 		}
 		if silent := time.Since(time.Unix(0, g.kafkaOK.Load())); silent > unreachableAfter {
-			return fmt.Errorf("consumer %s: Kafka has not answered for %s (unreachable?)", g.name, silent.Round(time.Second))
+			broker := "Kafka"
+			if g.rmq != nil {
+				broker = "RabbitMQ"
+			}
+			return fmt.Errorf("consumer %s: %s has not answered for %s (unreachable?)", g.name, broker, silent.Round(time.Second))
 		}
 	}
 	if _, ok := w.cfg.DB.(pinger); ok {
