@@ -158,6 +158,8 @@ func (p *partition) settle(d *delivery) bool {
 		return p.deadLetterDelivery(d, permanentReason(d.permanent), d.permanent)
 	case d.failures >= cfg.MaxAttempts:
 		return p.deadLetterDelivery(d, ReasonRetriesExhausted, d.lastErr)
+	case d.failures > 0 && p.rmq != nil && cfg.unsafeRequeueRetries:
+		return p.requeue(d) // a failure inside a batch
 	case d.failures > 0:
 		p.metrics.retry()
 		wait := backoff.Delay(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)
