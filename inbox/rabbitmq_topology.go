@@ -85,6 +85,11 @@ func declareTopology(conn *amqp.Connection, cfg *RabbitMQConfig, consumer string
 	// Declaring again what exists changes nothing; it also checks that the
 	// queues that exist have Ferry's arguments (PRECONDITION_FAILED if not).
 	if err := rabbitmq.Declare(ch, t); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+			return nil, fmt.Errorf("inbox: consumer %s: %w: the queue exists with other arguments, and RabbitMQ never changes a queue's arguments "+
+				"(Config.RabbitMQ.DeliveryLimit, or Shards, differs from when it was declared, or it was not declared by Ferry)", consumer, err)
+		}
 		return nil, fmt.Errorf("inbox: consumer %s: %w", consumer, err)
 	}
 	return missing, nil
