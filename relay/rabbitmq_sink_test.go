@@ -165,8 +165,8 @@ func (c *rabbitConsumer) count(id string) int {
 	return c.byID[id]
 }
 
-// confirmedLSN is the slot's confirmed_flush_lsn.
-func (b *bundle) confirmedLSN(t *testing.T) pglogrepl.LSN {
+// slotConfirmedLSN is the slot's confirmed_flush_lsn.
+func (b *bundle) slotConfirmedLSN(t *testing.T) pglogrepl.LSN {
 	t.Helper()
 	st, err := relay.Status(b.ctx, b.db.Pool, b.slot)
 	if err != nil {
@@ -194,12 +194,13 @@ func (b *bundle) currentLSN(t *testing.T) pglogrepl.LSN {
 }
 
 // writeAggregates writes n events for each of aggs aggregates of aggType,
-// in transactions of up to 7 events, seq increasing per aggregate.
-func (b *bundle) writeAggregates(t *testing.T, aggType string, aggs, n int) []string {
+// in transactions of up to 7 events, seq increasing per aggregate from
+// from.
+func (b *bundle) writeAggregates(t *testing.T, aggType string, aggs, from, n int) []string {
 	t.Helper()
 	var ids []string
 	var batch []outbox.Event
-	for seq := range n {
+	for seq := from; seq < from+n; seq++ {
 		for a := range aggs {
 			batch = append(batch, evt(aggType, fmt.Sprintf("agg-%d", a), seq))
 			if len(batch) == 7 {
@@ -223,9 +224,9 @@ func TestRabbitMQPublishesInOrderBehindConfirms(t *testing.T) {
 	declare(t, topic)
 	c := consumeRabbit(t, topic)
 	r := b.start(t, b.cfg)
-	before := b.confirmedLSN(t)
+	before := b.slotConfirmedLSN(t)
 
-	ids := b.writeAggregates(t, "order", 40, 50)
+	ids := b.writeAggregates(t, "order", 40, 0, 50)
 	got := c.wait(t, ids, time.Minute, 500*time.Millisecond)
 	if n := got.duplicates(); n != 0 {
 		t.Errorf("%d duplicates without a fault", n)
@@ -243,10 +244,10 @@ func TestRabbitMQPublishesInOrderBehindConfirms(t *testing.T) {
 	}
 	end := b.currentLSN(t)
 	deadline := time.Now().Add(30 * time.Second)
-	for b.confirmedLSN(t) < end && time.Now().Before(deadline) {
+	for b.slotConfirmedLSN(t) < end && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if after := b.confirmedLSN(t); after < end || after <= before {
+	if after := b.slotConfirmedLSN(t); after < end || after <= before {
 		t.Errorf("confirmed_flush_lsn %s after every confirm, want at least %s", after, end)
 	}
 	if err := r.Ready(); err != nil {
@@ -282,9 +283,9 @@ func TestRabbitMQUnroutableIsHeldThenQuarantined(t *testing.T) {
 	r := b.start(t, cfg)
 	flow := consumeRabbit(t, flowing)
 
-	lateIDs := b.writeAggregates(t, "late", 3, 4)
+	lateIDs := b.writeAggregates(t, "late", 3, 0, 4)
 	neverIDs := b.write(t, evt("never", "n", 0), evt("never", "n", 1))
-	flowIDs := b.writeAggregates(t, "flow", 3, 4)
+	flowIDs := b.writeAggregates(t, "flow", 3, 0, 4)
 	flow.wait(t, flowIDs, 30*time.Second, 0)
 
 	deadline := time.Now().Add(10 * time.Second)
@@ -430,7 +431,7 @@ func TestRabbitMQOverTLSAsTheRelayUser(t *testing.T) {
 	}
 	r := b.start(t, cfg)
 	c := consumeRabbit(t, topic)
-	ids := b.writeAggregates(t, "order", 10, 10)
+	ids := b.writeAggregates(t, "order", 10, 0, 10)
 	got := c.wait(t, ids, time.Minute, 300*time.Millisecond)
 	got.checkFirstArrivalOrder(t)
 	if err := r.Ready(); err != nil {
@@ -479,4 +480,76 @@ func TestRabbitMQAccessRefusedIsHeldInPlace(t *testing.T) {
 	if st := r.Stats(); st.Sessions != 1 {
 		t.Errorf("%d sessions, want 1: a refused exchange must be found by the probe", st.Sessions)
 	}
+}
+
+// drainRabbit reads, on a connection of its own, everything the shard
+// queues of consumer "test" of topic hold, in queue order, and empties
+// them.
+func drainRabbit(t *testing.T, topic string) *consumed {
+	t.Helper()
+	conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &consumed{byID: map[string]int{}}
+	for s := range rabbitmq.ShardsDefault {
+		// basic.get is refused on a single-active-consumer queue: consume
+		// as many as the queue holds.
+		q := rabbitmq.QueueName(topic, s, "test")
+		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Messages == 0 {
+			continue
+		}
+		ds, err := ch.Consume(q, "drain", true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range info.Messages {
+			select {
+			case d := <-ds:
+				rec := rabbitmq.Record(&d, topic, s)
+				c.records = append(c.records, rec)
+				c.byID[header(rec, outbox.HeaderID)]++
+			case <-time.After(30 * time.Second):
+				t.Fatalf("queue %s: %d messages announced, %d read", q, info.Messages, len(c.records))
+			}
+		}
+		if err := ch.Cancel("drain", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// waitConfirmed waits until the slot confirmed the server's WAL position
+// as it is now.
+func (b *bundle) waitConfirmed(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	end := b.currentLSN(t)
+	deadline := time.Now().Add(timeout)
+	for b.slotConfirmedLSN(t) < end {
+		if time.Now().After(deadline) {
+			t.Fatalf("confirmed_flush_lsn %s, still short of %s after %s", b.slotConfirmedLSN(t), end, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// missing is how many of ids c lacks.
+func (c *consumed) missing(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if c.byID[id] == 0 {
+			n++
+		}
+	}
+	return n
 }
