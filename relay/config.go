@@ -148,8 +148,9 @@ type Config struct {
 
 	// TopicConfigRefresh is how long the relay trusts a topic's
 	// max.message.bytes before reading it again; records above it are
-	// quarantined without being sent. Defaults to TopicConfigRefreshDefault
-	// (1m).
+	// quarantined without being sent. On RabbitMQ, how long it trusts a
+	// probe that found an exchange writable (see RabbitMQConfig). Defaults
+	// to TopicConfigRefreshDefault (1m).
 	TopicConfigRefresh time.Duration
 
 	// QuarantineOrder says what happens to the later events of an aggregate

@@ -242,13 +242,9 @@ func TestRabbitMQPublishesInOrderBehindConfirms(t *testing.T) {
 	if len(shards) < 8 {
 		t.Errorf("40 aggregates landed in %d shard queues only", len(shards))
 	}
-	end := b.currentLSN(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for b.slotConfirmedLSN(t) < end && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if after := b.slotConfirmedLSN(t); after < end || after <= before {
-		t.Errorf("confirmed_flush_lsn %s after every confirm, want at least %s", after, end)
+	b.waitConfirmed(t, 30*time.Second)
+	if after := b.slotConfirmedLSN(t); after <= before {
+		t.Errorf("confirmed_flush_lsn %s after every confirm, want past %s", after, before)
 	}
 	if err := r.Ready(); err != nil {
 		t.Errorf("Ready: %v", err)
@@ -326,11 +322,13 @@ func TestRabbitMQUnroutableIsHeldThenQuarantined(t *testing.T) {
 	}
 
 	declare(t, never)
-	nc := consumeRabbit(t, never)
 	if _, err := relay.Requeue(b.ctx, b.db.Pool, []uuid.UUID{q[0].ID, q[1].ID}); err != nil {
 		t.Fatal(err)
 	}
-	nc.wait(t, neverIDs, 30*time.Second, 0)
+	b.waitConfirmed(t, 30*time.Second)
+	if n := drainRabbit(t, never).missing(neverIDs); n != 0 {
+		t.Fatalf("%d of the %d requeued events did not reach the queues declared since", n, len(neverIDs))
+	}
 }
 
 // A missing exchange is held like a missing Kafka topic, probed on a
