@@ -22,7 +22,7 @@ import (
 
 // rabbitSetup is setup for a relay that publishes to the stack's RabbitMQ
 // as its administrator user: topics outbox.<suffix>.<aggregate type>.
-func rabbitSetup(t *testing.T) *bundle {
+func rabbitSetup(t testing.TB) *bundle {
 	t.Helper()
 	b := setup(t)
 	b.prefix = "outbox." + ferrytest.Suffix()
@@ -35,7 +35,7 @@ func rabbitSetup(t *testing.T) *bundle {
 	return b
 }
 
-func need(t *testing.T, env string) string {
+func need(t testing.TB, env string) string {
 	t.Helper()
 	v := os.Getenv(env)
 	if v == "" {
@@ -46,7 +46,7 @@ func need(t *testing.T, env string) string {
 
 // rabbitAdmin is an administrator's channel on the stack's node, for
 // declaring and inspecting the topology.
-func rabbitAdmin(t *testing.T) *amqp.Connection {
+func rabbitAdmin(t testing.TB) *amqp.Connection {
 	t.Helper()
 	conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
 	if err != nil {
@@ -57,7 +57,7 @@ func rabbitAdmin(t *testing.T) *amqp.Connection {
 }
 
 // declare declares the topology of consumer "test" for the topics.
-func declare(t *testing.T, topics ...string) {
+func declare(t testing.TB, topics ...string) {
 	t.Helper()
 	ch, err := rabbitAdmin(t).Channel()
 	if err != nil {
