@@ -3,6 +3,7 @@
 package relay_test
 
 import (
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -242,4 +243,56 @@ func TestFaultRabbitMQBrokerRestartUnderLoad(t *testing.T) {
 	}
 	got.checkFirstArrivalOrder(t)
 	t.Logf("%d events, %d duplicates, %d sessions", len(ids), got.duplicates(), r.Stats().Sessions)
+}
+
+// The relay user's write permission is revoked while it streams. RabbitMQ
+// keeps a channel's permission checks cached, so the open channels publish
+// on; once the broker closes the connections, the new connection's probe
+// finds the write refused and holds the exchange in place (Ready: not
+// authorized) instead of looping sessions; once the permission is back,
+// everything arrives.
+func TestFaultRabbitMQPermissionRevokedMidStream(t *testing.T) {
+	b := rabbitSetup(t)
+	topic := b.prefix + ".order"
+	declare(t, topic)
+	u, err := url.Parse(need(t, ferrytest.EnvRabbitMQURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := need(t, ferrytest.EnvRabbitMQRelayUser)
+	u.User = url.User(user)
+	cfg := b.cfg
+	cfg.RabbitMQ = &relay.RabbitMQConfig{URL: u.String(), Password: need(t, ferrytest.EnvRabbitMQRelayPassword)}
+	cfg.ShutdownTimeout = time.Second
+	r := b.start(t, cfg)
+	before := b.writeAggregates(t, "order", 5, 0, 5)
+	b.waitConfirmed(t, 30*time.Second)
+
+	vhost := strings.TrimPrefix(u.Path, "/")
+	restore := func() { ferrytest.RabbitMQCtl(t, "set_permissions", "-p", vhost, user, "^$", `^outbox\.`, "^$") }
+	t.Cleanup(restore)
+	ferrytest.RabbitMQCtl(t, "set_permissions", "-p", vhost, user, "^$", "^$", "^$")
+	ferrytest.RabbitMQCtl(t, "close_all_connections", "--global", "ferry fault test")
+	during := b.writeAggregates(t, "order", 5, 100, 5)
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Ready() == nil || !strings.Contains(r.Ready().Error(), "not authorized") {
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready = %v, want the exchange not authorized", r.Ready())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sessions := r.Stats().Sessions
+	time.Sleep(3 * time.Second)
+	if s := r.Stats().Sessions; s != sessions || s > 2 {
+		t.Errorf("sessions %d then %d: a refused write must be held, not looped", sessions, s)
+	}
+	restore()
+	b.waitConfirmed(t, time.Minute)
+	got := drainRabbit(t, topic)
+	ids := append(before, during...)
+	if n := got.missing(ids); n != 0 {
+		t.Fatalf("%d of %d events lost across the revoked permission", n, len(ids))
+	}
+	got.checkFirstArrivalOrder(t)
+	t.Logf("%d sessions", r.Stats().Sessions)
 }

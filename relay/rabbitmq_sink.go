@@ -75,7 +75,12 @@ type sinkBlocker interface {
 //     a refused write closes the probe channel, not a publishing one whose
 //     confirms in flight it would kill. Meanwhile the exchange's records
 //     wait, in order. A missing exchange answers rabbitmq.ErrExchangeMissing,
-//     a refusal rabbitmq.ErrAccessRefused: both held in place.
+//     a refusal rabbitmq.ErrAccessRefused: both held in place. A
+//     publishing channel closed by ACCESS_REFUSED (a permission revoked
+//     since the probe) fails the connection like any close: the records of
+//     a dead channel cannot be held in place without resending them on a
+//     channel reopened mid-session, which could reorder; the new
+//     connection probes again and holds the exchange then.
 //   - Records AMQP cannot carry, or over MaxMessageBytes, are refused
 //     before they are sent (rabbitmq.Publishing): a message over the
 //     broker's max_message_size would close the channel, and the session
