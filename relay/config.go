@@ -54,8 +54,8 @@ const (
 	QuarantineOrderKeep QuarantineOrder = "keep"
 )
 
-// Config configures a Relay. DatabaseURL and either KafkaOpts or Sink are
-// required.
+// Config configures a Relay. DatabaseURL and one of KafkaOpts, RabbitMQ
+// and Sink are required.
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string. The relay opens one
 	// ordinary connection (slot status, quarantine) and one replication
@@ -148,8 +148,9 @@ type Config struct {
 
 	// TopicConfigRefresh is how long the relay trusts a topic's
 	// max.message.bytes before reading it again; records above it are
-	// quarantined without being sent. Defaults to TopicConfigRefreshDefault
-	// (1m).
+	// quarantined without being sent. On RabbitMQ, how long it trusts a
+	// probe that found an exchange writable (see RabbitMQConfig). Defaults
+	// to TopicConfigRefreshDefault (1m).
 	TopicConfigRefresh time.Duration
 
 	// QuarantineOrder says what happens to the later events of an aggregate
@@ -164,6 +165,11 @@ type Config struct {
 	// The relay adds its own producer settings after them. Required unless
 	// Sink is set.
 	KafkaOpts []kgo.Opt
+
+	// RabbitMQ makes the relay publish to RabbitMQ instead of Kafka (see
+	// RabbitMQConfig). It excludes KafkaOpts and Sink. Defaults to nil:
+	// Kafka.
+	RabbitMQ *RabbitMQConfig
 
 	// Sink replaces the Kafka client built from KafkaOpts. The relay never
 	// replaces a Sink it is given, not even after an abort of buffered
@@ -209,6 +215,14 @@ type Config struct {
 	// checker sees the loss (UnsafeConfirmOnSend, ferryfault builds).
 	unsafeConfirmOnSend bool
 
+	// unsafeRabbitConfirmOnSend and unsafeNoMandatory are the RabbitMQ
+	// sink's negative controls (unsafe_ferryfault.go): a record succeeds
+	// once its publish is written, before the broker's confirmation; a
+	// publish without mandatory, so that an unroutable message is
+	// acknowledged and dropped.
+	unsafeRabbitConfirmOnSend bool
+	unsafeNoMandatory         bool
+
 	// slotFault, set only by this package's tests (export_test.go), gives
 	// the statement a recovery runs on its replication connection in place
 	// of its attempt-th CREATE_REPLICATION_SLOT (attempts count from 1): a
@@ -251,6 +265,10 @@ func (c Config) WithDefaults() Config {
 	if c.Prune != nil {
 		p := c.Prune.WithDefaults()
 		c.Prune = &p
+	}
+	if c.RabbitMQ != nil {
+		rc := c.RabbitMQ.withDefaults()
+		c.RabbitMQ = &rc
 	}
 	return c
 }
@@ -295,8 +313,19 @@ func (c Config) validate() error {
 	if err := c.CloudEvents.validate(); err != nil {
 		return err
 	}
-	if c.Sink == nil && len(c.KafkaOpts) == 0 {
-		return errors.New("relay: Config.KafkaOpts is required (at least kgo.SeedBrokers) unless Config.Sink is set")
+	// Sink with KafkaOpts stays allowed, as it always was (the Sink wins):
+	// RabbitMQ excludes both.
+	switch {
+	case c.RabbitMQ != nil && len(c.KafkaOpts) > 0:
+		return errors.New("relay: Config.RabbitMQ and Config.KafkaOpts exclude each other: give one channel")
+	case c.RabbitMQ != nil && c.Sink != nil:
+		return errors.New("relay: Config.RabbitMQ and Config.Sink exclude each other: give one channel")
+	case c.RabbitMQ != nil:
+		if err := c.RabbitMQ.validate(); err != nil {
+			return err
+		}
+	case c.Sink == nil && len(c.KafkaOpts) == 0:
+		return errors.New("relay: Config.KafkaOpts is required (at least kgo.SeedBrokers) unless Config.RabbitMQ or Config.Sink is set")
 	}
 	switch {
 	case c.MaxInFlightRecords < 1:

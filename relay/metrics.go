@@ -33,10 +33,15 @@ type metrics struct {
 	migrationEpoch prometheus.Gauge
 	fences         prometheus.Counter
 	copies         *prometheus.CounterVec
-	nPublished     atomic.Int64
-	nQuarantined   atomic.Int64
-	nSessions      atomic.Int64
-	lastConfirmed  atomic.Uint64
+	// The RabbitMQ sink: nacks, returns (unroutable), and channel or
+	// connection closes by the broker, by AMQP reply code.
+	nacks         prometheus.Counter
+	returns       prometheus.Counter
+	channelCloses *prometheus.CounterVec
+	nPublished    atomic.Int64
+	nQuarantined  atomic.Int64
+	nSessions     atomic.Int64
+	lastConfirmed atomic.Uint64
 }
 
 // newMetrics registers the relay's series on reg (nil: none); ready is
@@ -109,11 +114,20 @@ func newMetrics(reg prometheus.Registerer, ready func() error) *metrics {
 		copies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_relay_migration_copies_total", Help: "Copies of events acknowledged during a live migration, by channel side (old, new) and role (authoritative, shadow).",
 		}, []string{"side", "role"}),
+		nacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_broker_nacks_total", Help: "Publishes RabbitMQ nacked (an internal error of a queue): each fails the session, which resends from the confirmed position.",
+		}),
+		returns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_returns_total", Help: "Publishes RabbitMQ returned as unroutable (no queue bound for the routing key): held, then quarantined as unroutable.",
+		}),
+		channelCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_relay_channel_closes_total", Help: "RabbitMQ publishing channels and connections the broker closed, by AMQP reply code; each fails the session.",
+		}, []string{"code"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL, m.slotActive, m.ready,
 			m.confirmedLSN, m.commitToAck, m.commitToReceive, m.receiveToAck, m.sessions, m.standby, m.pruned, m.droppedParts, m.heldTopics,
-			m.migrationEpoch, m.fences, m.copies)
+			m.migrationEpoch, m.fences, m.copies, m.nacks, m.returns, m.channelCloses)
 	}
 	return m
 }

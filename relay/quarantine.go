@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -39,6 +40,10 @@ func permanentReason(err error) (QuarantineReason, bool) {
 	switch {
 	case errors.Is(err, errBatchTooLarge):
 		return "", false // maybe innocent: resent after the client is rebuilt
+	case errors.Is(err, rabbitmq.ErrMessageTooLarge):
+		return ReasonMessageTooLarge, true
+	case errors.Is(err, rabbitmq.ErrInvalidRecord):
+		return ReasonInvalidRecord, true
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return ReasonMessageTooLarge, true
 	case errors.Is(err, kerr.InvalidTopicException):
@@ -65,6 +70,7 @@ type quarantiner struct {
 	tracker *lsnTracker
 	metrics *metrics
 	logger  *slog.Logger
+	broker  string // "Kafka" or "RabbitMQ", for the log
 	in      chan quarantined
 }
 
@@ -103,7 +109,7 @@ func (q *quarantiner) store(ctx context.Context, item quarantined) bool {
 	}
 	q.metrics.quarantined.WithLabelValues(string(item.reason)).Inc()
 	q.metrics.nQuarantined.Add(1)
-	msg := "event quarantined: Kafka refuses it for good"
+	msg := "event quarantined: " + q.broker + " refuses it for good"
 	if item.reason == ReasonBehindQuarantined {
 		msg = "event quarantined behind an earlier quarantined event of its aggregate"
 	}

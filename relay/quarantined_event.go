@@ -31,7 +31,8 @@ type QuarantinedEvent struct {
 	// Topic is where the relay tried to publish it.
 	Topic string
 	// Reason is why: ReasonMessageTooLarge, ReasonInvalidTopic,
-	// ReasonInvalidRecord, ReasonUnknownTopic, or ReasonBehindQuarantined
+	// ReasonInvalidRecord, ReasonUnknownTopic, ReasonUnroutable (RabbitMQ),
+	// or ReasonBehindQuarantined
 	// (Config.QuarantineOrder keep; Error names the event it is held behind).
 	Reason QuarantineReason
 	// Error is the text of Kafka's (or the relay's) refusal.

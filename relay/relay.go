@@ -48,9 +48,10 @@ type Relay struct {
 	state    atomic.Int32
 	gate     atomic.Pointer[topicGate] // the streaming session's, for Ready
 	running  atomic.Bool
-	beat     atomic.Int64 // unix nanoseconds of the last heartbeat of Run's loops
-	lastAck  atomic.Int64 // unix nanoseconds of Kafka's last answer to a record (or to a ping)
-	pinging  atomic.Bool  // the sink answers pings, so an idle relay knows Kafka answers
+	beat     atomic.Int64                // unix nanoseconds of the last heartbeat of Run's loops
+	lastAck  atomic.Int64                // unix nanoseconds of Kafka's last answer to a record (or to a ping)
+	pinging  atomic.Bool                 // the sink answers pings, so an idle relay knows Kafka answers
+	blocker  atomic.Pointer[sinkBlocker] // the sink, when the broker can block it (RabbitMQ)
 
 	// A live migration's new channels: a Kafka client per plan, kept
 	// across sessions, and the streaming session's gate on it, for Ready.
@@ -148,21 +149,43 @@ func (r *Relay) Ready() error {
 			return fmt.Errorf("relay is streaming, but the migration's new channel refuses for now: %s", why)
 		}
 	}
+	if b := r.blocker.Load(); b != nil {
+		if why := (*b).Blocked(); why != "" {
+			return fmt.Errorf("relay is streaming, but %s", why)
+		}
+	}
+	broker := r.broker()
 	if g := r.gate.Load(); g != nil {
 		if why := g.reason(); why != "" {
-			return fmt.Errorf("relay is streaming, but Kafka refuses for now: %s", why)
+			return fmt.Errorf("relay is streaming, but %s refuses for now: %s", broker, why)
 		}
 		silent := time.Since(time.Unix(0, r.lastAck.Load()))
 		if n := g.s.tracker.unacknowledged(); n > 0 && silent > kafkaStall(&r.cfg) {
-			return fmt.Errorf("relay is streaming, but Kafka answered none of %d records in flight for %s (unreachable, or refusing the credentials?)",
-				n, silent.Round(time.Second))
+			return fmt.Errorf("relay is streaming, but %s answered none of %d records in flight for %s (unreachable, or refusing the credentials?)",
+				broker, n, silent.Round(time.Second))
 		}
 		if r.pinging.Load() && silent > kafkaStall(&r.cfg) {
-			return fmt.Errorf("relay is streaming, but Kafka has not answered for %s (unreachable?): an event written now would wait",
-				silent.Round(time.Second))
+			return fmt.Errorf("relay is streaming, but %s has not answered for %s (unreachable?): an event written now would wait",
+				broker, silent.Round(time.Second))
 		}
 	}
 	return nil
+}
+
+// broker names the relay's channel in messages: "Kafka" or "RabbitMQ".
+func (r *Relay) broker() string {
+	if r.cfg.RabbitMQ != nil {
+		return "RabbitMQ"
+	}
+	return "Kafka"
+}
+
+// brokerLower is broker in lower case, for the start of a log message.
+func (r *Relay) brokerLower() string {
+	if r.cfg.RabbitMQ != nil {
+		return "rabbitmq"
+	}
+	return "kafka"
 }
 
 // kafkaStall is how long records may wait for Kafka's answer before the
@@ -201,6 +224,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 
 	sink := r.cfg.Sink
+	if sink == nil && r.cfg.RabbitMQ != nil {
+		rs := newRabbitMQSink(r.cfg.RabbitMQ, &r.cfg, r.metrics, log)
+		defer rs.Close()
+		sink = rs
+	}
 	if sink == nil {
 		ks, err := newKafkaSink(r.producerOpts(), r.cfg.TopicConfigRefresh, log)
 		if err != nil {
@@ -214,6 +242,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	go r.monitorWAL(runCtx, pool, cancelRun, log)
+	if b, ok := sink.(sinkBlocker); ok {
+		r.blocker.Store(&b)
+		defer r.blocker.Store(nil)
+	}
 	if p, ok := sink.(pinger); ok {
 		r.pinging.Store(true)
 		defer r.pinging.Store(false)

@@ -158,7 +158,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	defer r.gate.Store(nil)
 	defer r.newGate.Store(nil)
 	s.quar = &quarantiner{
-		db: pool, queries: r.queries, tracker: s.tracker, metrics: r.metrics, logger: log,
+		db: pool, queries: r.queries, tracker: s.tracker, metrics: r.metrics, logger: log, broker: r.broker(),
 		in: make(chan quarantined, r.cfg.MaxInFlightRecords+1),
 	}
 	quarDone := make(chan struct{})
@@ -190,7 +190,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		// short; a Config.Sink cannot be replaced (see Sink).
 		actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if aerr := sink.AbortBufferedRecords(actx); aerr != nil {
-			log.Warn("aborting buffered Kafka records failed; the next session produces through the same sink", slog.String("error", aerr.Error()))
+			log.Warn("aborting buffered "+r.broker()+" records failed; the next session produces through the same sink", slog.String("error", aerr.Error()))
 		}
 		acancel()
 	}
@@ -250,7 +250,7 @@ func (s *session) stream(ctx context.Context) error {
 		now := time.Now()
 		if ctx.Err() != nil && stopBy.IsZero() {
 			stopBy = now.Add(s.cfg.ShutdownTimeout)
-			s.log.Info("stopping: finishing the current transaction and waiting for Kafka's acknowledgements")
+			s.log.Info("stopping: finishing the current transaction and waiting for " + s.r.broker() + "'s acknowledgements")
 		}
 		if !stopBy.IsZero() && (s.open == nil || now.After(stopBy)) {
 			// A step not applied yet is not confirmed either: the next
@@ -540,7 +540,7 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		return
 	}
 	p.endSpan(err)
-	s.fail(fmt.Errorf("kafka refused record for topic %s: %w", rec.Topic, err))
+	s.fail(fmt.Errorf("%s refused record for topic %s: %w", s.r.brokerLower(), rec.Topic, err))
 }
 
 // report sends a standby status update. Flush and apply are the confirmed

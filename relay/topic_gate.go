@@ -13,11 +13,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/ferryhq/ferry/internal/backoff"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
 // ReasonUnknownTopic is the quarantine reason of an event whose topic did
 // not exist for Config.UnknownTopicWait (and the broker did not create it).
 const ReasonUnknownTopic QuarantineReason = "unknown_topic"
+
+// ReasonUnroutable is the quarantine reason of an event RabbitMQ returned
+// as unroutable (the exchange exists, no queue is bound for its routing
+// key) for Config.UnknownTopicWait: no consumer's shard queue would have
+// received it.
+const ReasonUnroutable QuarantineReason = "unroutable"
 
 // errUnknownTopic marks a record quarantined because its topic stayed
 // missing for Config.UnknownTopicWait.
@@ -26,6 +33,7 @@ var errUnknownTopic = errors.New("topic does not exist")
 // refusal classes of topicGate.
 const (
 	refusedUnknownTopic = "unknown topic"
+	refusedUnroutable   = "unroutable"
 	refusedAuthz        = "not authorized"
 )
 
@@ -33,8 +41,17 @@ const (
 // place, topic by topic, instead of failing the session (which would
 // publish everything past the confirmed position again, over and over):
 // a topic that does not exist (yet), or a credential or ACL that refuses.
+// On RabbitMQ, a missing exchange is an unknown topic, a message no queue
+// is bound for is unroutable (held alike, quarantined with its own
+// reason), and a refused write is not authorized.
 func refusalOf(err error) (string, bool) {
 	switch {
+	case errors.Is(err, rabbitmq.ErrExchangeMissing):
+		return refusedUnknownTopic, true
+	case errors.Is(err, rabbitmq.ErrUnroutable):
+		return refusedUnroutable, true
+	case errors.Is(err, rabbitmq.ErrAccessRefused):
+		return refusedAuthz, true
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
 		return refusedUnknownTopic, true
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed),
@@ -105,7 +122,7 @@ func (g *topicGate) refuse(p *inflight, class string, err error) {
 	h.enqueue(p)
 	g.mu.Unlock()
 	if start {
-		g.s.log.Warn("kafka refuses a topic for now: holding its records and retrying in place; nothing is confirmed past them",
+		g.s.log.Warn(g.s.r.brokerLower()+" refuses a topic for now: holding its records and retrying in place; nothing is confirmed past them",
 			slog.String("topic", p.rec.Topic), slog.String("refusal", class), slog.String("error", err.Error()))
 		go g.wait(p.rec.Topic)
 	}
@@ -136,15 +153,13 @@ func (g *topicGate) wait(topic string) {
 		case h.probe != nil:
 			g.mu.Unlock()
 			continue // still out
-		case h.class == refusedUnknownTopic && time.Since(h.since) >= g.s.cfg.UnknownTopicWait:
+		case (h.class == refusedUnknownTopic || h.class == refusedUnroutable) && time.Since(h.since) >= g.s.cfg.UnknownTopicWait:
 			delete(g.held, topic)
 			g.mu.Unlock()
 			g.s.r.metrics.heldTopics.Dec()
-			err := fmt.Errorf("%w: topic %q stayed unknown for %s (create it, or let the broker create it: "+
-				"auto.create.topics.enable plus --kafka-auto-create-topics; then `relay quarantine requeue`): %w",
-				errUnknownTopic, topic, g.s.cfg.UnknownTopicWait, h.err)
+			reason, err := g.giveUp(topic, h)
 			for _, p := range h.queue {
-				g.s.quarantine(quarantined{p: p, reason: ReasonUnknownTopic, err: err})
+				g.s.quarantine(quarantined{p: p, reason: reason, err: err})
 			}
 			return
 		}
@@ -155,6 +170,23 @@ func (g *topicGate) wait(topic string) {
 		g.mu.Unlock()
 		g.sink.Produce(g.s.sctx, &p.rec, g.s.promise)
 	}
+}
+
+// giveUp is the quarantine reason and error of the records of a topic held
+// as unknown or unroutable for Config.UnknownTopicWait.
+func (g *topicGate) giveUp(topic string, h *heldTopic) (QuarantineReason, error) {
+	wait := g.s.cfg.UnknownTopicWait
+	switch {
+	case h.class == refusedUnroutable:
+		return ReasonUnroutable, fmt.Errorf("%w: exchange %q had no queue bound for the events' routing keys for %s "+
+			"(declare the consumers' shard queues with `worker schema`; then `relay quarantine requeue`): %w", errUnknownTopic, topic, wait, h.err)
+	case errors.Is(h.err, rabbitmq.ErrExchangeMissing):
+		return ReasonUnknownTopic, fmt.Errorf("%w: exchange %q stayed missing for %s "+
+			"(declare it with `worker schema`; then `relay quarantine requeue`): %w", errUnknownTopic, topic, wait, h.err)
+	}
+	return ReasonUnknownTopic, fmt.Errorf("%w: topic %q stayed unknown for %s (create it, or let the broker create it: "+
+		"auto.create.topics.enable plus --kafka-auto-create-topics; then `relay quarantine requeue`): %w",
+		errUnknownTopic, topic, wait, h.err)
 }
 
 // accepted tells the gate Kafka took p. If p was its topic's probe, the
@@ -192,7 +224,7 @@ func (g *topicGate) release(topic string, h *heldTopic) {
 			delete(g.held, topic)
 			g.mu.Unlock()
 			g.s.r.metrics.heldTopics.Dec()
-			g.s.log.Info("kafka takes the topic again: its held records are on their way",
+			g.s.log.Info(g.s.r.brokerLower()+" takes the topic again: its held records are on their way",
 				slog.String("topic", topic), slog.Int("records", n+1), slog.Duration("held_for", time.Since(h.since)))
 			return
 		}

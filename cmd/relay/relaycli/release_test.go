@@ -14,6 +14,6 @@ import (
 func TestReleaseRunHasNoNegativeControl(t *testing.T) {
 	t.Parallel()
 	clitest.VerbHelpListsItsOwnFlags(t, "relay", relay(t), []clitest.Verb{
-		{Args: []string{"run", "-h"}, Want: []string{"-slot"}, Never: []string{"-unsafe-confirm-on-send"}},
+		{Args: []string{"run", "-h"}, Want: []string{"-slot"}, Never: []string{"-unsafe-confirm-on-send", "-unsafe-no-mandatory"}},
 	})
 }

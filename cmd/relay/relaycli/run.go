@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/relay"
 )
@@ -20,24 +22,31 @@ const HTTPAddrDefault = ":9187"
 // configFlags name the flag of each relay.Config and relay.PruneConfig
 // field, for the errors of their validation (see cli.ConfigError).
 var configFlags = map[string]string{
-	"Config.DatabaseURL":             "database-url",
-	"Config.Slot":                    "slot",
-	"Config.Publication":             "publication",
-	"Config.TopicTemplate":           "topic-template",
-	"Config.KafkaOpts":               "kafka-brokers",
-	"Config.MaxInFlightRecords":      "max-in-flight",
-	"Config.StatusInterval":          "status-interval",
-	"Config.ServerTimeout":           "server-timeout",
-	"Config.UnknownTopicWait":        "unknown-topic-wait",
-	"Config.HealthTimeout":           "health-timeout",
-	"Config.ShutdownTimeout":         "shutdown-timeout",
-	"Config.QuarantineOrder":         "quarantine-order",
-	"Config.CloudEvents.Source":      "cloudevents-source",
-	"Config.CloudEvents.ContentType": "cloudevents-content-type",
-	"PruneConfig.Retention":          "outbox-retention",
-	"PruneConfig.BatchSize":          "prune-batch-size",
-	"PruneConfig.Interval":           "prune-interval",
-	"PruneConfig.ConfirmWait":        "prune-confirm-wait",
+	"Config.DatabaseURL":              "database-url",
+	"Config.Slot":                     "slot",
+	"Config.Publication":              "publication",
+	"Config.TopicTemplate":            "topic-template",
+	"Config.KafkaOpts":                "kafka-brokers",
+	"Config.RabbitMQ.URL":             "rabbitmq-url",
+	"Config.RabbitMQ.Vhost":           "rabbitmq-vhost",
+	"Config.RabbitMQ.TLSCAFile":       "rabbitmq-tls-ca-file",
+	"Config.RabbitMQ.TLSCertFile":     "rabbitmq-tls-cert-file",
+	"Config.RabbitMQ.Shards":          "rabbitmq-shards",
+	"Config.RabbitMQ.Channels":        "rabbitmq-channels",
+	"Config.RabbitMQ.MaxMessageBytes": "rabbitmq-max-message-bytes",
+	"Config.MaxInFlightRecords":       "max-in-flight",
+	"Config.StatusInterval":           "status-interval",
+	"Config.ServerTimeout":            "server-timeout",
+	"Config.UnknownTopicWait":         "unknown-topic-wait",
+	"Config.HealthTimeout":            "health-timeout",
+	"Config.ShutdownTimeout":          "shutdown-timeout",
+	"Config.QuarantineOrder":          "quarantine-order",
+	"Config.CloudEvents.Source":       "cloudevents-source",
+	"Config.CloudEvents.ContentType":  "cloudevents-content-type",
+	"PruneConfig.Retention":           "outbox-retention",
+	"PruneConfig.BatchSize":           "prune-batch-size",
+	"PruneConfig.Interval":            "prune-interval",
+	"PruneConfig.ConfirmWait":         "prune-confirm-wait",
 }
 
 // engine are the settings of a relay that publishes: `relay run` and
@@ -58,6 +67,33 @@ type engine struct {
 	ceType      *string
 	traceEvents *bool
 	stopTracing func() // set by parse; see close
+	// rabbit is set on `relay run` only: RabbitMQ instead of Kafka.
+	rabbit *rabbitFlags
+}
+
+// rabbitFlags are the relay's RabbitMQ settings: the shared --rabbitmq-*
+// ones and the publisher's own.
+type rabbitFlags struct {
+	cli.RabbitMQ
+	maxMessageBytes *int
+	channels        *int
+}
+
+func (r *rabbitFlags) register(f *cli.Flags) {
+	r.RabbitMQ.Register(f, "ferry-relay")
+	r.maxMessageBytes = f.Count("rabbitmq-max-message-bytes", relay.RabbitMQMaxMessageBytesDefault,
+		"largest message (body and headers) sent to RabbitMQ; a larger one is quarantined as message_too_large without being sent. Set it to the broker's max_message_size")
+	r.channels = f.Count("rabbitmq-channels", relay.RabbitMQChannelsDefault,
+		"RabbitMQ publishing channels with confirms: shard s goes on channel s mod this, so each shard stays in order")
+}
+
+// config is the relay's RabbitMQ configuration.
+func (r *rabbitFlags) config() *relay.RabbitMQConfig {
+	return &relay.RabbitMQConfig{
+		URL: r.URL, Password: r.Password, Vhost: r.Vhost,
+		TLSCAFile: r.TLSCAFile, TLSCertFile: r.TLSCertFile, TLSKeyFile: r.TLSKeyFile, TLSSkipVerify: r.TLSSkipVerify,
+		Shards: r.NShards(), Channels: *r.channels, MaxMessageBytes: *r.maxMessageBytes,
+	}
 }
 
 // close flushes the spans the engine's run buffered (cli.StartTracing).
@@ -95,12 +131,27 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 	if *e.ceType != "" && *e.ceSource == "" {
 		return nil, nil, cli.Usagef("--cloudevents-content-type needs --cloudevents-source")
 	}
-	kopts, err := e.kafka.Opts(logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := e.kafka.Check(ctx, logger); err != nil {
-		return nil, nil, err
+	var kopts []kgo.Opt
+	var rabbit *relay.RabbitMQConfig
+	switch {
+	case e.rabbit != nil && e.rabbit.Enabled() && e.kafka.Brokers != "":
+		return nil, nil, cli.Usagef("--kafka-brokers and --rabbitmq-url exclude each other: the relay publishes to one channel")
+	case e.rabbit != nil && e.rabbit.Enabled():
+		// A wrong password or an untrusted certificate exits here, with
+		// what to fix; a broker that does not answer is only a warning.
+		if err := e.rabbit.Check(ctx, logger); err != nil {
+			return nil, nil, err
+		}
+		rabbit = e.rabbit.config()
+	case e.rabbit != nil && e.kafka.Brokers == "":
+		return nil, nil, cli.Usagef("--kafka-brokers (FERRY_KAFKA_BROKERS) is required, unless --rabbitmq-url (FERRY_RABBITMQ_URL) is set")
+	default:
+		if kopts, err = e.kafka.Opts(logger); err != nil {
+			return nil, nil, err
+		}
+		if err := e.kafka.Check(ctx, logger); err != nil {
+			return nil, nil, err
+		}
 	}
 	if e.stopTracing, err = cli.StartTracing(ctx, "ferry-relay", logger); err != nil {
 		return nil, nil, err
@@ -118,6 +169,7 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 		HealthTimeout:      *e.health,
 		ShutdownTimeout:    *e.shutdown,
 		KafkaOpts:          kopts,
+		RabbitMQ:           rabbit,
 		CloudEvents:        e.cloudEvents(),
 		TraceEvents:        *e.traceEvents,
 		Logger:             logger,
@@ -142,6 +194,8 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	f := cli.NewFlags("relay run", stderr)
 	var e engine
 	e.register(f)
+	e.rabbit = &rabbitFlags{}
+	e.rabbit.register(f)
 	var http cli.HTTP
 	http.Register(f, HTTPAddrDefault)
 	var p pruneFlags
@@ -175,8 +229,12 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	defer stopHTTP()
 
+	channel := slog.String("kafka", e.kafka.String())
+	if cfg.RabbitMQ != nil {
+		channel = slog.String("rabbitmq", e.rabbit.String())
+	}
 	logger.Info("relay starting",
-		slog.String("database", e.DB.Redacted()), slog.String("kafka", e.kafka.String()),
+		slog.String("database", e.DB.Redacted()), channel,
 		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate),
 		slog.String("quarantine_order", string(cfg.QuarantineOrder)))
 	if err := r.Run(ctx); err != nil {

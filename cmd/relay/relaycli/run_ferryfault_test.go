@@ -13,6 +13,6 @@ import (
 func TestFaultBuildRunHasTheNegativeControl(t *testing.T) {
 	t.Parallel()
 	clitest.VerbHelpListsItsOwnFlags(t, "relay", relay(t), []clitest.Verb{
-		{Args: []string{"run", "-h"}, Want: []string{"-slot", "-unsafe-confirm-on-send"}},
+		{Args: []string{"run", "-h"}, Want: []string{"-slot", "-unsafe-confirm-on-send", "-unsafe-no-mandatory"}},
 	})
 }
