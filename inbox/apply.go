@@ -69,6 +69,19 @@ func (p *partition) apply(batch []fetched) bool {
 			p.finish(f.rec)
 			continue
 		}
+		if p.rmq != nil && (st != nil || fence != nil) {
+			// Live migrations are Kafka's only for now (their reports and
+			// quarantine read Kafka): a RabbitMQ worker must not follow a
+			// channel its fences name. A stamped copy is applied as a
+			// plain message (the inbox deduplicates by id); a fence, a
+			// control record with no effect, is finished.
+			p.migrationUnsupported()
+			if fence != nil {
+				p.finish(f.rec)
+				continue
+			}
+			st = nil
+		}
 		if fence != nil || (st != nil && st.Since > 0) {
 			// A fence waits for every earlier record of the partition, a
 			// copy for the other channel's fences: what the batch holds
@@ -112,7 +125,11 @@ func (p *partition) applyDeliveries(ds []*delivery) bool {
 		return true
 	}
 	if p.w.cfg.unsafeCommitBeforeDB {
-		p.commitBeforeApplying(ds[len(ds)-1].rec)
+		if p.rmq != nil {
+			p.ackBeforeApplying(ds)
+		} else {
+			p.commitBeforeApplying(ds[len(ds)-1].rec)
+		}
 	}
 	if len(ds) == 1 {
 		return p.settle(ds[0])
@@ -141,6 +158,8 @@ func (p *partition) settle(d *delivery) bool {
 		return p.deadLetterDelivery(d, permanentReason(d.permanent), d.permanent)
 	case d.failures >= cfg.MaxAttempts:
 		return p.deadLetterDelivery(d, ReasonRetriesExhausted, d.lastErr)
+	case d.failures > 0 && p.rmq != nil && cfg.unsafeRequeueRetries:
+		return p.requeue(d) // a failure inside a batch
 	case d.failures > 0:
 		p.metrics.retry()
 		wait := backoff.Delay(d.failures, cfg.RetryBackoff, cfg.RetryBackoffMax)
@@ -184,6 +203,9 @@ func (p *partition) settle(d *delivery) bool {
 			}
 			d.failures++
 			d.lastErr = err
+			if p.rmq != nil && cfg.unsafeRequeueRetries {
+				return p.requeue(d)
+			}
 			if d.failures >= cfg.MaxAttempts {
 				return p.deadLetterDelivery(d, ReasonRetriesExhausted, err)
 			}

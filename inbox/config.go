@@ -54,7 +54,8 @@ const (
 	OffsetResetNone OffsetReset = "none"
 )
 
-// Config configures a Worker. DB and KafkaOpts are required.
+// Config configures a Worker. DB and one of KafkaOpts and RabbitMQ are
+// required.
 type Config struct {
 	// DB begins the transactions in which inbox rows and effects commit,
 	// normally a *pgxpool.Pool with at least Concurrency connections.
@@ -71,8 +72,14 @@ type Config struct {
 	// clients of the new channel take these options too, all but those
 	// that choose the cluster and its credentials (kgo.SeedBrokers,
 	// kgo.DialTLSConfig and kgo.DialTLS, kgo.Dialer, kgo.SASL), which come
-	// from the plan's new channel instead. Required.
+	// from the plan's new channel instead. Required unless RabbitMQ is
+	// set; the two exclude each other.
 	KafkaOpts []kgo.Opt
+
+	// RabbitMQ makes the worker consume RabbitMQ's shard queues instead of
+	// Kafka (see RabbitMQConfig). Live migrations are Kafka-only for now.
+	// Defaults to nil: Kafka.
+	RabbitMQ *RabbitMQConfig
 
 	// Consumers, when set, limits Run to these registered consumers, so
 	// that one binary can be deployed once per consumer. Defaults to every
@@ -240,6 +247,10 @@ type Config struct {
 	// out of the quarantine: only the fault suite's negative control sets
 	// it (UnsafeNoMigrationQuarantine, ferryfault builds).
 	unsafeNoMigrationQuarantine bool
+	// unsafeRequeueRetries retries a failed RabbitMQ delivery by
+	// Nack(requeue=true) instead of holding it: only the fault suite's
+	// negative control sets it (UnsafeRequeueRetries, ferryfault builds).
+	unsafeRequeueRetries bool
 
 	// hooks let tests stop the process at exact points.
 	hooks hooks
@@ -249,6 +260,7 @@ type Config struct {
 type hooks struct {
 	beforeDBCommit func(*Message)
 	afterDBCommit  func(*Message)
+	rabbitAck      func(tag uint64) // before a RabbitMQ ack of tags up to tag is sent
 	stopped        func()           // partitions being released were told to stop
 	periodicCommit func()           // the commit loop's tick, before it commits
 	reportClock    func() time.Time // the migration reports' clock (migration_report.go)
@@ -283,6 +295,10 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.RabbitMQ != nil {
+		r := c.RabbitMQ.withDefaults()
+		c.RabbitMQ = &r
+	}
 	return c
 }
 
@@ -290,8 +306,15 @@ func (c Config) validate() error {
 	if c.DB == nil {
 		return errors.New("inbox: Config.DB is required")
 	}
-	if len(c.KafkaOpts) == 0 {
-		return errors.New("inbox: Config.KafkaOpts is required (at least kgo.SeedBrokers)")
+	switch {
+	case c.RabbitMQ != nil && len(c.KafkaOpts) > 0:
+		return errors.New("inbox: Config.KafkaOpts and Config.RabbitMQ are both set: a worker consumes one of them")
+	case c.RabbitMQ != nil:
+		if err := c.RabbitMQ.validate(); err != nil {
+			return err
+		}
+	case len(c.KafkaOpts) == 0:
+		return errors.New("inbox: Config.KafkaOpts is required (at least kgo.SeedBrokers), or Config.RabbitMQ")
 	}
 	for _, f := range []struct {
 		name string

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
 // Headers a dead letter carries next to the original record's headers.
@@ -103,7 +104,7 @@ func (p *partition) deadLetter(rec *kgo.Record, id string, reason DeadLetterReas
 	for n := 1; ; n++ {
 		out := deadLetterRecord(rec, topic, p.g.name, string(reason), cause, attempts, failedAt)
 		ctx, cancel := context.WithTimeout(p.stopCtx, 30*time.Second)
-		err := p.g.cl.ProduceSync(ctx, out).FirstErr()
+		err := p.g.produceDeadLetter(ctx, out, rec)
 		cancel()
 		if err == nil {
 			p.metrics.deadLettered(string(reason))
@@ -138,7 +139,8 @@ func (p *partition) deadLetter(rec *kgo.Record, id string, reason DeadLetterReas
 // record that may already be near the limit) or malformed.
 func refusedForGood(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
-		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage)
+		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
+		errors.Is(err, rabbitmq.ErrMessageTooLarge) || errors.Is(err, rabbitmq.ErrInvalidRecord)
 }
 
 // park stores rec, which can be neither applied nor dead-lettered, in

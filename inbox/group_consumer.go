@@ -10,7 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
 // pollRecordsMax bounds one poll, so the window in which rebalances wait
@@ -37,7 +40,8 @@ type groupConsumer struct {
 	w        *Worker
 	name     string
 	handlers map[string]handling
-	cl       *kgo.Client
+	cl       *kgo.Client   // Kafka; nil when rmq is set
+	rmq      *rabbitSource // RabbitMQ; nil on Kafka
 	log      *slog.Logger
 	joined   atomic.Bool
 	beat     atomic.Int64 // unix nanos of the commit loop's last run (see Worker.Healthy)
@@ -94,8 +98,60 @@ func newGroupConsumer(w *Worker, name string, handlers map[string]handling, kafk
 	return g, nil
 }
 
+// newRabbitGroupConsumer is a consumer of RabbitMQ's shard queues: the same
+// partitions, lanes and dead letters as on Kafka, fed by rabbitSource.
+func newRabbitGroupConsumer(w *Worker, name string, handlers map[string]handling) *groupConsumer {
+	g := &groupConsumer{
+		w:        w,
+		name:     name,
+		handlers: handlers,
+		log:      w.cfg.Logger.With(slog.String("consumer", name)),
+		parts:    make(map[topicPartition]*partition),
+	}
+	g.rmq = newRabbitSource(g, w.cfg.RabbitMQ)
+	return g
+}
+
+// rabbitPartition starts the partition of a shard queue's new channel.
+func (g *groupConsumer) rabbitPartition(topic string, shard int32, ch *amqp.Channel) *partition {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := newPartition(g, topic, shard, g.handlers[topic])
+	p.rmq = ch
+	g.parts[topicPartition{topic, shard}] = p
+	return p
+}
+
+// ping asks the broker whether it answers, for Ready.
+func (g *groupConsumer) ping(ctx context.Context) error {
+	if g.rmq != nil {
+		return g.rmq.ping()
+	}
+	return g.cl.Ping(ctx)
+}
+
+// close releases the client of a consumer that never ran.
+func (g *groupConsumer) close() {
+	if g.cl != nil {
+		g.cl.Close()
+	}
+}
+
+// produceDeadLetter writes out, the dead letter of rec, and waits for the
+// broker's acknowledgement.
+func (g *groupConsumer) produceDeadLetter(ctx context.Context, out, rec *kgo.Record) error {
+	if g.rmq != nil {
+		return g.rmq.pub.publish(ctx, out, rec)
+	}
+	return g.cl.ProduceSync(ctx, out).FirstErr()
+}
+
 // run polls until ctx ends, then drains, commits and leaves the group.
 func (g *groupConsumer) run(ctx context.Context) {
+	if g.rmq != nil {
+		g.rmq.run(ctx)
+		return
+	}
 	commitCtx, stopCommits := context.WithCancel(context.Background())
 	var committer sync.WaitGroup
 	g.beat.Store(time.Now().UnixNano())
@@ -173,7 +229,9 @@ func (g *groupConsumer) stuck() error {
 	}
 	g.mu.Unlock()
 	for _, p := range parts {
-		if why := p.stuckReason(); why != "" {
+		if why := p.stuckReason(); why != "" && g.rmq != nil {
+			return fmt.Errorf("consumer %s, RabbitMQ queue %s cannot move: %s", g.name, rabbitmq.QueueName(p.topic, int(p.id), g.name), why)
+		} else if why != "" {
 			return fmt.Errorf("consumer %s, %s partition %d cannot move: %s", g.name, p.topic, p.id, why)
 		}
 	}
@@ -363,6 +421,10 @@ func (g *groupConsumer) commitLocked(ctx context.Context, parts []*partition) {
 	var moved []*partition
 	var points []kgo.EpochOffset
 	for _, p := range parts {
+		if p.rmq != nil {
+			g.rmq.ack(p)
+			continue
+		}
 		if at, ok := p.uncommitted(); ok {
 			// CommitRecords commits offset+1 of each record.
 			recs = append(recs, &kgo.Record{Topic: p.topic, Partition: p.id, LeaderEpoch: at.Epoch, Offset: at.Offset - 1})

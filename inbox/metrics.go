@@ -26,6 +26,10 @@ type metrics struct {
 	pauses           *prometheus.CounterVec
 	parked           *prometheus.CounterVec
 	stuck            *prometheus.GaugeVec
+	// RabbitMQ: deliveries the broker marked redelivered, shard queues the
+	// worker created (they lack what was published before).
+	redelivered   *prometheus.CounterVec
+	queuesCreated *prometheus.CounterVec
 	// A live migration: copies received by side and role, fences passed,
 	// messages held for fences, duplicates blocked by side.
 	migrationCopies     *prometheus.CounterVec
@@ -46,6 +50,8 @@ type metrics struct {
 	nBackoffInterrupted atomic.Int64
 	nPauses             atomic.Int64
 	nParked             atomic.Int64
+	nRedelivered        atomic.Int64
+	nQueuesCreated      atomic.Int64
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -107,6 +113,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ferry_worker_stuck_partitions", Help: "Partitions that cannot move: a dead letter that Kafka or the database will not take yet is retried (readiness is red meanwhile).",
 		}, []string{"consumer"}),
+		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_redelivered_total", Help: "RabbitMQ deliveries marked redelivered (their earlier delivery was not acknowledged: a closed channel or a crash); the inbox absorbs the ones already applied.",
+		}, ct),
+		queuesCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_worker_rabbitmq_queues_created_total", Help: "RabbitMQ shard queues this worker created because they did not exist: events published before that are not in them.",
+		}, []string{"consumer"}),
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_worker_pruned_rows_total", Help: "Rows deleted by retention.",
 		}, []string{"table"}),
@@ -120,7 +132,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.processed, m.duplicates, m.retries, m.deadLettered, m.deadLetterErrors,
 			m.databaseErrors, m.commitErrors, m.handlerSeconds, m.lag, m.assigned, m.pruned, m.pauses, m.parked, m.stuck,
-			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates, m.migrationLateness, m.pruneRefused, m.droppedParts)
+			m.migrationCopies, m.migrationFences, m.migrationHeld, m.migrationDuplicates, m.migrationLateness, m.pruneRefused, m.droppedParts,
+			m.redelivered, m.queuesCreated)
 	}
 	return m
 }
@@ -207,6 +220,8 @@ type Stats struct {
 	BackoffsInterrupted int64 // retry waits cut short by a revoke or shutdown
 	FetchPauses         int64 // partitions paused for holding too much fetched data
 	Parked              int64 // messages parked in inbox_parked: neither applied nor dead-lettered
+	Redelivered         int64 // RabbitMQ deliveries marked redelivered
+	QueuesCreated       int64 // RabbitMQ shard queues the worker had to create
 }
 
 func (m *metrics) stats() Stats {
@@ -223,5 +238,7 @@ func (m *metrics) stats() Stats {
 		PartitionsLost:      m.nLost.Load(),
 		BackoffsInterrupted: m.nBackoffInterrupted.Load(),
 		FetchPauses:         m.nPauses.Load(),
+		Redelivered:         m.nRedelivered.Load(),
+		QueuesCreated:       m.nQueuesCreated.Load(),
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/commitpoint"
@@ -26,6 +28,14 @@ type partition struct {
 	locks   func(*Message) []string // HandleOpts.Locks; nil takes no lock
 	log     *slog.Logger
 	metrics *partitionMetrics
+	// rmq is the RabbitMQ channel whose deliveries the partition holds (its
+	// offsets are that channel's delivery tags); nil on Kafka.
+	rmq *amqp.Channel
+	// requeued are the tags the negative control UnsafeRequeueRetries
+	// gave back to the broker (guarded by mu).
+	requeued map[int64]bool
+	// migrationWarned: migrationUnsupported logged once.
+	migrationWarned atomic.Bool
 
 	// stopCtx ends when the partition must take no new work (revoke, lost,
 	// shutdown); it wakes backoff sleeps and slot waits. workCtx ends later,
@@ -112,7 +122,8 @@ func (p *partition) enqueue(recs []*kgo.Record, highWatermark int64, now time.Ti
 			}
 		}
 	}
-	if !p.paused && p.bufferedBytes >= p.w.cfg.MaxBufferedBytesPerPartition {
+	// RabbitMQ needs no pause: the prefetch bounds what a channel holds.
+	if !p.paused && p.rmq == nil && p.bufferedBytes >= p.w.cfg.MaxBufferedBytesPerPartition {
 		p.paused = true
 		p.g.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.id}})
 		p.w.metrics.nPauses.Add(1)
@@ -175,6 +186,9 @@ func (p *partition) finish(r *kgo.Record) {
 	if p.paused && p.bufferedBytes <= p.w.cfg.MaxBufferedBytesPerPartition/2 && p.stopCtx.Err() == nil {
 		p.paused = false
 		p.g.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
+	}
+	if p.rmq != nil {
+		p.g.rmq.finished(p, r)
 	}
 }
 

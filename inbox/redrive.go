@@ -34,6 +34,10 @@ type DeadLetter struct {
 	OriginalPartition int32
 	OriginalOffset    int64
 	OriginalTimestamp time.Time
+	// OriginalQueue is, on RabbitMQ, the shard queue the message came from
+	// (Ferry's ferry.dlq.original_queue, or the broker's x-death queue);
+	// redrive publishes to it.
+	OriginalQueue string
 
 	// The original record: key, value and headers without the dead-letter
 	// headers.

@@ -18,3 +18,14 @@ func UnsafeCommitOffsetsBeforeDB(cfg *Config) { cfg.unsafeCommitBeforeDB = true 
 // with a consumer that leaves the old channel at cutover without a drain.
 // The suite's checker must report those events lost.
 func UnsafeNoMigrationQuarantine(cfg *Config) { cfg.unsafeNoMigrationQuarantine = true }
+
+// UnsafeAckBeforeDB makes a RabbitMQ worker acknowledge each delivery
+// before its database transaction, instead of after the commit: a crash in
+// between loses the message.
+func UnsafeAckBeforeDB(cfg *Config) { cfg.unsafeCommitBeforeDB = true }
+
+// UnsafeRequeueRetries makes a RabbitMQ worker retry a failed delivery by
+// Nack(requeue=true) instead of holding it: RabbitMQ 3.x puts it at the
+// back of the quorum queue, behind the aggregate's later events, and the
+// suite's checker must see the order inversions.
+func UnsafeRequeueRetries(cfg *Config) { cfg.unsafeRequeueRetries = true }

@@ -205,14 +205,22 @@ func (w *Worker) Ready() error {
 		return errors.New("worker is starting")
 	}
 	for _, g := range *gs {
-		if !g.joined.Load() {
+		if g.rmq != nil {
+			if q := g.rmq.notReady(); q != "" {
+				return fmt.Errorf("consumer %s is not registered on RabbitMQ queue %s yet", g.name, q)
+			}
+		} else if !g.joined.Load() {
 			return fmt.Errorf("consumer %s has not joined its group yet", g.name)
 		}
 		if err := g.stuck(); err != nil {
 			return err
 		}
 		if silent := time.Since(time.Unix(0, g.kafkaOK.Load())); silent > unreachableAfter {
-			return fmt.Errorf("consumer %s: Kafka has not answered for %s (unreachable?)", g.name, silent.Round(time.Second))
+			broker := "Kafka"
+			if g.rmq != nil {
+				broker = "RabbitMQ"
+			}
+			return fmt.Errorf("consumer %s: %s has not answered for %s (unreachable?)", g.name, broker, silent.Round(time.Second))
 		}
 	}
 	if _, ok := w.cfg.DB.(pinger); ok {
@@ -252,7 +260,7 @@ func (w *Worker) reachability(ctx context.Context) {
 	for {
 		for _, g := range *w.groups.Load() {
 			pctx, cancel := context.WithTimeout(ctx, pingInterval)
-			if g.cl.Ping(pctx) == nil {
+			if g.ping(pctx) == nil {
 				g.kafkaOK.Store(time.Now().UnixNano())
 			}
 			cancel()
@@ -330,6 +338,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.checkSchema(ctx, consumers); err != nil {
 		return err
 	}
+	if w.cfg.RabbitMQ != nil {
+		if err := w.declareRabbitMQ(ctx, consumers); err != nil {
+			return err
+		}
+	}
 
 	for _, name := range consumers {
 		for t := range w.handlers[name] {
@@ -344,10 +357,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		for t, h := range w.handlers[name] {
 			topics[t] = handling{handler: Chain(h.handler, w.middleware...), locks: h.locks}
 		}
+		if w.cfg.RabbitMQ != nil {
+			groups = append(groups, newRabbitGroupConsumer(w, name, topics))
+			continue
+		}
 		g, err := newGroupConsumer(w, name, topics, w.cfg.KafkaOpts)
 		if err != nil {
 			for _, g := range groups {
-				g.cl.Close()
+				g.close()
 			}
 			return err
 		}
@@ -377,9 +394,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.Prune != nil {
 		wg.Go(func() { w.pruneLoop(ctx) })
 	}
-	w.followKnown()
-	wg.Go(func() { w.reportLoop(ctx, groups) })
-	wg.Go(func() { w.quarantineLoop(ctx, groups) })
+	if w.cfg.RabbitMQ == nil {
+		// Live migrations are Kafka's only, for now: their reports, dead
+		// letter tails and quarantine read Kafka.
+		w.followKnown()
+		wg.Go(func() { w.reportLoop(ctx, groups) })
+		wg.Go(func() { w.quarantineLoop(ctx, groups) })
+	}
 	w.cfg.Logger.Info("worker running", slog.Any("consumers", consumers),
 		slog.Int("concurrency", w.cfg.Concurrency), slog.Int("batch_size", w.cfg.BatchSize),
 		slog.Int("key_concurrency", w.cfg.KeyConcurrency), slog.String("offset_reset", string(w.cfg.OffsetReset)))

@@ -21,11 +21,18 @@ const dlqUsage = `Usage:
 --topic is a dead-letter topic, such as outbox.event.order.dlq. --since and
 --until take an RFC 3339 time or a duration ago (24h, 7d) and compare with
 the time of failure.
+
+With --rabbitmq-url, --topic is the topic's dead-letter stream (such as
+outbox.event.order.dlq), read without consuming it until nothing comes for
+--rabbitmq-idle; it holds Ferry's dead letters and the broker's own (reason
+delivery_limit). Redrive publishes each to the shard queue it came from.
 `
 
 // dlqFlags select dead letters.
 type dlqFlags struct {
 	kafka    cli.Kafka
+	rabbit   cli.RabbitMQ
+	idle     *time.Duration
 	topic    *string
 	ids      *string
 	consumer *string
@@ -38,6 +45,8 @@ type dlqFlags struct {
 // selection left in the environment would redrive the wrong letters.
 func (d *dlqFlags) register(f *cli.Flags) {
 	d.kafka.Register(f, "ferry-worker-dlq")
+	d.rabbit.Register(f, "ferry-worker-dlq")
+	d.idle = f.FlagSet.Duration("rabbitmq-idle", inbox.RabbitMQIdleDefault, "RabbitMQ: the stream is taken as read once nothing came for this long (AMQP tells a reader no end)")
 	d.topic = f.FlagSet.String("topic", "", "dead-letter topic (required)")
 	d.ids = f.FlagSet.String("id", "", "comma-separated message ids")
 	d.consumer = f.FlagSet.String("consumer", "", "only dead letters of this consumer")
@@ -81,12 +90,15 @@ func runDLQ(ctx context.Context, name string, args []string, stdout, stderr io.W
 	if *d.topic == "" {
 		return cli.Usagef("--topic is required (a dead-letter topic, such as outbox.event.order.dlq)")
 	}
+	ctx, cancel := context.WithTimeout(ctx, *d.timeout)
+	defer cancel()
+	if d.rabbit.Enabled() {
+		return runRabbitDLQ(ctx, name, action, &d, *all, stdout)
+	}
 	kopts, err := d.kafka.Opts(nil)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *d.timeout)
-	defer cancel()
 	if action == "list" {
 		dls, err := inbox.ListDeadLetters(ctx, kopts, *d.topic, d.filter())
 		if err != nil {

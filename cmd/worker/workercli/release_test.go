@@ -19,6 +19,6 @@ func TestReleaseRunHasNoNegativeControl(t *testing.T) {
 	app := &workercli.App{Register: func(*inbox.Worker) error { return nil }}
 	clitest.VerbHelpListsItsOwnFlags(t, "worker", func(args ...string) (int, string, string) { return run(context.Background(), app, args...) }, []clitest.Verb{
 		{Args: []string{"run", "-h"}, Want: []string{"-consumers"},
-			Never: []string{"-unsafe-commit-before-db", "-unsafe-no-migration-quarantine"}},
+			Never: []string{"-unsafe-commit-before-db", "-unsafe-no-migration-quarantine", "-unsafe-ack-before-db", "-unsafe-requeue-retries"}},
 	})
 }

@@ -80,6 +80,8 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	base.Register(f)
 	var kafka cli.Kafka
 	kafka.Register(f, "ferry-worker")
+	var rabbit rabbitFlags
+	rabbit.register(f)
 	var http cli.HTTP
 	http.Register(f, HTTPAddrDefault)
 	consumers := f.String("consumers", "", "comma-separated consumers to run; default all registered")
@@ -122,15 +124,31 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	kopts, err := kafka.Opts(logger)
-	if err != nil {
-		return err
+	var kopts []kgo.Opt
+	var rcfg *inbox.RabbitMQConfig
+	if rabbit.Enabled() {
+		if kafka.Brokers != "" {
+			return cli.Usagef("--kafka-brokers and --rabbitmq-url are both set: a worker consumes one of them")
+		}
+		if rcfg, err = rabbit.config(); err != nil {
+			return err
+		}
+		if err := rabbit.Check(ctx, logger); err != nil {
+			return err
+		}
+	} else {
+		if kafka.Brokers == "" {
+			return cli.Usagef("--kafka-brokers (FERRY_KAFKA_BROKERS) is required, or --rabbitmq-url (FERRY_RABBITMQ_URL) to consume RabbitMQ")
+		}
+		if kopts, err = kafka.Opts(logger); err != nil {
+			return err
+		}
+		if err := kafka.Check(ctx, logger); err != nil {
+			return err
+		}
+		// Heartbeat at least three times per session, as Kafka advises.
+		kopts = append(kopts, kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3)))
 	}
-	if err := kafka.Check(ctx, logger); err != nil {
-		return err
-	}
-	// Heartbeat at least three times per session, as Kafka advises.
-	kopts = append(kopts, kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3)))
 
 	if err := checkDeadLetterSuffix(*dlqSuffix); err != nil {
 		return err
@@ -152,6 +170,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	cfg := &inbox.Config{
 		DB:                       pool,
 		KafkaOpts:                kopts,
+		RabbitMQ:                 rcfg,
 		Consumers:                splitList(*consumers),
 		Concurrency:              *concurrency,
 		KeyConcurrency:           *keyConcurrency,
@@ -200,7 +219,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	defer stopHTTP()
 
 	logger.Info("worker starting",
-		slog.String("database", base.DB.Redacted()), slog.String("kafka", kafka.String()),
+		slog.String("database", base.DB.Redacted()), slog.String("broker", rabbit.describe(&kafka)),
 		slog.Any("consumers", consumersOf(w, cfg.Consumers)))
 	return w.Run(ctx)
 }

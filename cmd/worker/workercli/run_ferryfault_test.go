@@ -18,6 +18,6 @@ func TestFaultBuildRunHasTheNegativeControls(t *testing.T) {
 	t.Parallel()
 	app := &workercli.App{Register: func(*inbox.Worker) error { return nil }}
 	clitest.VerbHelpListsItsOwnFlags(t, "worker", func(args ...string) (int, string, string) { return run(context.Background(), app, args...) }, []clitest.Verb{
-		{Args: []string{"run", "-h"}, Want: []string{"-consumers", "-unsafe-commit-before-db", "-unsafe-no-migration-quarantine"}},
+		{Args: []string{"run", "-h"}, Want: []string{"-consumers", "-unsafe-commit-before-db", "-unsafe-no-migration-quarantine", "-unsafe-ack-before-db", "-unsafe-requeue-retries"}},
 	})
 }

@@ -54,7 +54,7 @@ type App struct {
 	Migrations []schema.Set
 }
 
-const usageText = `%[1]s applies Ferry's Kafka messages exactly once through the inbox.
+const usageText = `%[1]s applies Ferry's Kafka or RabbitMQ messages exactly once through the inbox.
 
 Usage:
 %[2]s  %[1]s status --consumer C      consumer groups' lag and inbox rows
@@ -65,6 +65,10 @@ Usage:
                                   (--inbox-partitioning daily: an empty inbox
                                   partitioned by day); down rolls back one, with --yes;
                                   "%[1]s migrate" is the same command
+                                  with --rabbitmq-url, also declares the consumers'
+                                  RabbitMQ queues: a queue receives only what is
+                                  published after it exists, so declare it before
+                                  the relay publishes what the consumer must see
   %[1]s migration quarantine list|replay
                                   events of a live broker migration never applied
                                   (their authoritative copy lost): list, replay once
@@ -94,7 +98,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 	}
 	usage := fmt.Sprintf(usageText, name, runLine, ownMigrations)
 	schemaCmd := func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		return runMigrate(ctx, name, args, stdout, stderr, app.Migrations)
+		return runMigrate(ctx, name, args, stdout, stderr, app.Migrations, app.Register)
 	}
 	return cli.Dispatch(ctx, name, usage, map[string]cli.Command{
 		"run": func(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -126,16 +130,24 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, app *App
 	}, args, stdout, stderr)
 }
 
-func runMigrate(ctx context.Context, name string, args []string, stdout, stderr io.Writer, own []schema.Set) error {
+func runMigrate(ctx context.Context, name string, args []string, stdout, stderr io.Writer, own []schema.Set, register Register) error {
 	f := cli.NewFlags(name+" schema", stderr)
 	var m cli.MigrateFlags
 	m.Register(f)
 	m.RegisterPartitioning(f, "inbox", schema.PartitionInbox)
+	var rabbit rabbitFlags
+	rabbit.register(f)
 	logger, err := m.Parse(f, args, stderr)
 	if err != nil {
 		return err
 	}
-	return m.Migrate(ctx, f.Arg(0), stdout, logger, own...)
+	if err := m.Migrate(ctx, f.Arg(0), stdout, logger, own...); err != nil {
+		return err
+	}
+	if verb := f.Arg(0); !rabbit.Enabled() || (verb != "" && verb != "up") {
+		return nil
+	}
+	return declareQueues(ctx, name, &rabbit, register, stdout)
 }
 
 // splitList reads a comma-separated flag, dropping empty items.
