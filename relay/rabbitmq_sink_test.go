@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -550,4 +552,118 @@ func (c *consumed) missing(ids []string) int {
 		}
 	}
 	return n
+}
+
+// A stop (SIGTERM) under load waits for RabbitMQ's confirms and confirms
+// the WAL behind them before Run returns: the next relay on the slot
+// publishes nothing twice.
+func TestRabbitMQStopWaitsForConfirms(t *testing.T) {
+	t.Parallel()
+	b := rabbitSetup(t)
+	topic := b.prefix + ".order"
+	declare(t, topic)
+	c := consumeRabbit(t, topic)
+
+	cfg := b.cfg
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	first, err := relay.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	// Events written before the slot exists are not in it: start the load
+	// once the relay streams.
+	for first.State() != relay.StateStreaming {
+		select {
+		case err := <-done:
+			t.Fatalf("relay stopped before streaming: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	// The load runs across the stop: the events written after it wait in
+	// the outbox for the second relay.
+	var idsMu sync.Mutex
+	var ids []string
+	stopLoad := make(chan struct{})
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		for seq := 0; ; seq++ {
+			select {
+			case <-stopLoad:
+				return
+			default:
+			}
+			var batch []outbox.Event
+			for a := range 7 {
+				batch = append(batch, evt("order", fmt.Sprintf("agg-%d", a), seq))
+			}
+			got, err := outbox.Write(b.ctx, b.db.Pool, batch...)
+			if err != nil {
+				t.Errorf("write: %v", err)
+				return
+			}
+			idsMu.Lock()
+			for _, id := range got {
+				ids = append(ids, id.String())
+			}
+			idsMu.Unlock()
+		}
+	}()
+	// Stop with publishes unconfirmed, so that a stop that did not wait
+	// for their confirms would leave them to be published again.
+	for c.total() < 1000 || unconfirmed(t, reg) < 20 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel() // what SIGTERM does
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after the stop: %v", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("Run did not return within 40 s of the stop")
+	}
+	stoppedAt := c.total()
+
+	b.start(t, b.cfg)
+	for c.total() < stoppedAt+1000 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stopLoad)
+	<-loadDone
+	idsMu.Lock()
+	all := append([]string(nil), ids...)
+	idsMu.Unlock()
+	got := c.wait(t, all, time.Minute, 500*time.Millisecond)
+	if n := got.duplicates(); n != 0 {
+		t.Fatalf("%d events published twice across a stop and a restart, want 0", n)
+	}
+	got.checkFirstArrivalOrder(t)
+	t.Logf("%d events, %d before the stop, none twice", len(all), stoppedAt)
+}
+
+// unconfirmed reads the relay's ferry_relay_unconfirmed_records.
+func unconfirmed(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "ferry_relay_unconfirmed_records" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+func (c *rabbitConsumer) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.records)
 }
