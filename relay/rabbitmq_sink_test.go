@@ -667,3 +667,82 @@ func (c *rabbitConsumer) total() int {
 	defer c.mu.Unlock()
 	return len(c.records)
 }
+
+// A required consumer (RabbitMQConfig.Consumers) whose shard queues do not
+// exist holds its exchange: nothing reaches the consumers that do have
+// queues, which would otherwise take the events while they pass by the
+// missing one unseen (the broker returns nothing: the message was
+// routed). Ready names the consumer; once its queues are declared, every
+// event reaches both consumers and nothing is quarantined. The relay runs
+// as the least-privilege user: the queue check needs no permission.
+func TestRabbitMQRequiredConsumerHoldsTheExchange(t *testing.T) {
+	t.Parallel()
+	b := rabbitSetup(t)
+	topic := b.prefix + ".order"
+	declare(t, topic) // consumer "test"
+	u, err := url.Parse(need(t, ferrytest.EnvRabbitMQURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(need(t, ferrytest.EnvRabbitMQRelayUser))
+	cfg := b.cfg
+	cfg.RabbitMQ = &relay.RabbitMQConfig{
+		URL: u.String(), Password: need(t, ferrytest.EnvRabbitMQRelayPassword),
+		Consumers: []string{"test", "late"},
+	}
+	r := b.start(t, cfg)
+	present := consumeRabbit(t, topic)
+	ids := b.writeAggregates(t, "order", 8, 0, 5)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := r.Ready()
+		if err != nil && strings.Contains(err.Error(), `consumer "late"`) && strings.Contains(err.Error(), rabbitmq.QueueName(topic, 0, "late")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready = %v, want it to name consumer late and its missing queue", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := present.total(); n != 0 {
+		t.Fatalf("%d events reached consumer test while consumer late had no queues: they passed late by", n)
+	}
+
+	ch, err := rabbitAdmin(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := &rabbitmq.Topology{Consumer: "late", Topics: []string{topic}, Shards: rabbitmq.ShardsDefault}
+	if err := rabbitmq.Declare(ch, late); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for s := range late.Shards {
+			_, _ = ch.QueueDelete(rabbitmq.QueueName(topic, s, "late"), false, false, false)
+		}
+	})
+	got := present.wait(t, ids, time.Minute, 0)
+	got.checkFirstArrivalOrder(t)
+	for s := range late.Shards {
+		q, err := ch.QueueDeclarePassive(rabbitmq.QueueName(topic, s, "late"), true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		present.mu.Lock()
+		want := 0
+		for _, rec := range present.records {
+			if rec.Partition == int32(s) {
+				want++
+			}
+		}
+		present.mu.Unlock()
+		if q.Messages != want {
+			t.Errorf("consumer late's shard %d queue holds %d messages, consumer test's got %d", s, q.Messages, want)
+		}
+	}
+	b.waitConfirmed(t, 30*time.Second)
+	if st, err := relay.Status(b.ctx, b.db.Pool, b.slot); err != nil || st.Quarantined != 0 {
+		t.Errorf("Status = %+v, %v: want nothing quarantined", st, err)
+	}
+}
