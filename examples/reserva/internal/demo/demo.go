@@ -167,7 +167,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		return errors.New("an order does not have exactly one reservation outcome")
+		return errors.New("an order does not have exactly one reservation outcome, one stock decision, or the stock does not add up")
 	}
 	if d.o.once {
 		return nil
@@ -522,7 +522,12 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	d.dups.scrape(d.o.workerAddrs[:])
-	ok := outcomes == orders && badOutcomes == 0 && int64(orders) == d.placed.Load()
+	decisions, stockOff, err := d.stockChecks(ctx)
+	if err != nil {
+		return false, err
+	}
+	once := outcomes == orders && badOutcomes == 0 && int64(orders) == d.placed.Load()
+	ok := once && decisions == orders && len(stockOff) == 0
 
 	w := bufio.NewWriter(d.out)
 	defer w.Flush()
@@ -535,11 +540,19 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	row("orders placed (HTTP 201)", placing)
 	row("  reserved", strconv.Itoa(st.reserved))
 	row("  rejected (not enough stock)", strconv.Itoa(st.rejected))
-	verdict := "yes"
-	if !ok {
-		verdict = "NO"
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "NO"
 	}
-	row("exactly one reservation per order", fmt.Sprintf("%s (%d outcomes for %d orders; %d decided)", verdict, outcomes, orders, decided))
+	row("exactly one reservation per order", fmt.Sprintf("%s (%d outcomes for %d orders; %d decided)", yes(once), outcomes, orders, decided))
+	row("exactly one stock decision per order", fmt.Sprintf("%s (%d StockReserved/StockRejected events for %d orders)", yes(decisions == orders), decisions, orders))
+	stock := "every SKU: seeded minus what its reserved orders hold"
+	if len(stockOff) > 0 {
+		stock = strings.Join(stockOff, "; ")
+	}
+	row("stock consistent", fmt.Sprintf("%s (%s)", yes(len(stockOff) == 0), stock))
 	row("events written to the outbox", strconv.Itoa(outboxRows))
 	row("records relayed to "+d.ch.name(), fmt.Sprintf("%d (%d more than events: republished after the relay was killed)", relayed, relayed-int64(outboxRows)))
 	row("effects applied", fmt.Sprintf("%d reservations + %d order status changes", outcomes, decided))
@@ -583,6 +596,34 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	row("metrics", fmt.Sprintf("relay http://%s/metrics · workers http://%s/metrics http://%s/metrics", d.o.relayAddr, d.o.workerAddrs[0], d.o.workerAddrs[1]))
 	row("logs", d.dir)
 	return ok, nil
+}
+
+// stockChecks counts the stock decisions the workers chained (one an order,
+// or a duplicate delivery chained one twice) and names the SKUs whose stock
+// is not what was seeded minus what the reserved orders hold.
+func (d *demo) stockChecks(ctx context.Context) (decisions int, off []string, err error) {
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE aggregate_type = $1`, reserva.AggregateStock).Scan(&decisions); err != nil {
+		return 0, nil, err
+	}
+	rows, err := d.pool.Query(ctx, `
+		SELECT s.sku, s.available, coalesce(sum(i.qty) FILTER (WHERE r.outcome = 'reserved'), 0)
+		FROM stock s LEFT JOIN order_items i ON i.sku = s.sku LEFT JOIN reservations r ON r.order_id = i.order_id
+		GROUP BY s.sku, s.available ORDER BY s.sku`)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sku string
+		var available, reserved int
+		if err := rows.Scan(&sku, &available, &reserved); err != nil {
+			return 0, nil, err
+		}
+		if available != skus[sku]-reserved {
+			off = append(off, fmt.Sprintf("%s: %d available, want %d - %d reserved", sku, available, skus[sku], reserved))
+		}
+	}
+	return decisions, off, rows.Err()
 }
 
 // latency is how long orders took from placed to decided, in seconds.
