@@ -132,20 +132,21 @@ func (r *rabbitChannel) conn() *rabbitmq.Conn {
 	return &rabbitmq.Conn{URL: r.cfg.URL, Password: r.cfg.Password, Name: "reserva-demo"}
 }
 
-var rabbitNames = rabbitmq.Names{URL: "--rabbitmq-url", Password: "FERRY_RABBITMQ_PASSWORD (or FERRY_TEST_RABBITMQ_PASSWORD)"}
+var rabbitNames = rabbitmq.Names{URL: "--rabbitmq-url", Password: "FERRY_TEST_RABBITMQ_PASSWORD or FERRY_RABBITMQ_PASSWORD"}
 
 func (r *rabbitChannel) prepare(ctx context.Context) error {
+	// Dialled first, so that a refusal names the demo's settings.
+	conn, err := r.conn().Dial(rabbitNames)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
 	consumers := map[string]string{reserva.TopicOrders: reserva.ConsumerStockReservation, reserva.TopicStock: reserva.ConsumerOrderStatus}
 	for _, topic := range demoTopics {
 		if _, err := inbox.DeclareRabbitMQ(ctx, &r.cfg, consumers[topic], []string{topic}); err != nil {
 			return err
 		}
 	}
-	conn, err := r.conn().Dial(rabbitNames)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close() }()
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
