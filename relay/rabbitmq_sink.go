@@ -198,23 +198,8 @@ func (s *rabbitmqSink) probeThenSend(rc *rabbitConn, topic string, l *learningTo
 // reach the broker after the resend; they are duplicates, and the first
 // copies keep their order.
 func (s *rabbitmqSink) AbortBufferedRecords(context.Context) error {
-	s.learnMu.Lock()
-	var queued []queuedRecord
-	for topic, l := range s.learning {
-		queued = append(queued, l.queue...)
-		delete(s.learning, topic)
-	}
-	s.learnMu.Unlock()
-	for _, q := range queued {
-		q.promise(q.rec, errRabbitAbort)
-	}
-	s.mu.Lock()
-	rc := s.cur
-	s.cur = nil
-	s.mu.Unlock()
-	if rc != nil {
-		rc.fail(errRabbitAbort)
-	}
+	failLearning(&s.learnMu, s.learning, errRabbitAbort)
+	s.Close()
 	return nil
 }
 
