@@ -7,7 +7,7 @@
 //	go run ./internal/ferrybench writer [-events 200000]
 //	go run ./internal/ferrybench latency [-rate 1000] [-runs 3]   (end to end; see latency.go)
 //	go run ./internal/ferrybench curves [-curves-scale 1] [-charts docs/bench]   (how cost grows; see curves.go)
-//	go run ./internal/ferrybench rabbitmq [-rabbitmq-events 200000] [-rabbitmq-runs 3]   (the relay and the worker on RabbitMQ; see rabbitmq.go)
+//	go run ./internal/ferrybench rabbitmq [-rabbitmq-events 100000] [-rabbitmq-runs 3]   (the relay and the worker on RabbitMQ; see rabbitmq.go)
 //	go run ./internal/ferrybench retention [-rows 10000000]   (expiring rows: batched DELETE against partitions; see retention.go)
 //	go run ./internal/ferrybench all    [-out docs/benchmarks.md]   (what make bench runs)
 package main
@@ -66,7 +66,7 @@ func main() {
 	}
 	rabbit := rabbitOpts{shards: rabbitmq.ShardsDefault, channels: relay.RabbitMQChannelsDefault, batch: 100, payload: 200}
 	rabbitFlags := func() {
-		fs.IntVar(&rabbit.events, "rabbitmq-events", 200_000, "backlog drained into RabbitMQ by the relay and sent by the bare publisher, every round")
+		fs.IntVar(&rabbit.events, "rabbitmq-events", 100_000, "backlog drained into RabbitMQ by the relay and sent by the bare publisher, every round")
 		fs.IntVar(&rabbit.runs, "rabbitmq-runs", 3, "rounds of the bare publisher and the relay on RabbitMQ")
 		fs.IntVar(&rabbit.onePerTx, "rabbitmq-one-per-tx", 20_000, "messages of the one-per-transaction RabbitMQ worker run")
 		fs.IntVar(&rabbit.batched, "rabbitmq-batched", 100_000, "messages of the batched RabbitMQ worker run")
@@ -305,36 +305,41 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	return writeReport(out, b.String())
 }
 
-// The peers' section of docs/benchmarks.md, written by `make bench-peers`,
-// lies between these lines; `make bench` carries it over untouched.
+// The peers' sections of docs/benchmarks.md, written by `make bench-peers`
+// (on Kafka, then on RabbitMQ), lie between these lines; `make bench`
+// carries them over untouched.
 const (
-	peersBegin = "<!-- bench-peers:begin -->"
-	peersEnd   = "<!-- bench-peers:end -->"
+	peersBegin       = "<!-- bench-peers:begin -->"
+	peersEnd         = "<!-- bench-peers:end -->"
+	rabbitPeersBegin = "<!-- bench-peers-rabbitmq:begin -->"
+	rabbitPeersEnd   = "<!-- bench-peers-rabbitmq:end -->"
 )
 
-// writeReport writes report to path, followed by the peers' section of the
-// file it replaces, if that had one, byte for byte.
+// writeReport writes report to path, followed by the peers' sections of
+// the file it replaces, if that had them, byte for byte.
 func writeReport(path, report string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	if peers, ok := peersSection(string(old)); ok {
-		report += "\n" + peers + "\n"
+	for _, m := range [][2]string{{peersBegin, peersEnd}, {rabbitPeersBegin, rabbitPeersEnd}} {
+		if peers, ok := section(string(old), m[0], m[1]); ok {
+			report += "\n" + peers + "\n"
+		}
 	}
 	return os.WriteFile(path, []byte(report), 0o644)
 }
 
-// peersSection returns the text from the begin marker to the end marker,
-// both included.
-func peersSection(doc string) (string, bool) {
-	i := strings.Index(doc, peersBegin)
+// section returns the text from the begin marker to the end marker, both
+// included.
+func section(doc, begin, end string) (string, bool) {
+	i := strings.Index(doc, begin)
 	if i < 0 {
 		return "", false
 	}
-	j := strings.Index(doc[i:], peersEnd)
+	j := strings.Index(doc[i:], end)
 	if j < 0 {
 		return "", false
 	}
-	return doc[i : i+j+len(peersEnd)], true
+	return doc[i : i+j+len(end)], true
 }

@@ -119,24 +119,20 @@ func topology(c rabbitmq.Conn, exchange string, shards int, consumers ...string)
 	}, nil
 }
 
-// rabbitMsg is one publish: its shard and what goes on the wire.
+// rabbitMsg is one publish: its shard and its record, rendered as the
+// relay's sink renders it (rabbitmq.Publishing: persistent, message id,
+// type, headers, user id, created_at) when it is sent, as the sink does.
 type rabbitMsg struct {
 	shard int
-	pub   amqp.Publishing
+	rec   *kgo.Record
 }
 
-// toPublish renders records as the relay's sink does (rabbitmq.Publishing:
-// persistent, message id, type, headers, user id, created_at).
-func toPublish(recs []*kgo.Record, shards int, user string) ([]rabbitMsg, error) {
+func toPublish(recs []*kgo.Record, shards int) []rabbitMsg {
 	out := make([]rabbitMsg, len(recs))
 	for i, rec := range recs {
-		_, p, err := rabbitmq.Publishing(rec, shards, user, relay.RabbitMQMaxMessageBytesDefault)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = rabbitMsg{shard: rabbitmq.Shard(rec.Key, shards), pub: p}
+		out[i] = rabbitMsg{shard: rabbitmq.Shard(rec.Key, shards), rec: rec}
 	}
-	return out, nil
+	return out
 }
 
 // publishConfirmed is the bare publisher: amqp091-go alone, as a
@@ -148,7 +144,8 @@ func toPublish(recs []*kgo.Record, shards int, user string) ([]rabbitMsg, error)
 // confirmation, confirmations read as they stream in. It returns the time
 // from the dial to the last confirmation; a nack, a return or a closed
 // channel is an error.
-func publishConfirmed(ctx context.Context, c rabbitmq.Conn, exchange string, msgs []rabbitMsg, channels int) (time.Duration, error) {
+func publishConfirmed(ctx context.Context, c rabbitmq.Conn, exchange string, msgs []rabbitMsg, shards, channels int) (time.Duration, error) {
+	user := c.User()
 	start := time.Now()
 	conn, err := c.Dial(rabbitNames)
 	if err != nil {
@@ -199,7 +196,12 @@ func publishConfirmed(ctx context.Context, c rabbitmq.Conn, exchange string, msg
 			for _, m := range mine {
 				window <- struct{}{}
 				total <- struct{}{}
-				if err := ch.PublishWithContext(ctx, exchange, rabbitmq.RoutingKey(m.shard), true, false, m.pub); err != nil {
+				key, pub, err := rabbitmq.Publishing(m.rec, shards, user, relay.RabbitMQMaxMessageBytesDefault)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := ch.PublishWithContext(ctx, exchange, key, true, false, pub); err != nil {
 					errs <- fmt.Errorf("publish on channel %d: %w", k, err)
 					return
 				}
@@ -222,8 +224,9 @@ func publishConfirmed(ctx context.Context, c rabbitmq.Conn, exchange string, msg
 // bare publisher, relay drain.
 type rabbitResult struct {
 	o             rabbitOpts
-	ceiling       samples // the bare publisher, events/s
-	ceilingCost   samples // its CPU microseconds per event
+	bare          samples // every run of the bare publisher, events/s: one before each round's relay, one after the last
+	ceiling       samples // each round's: the faster of the two bare runs around its relay
+	ceilingCost   samples // the bare publisher's CPU microseconds per event, every run
 	ceilingBroker samples // the broker's CPU microseconds per event meanwhile
 	ceilingAll    samples // the machine's CPU microseconds per event meanwhile
 	drain         samples // the relay, backlog to confirmed in the slot, events/s
@@ -310,25 +313,25 @@ func rabbitRelay(ctx context.Context, e *env, c rabbitmq.Conn, o rabbitOpts, res
 	if err != nil {
 		return err
 	}
-	msgs, err := toPublish(recs, o.shards, c.User())
-	if err != nil {
-		return err
-	}
-	recs = nil
+	msgs := toPublish(recs, o.shards)
 
 	re := *e
 	re.noKafka = true
 	re.environ = append(append([]string(nil), e.environ...), "FERRY_RABBITMQ_PASSWORD="+c.Password)
 	relayArgs := []string{"--rabbitmq-url", c.URL, "--rabbitmq-shards", strconv.Itoa(o.shards), "--rabbitmq-channels", strconv.Itoa(o.channels)}
-	for i := range o.runs {
-		// (a) the bare publisher, the same rows to the same topology.
+	// The bare publisher runs before every round's relay and once after
+	// the last: a round's ceiling is the faster of the two that bracket
+	// its relay, so that a burst of other work on the machine during one
+	// publisher run does not pass for a relay faster than its ceiling.
+	var bare samples
+	ceilingOnce := func(i int) error {
 		exchange := fmt.Sprintf("bench.%s.c%d.load", suffix, i)
 		undo, err := topology(c, exchange, o.shards, "bench")
 		if err != nil {
 			return err
 		}
 		m, self := markCPU(), selfCPU()
-		elapsed, err := publishConfirmed(ctx, c, exchange, msgs, o.channels)
+		elapsed, err := publishConfirmed(ctx, c, exchange, msgs, o.shards, o.channels)
 		self = selfCPU() - self
 		box, _, broker := m.sinceAll()
 		undo()
@@ -337,34 +340,51 @@ func rabbitRelay(ctx context.Context, e *env, c rabbitmq.Conn, o rabbitOpts, res
 		}
 		n := float64(o.events)
 		rate := n / elapsed.Seconds()
-		res.ceiling, res.ceilingCost = append(res.ceiling, rate), append(res.ceilingCost, self/n*1e6)
+		bare = append(bare, rate)
+		res.ceilingCost = append(res.ceilingCost, self/n*1e6)
 		res.ceilingBroker = append(res.ceilingBroker, broker/n*1e6)
 		res.ceilingAll = append(res.ceilingAll, box*float64(runtime.NumCPU())*elapsed.Seconds()/n*1e6)
-		log("rabbitmq round %d: ceiling: bare publisher %.0f events/s (%.1f µs CPU per event; broker %.1f µs)", i+1, rate, self/n*1e6, broker/n*1e6)
+		log("rabbitmq run %d: ceiling: bare publisher %.0f events/s (%.1f µs CPU per event; broker %.1f µs)", i+1, rate, self/n*1e6, broker/n*1e6)
+		return nil
+	}
+	for i := range o.runs {
+		// (a) the bare publisher, the same rows to the same topology.
+		if err := ceilingOnce(i); err != nil {
+			return err
+		}
+		n := float64(o.events)
 
 		// (b) the relay draining the same rows.
 		prefix := fmt.Sprintf("bench.%s.r%d", suffix, i)
-		undo, err = topology(c, prefix+".load", o.shards, "bench")
+		undo, err := topology(c, prefix+".load", o.shards, "bench")
 		if err != nil {
 			return err
 		}
-		m = markCPU()
+		m := markCPU()
 		d, w, err := drainOnce(ctx, &re, relayBin, url, pool, slot(i), prefix+".{aggregate_type}", target, relayArgs...)
-		box, _, broker = m.sinceAll()
+		box, _, broker := m.sinceAll()
 		undo()
 		if err != nil {
 			return err
 		}
-		rate = n / d.elapsed.Seconds()
+		rate := n / d.elapsed.Seconds()
 		cost := w.busy * d.elapsed.Seconds() / n * 1e6
 		res.drain, res.relayBusy, res.relayCost = append(res.drain, rate), append(res.relayBusy, w.busy), append(res.relayCost, cost)
 		res.streaming = append(res.streaming, n/(d.elapsed-d.attached).Seconds())
 		res.drainBroker = append(res.drainBroker, broker/n*1e6)
 		res.drainAll = append(res.drainAll, box*float64(runtime.NumCPU())*d.elapsed.Seconds()/n*1e6)
 		res.drainRSS, res.relayHeld = append(res.drainRSS, w.peakRSS), append(res.relayHeld, w.held())
-		log("rabbitmq round %d: relay drain %.0f events/s (relay %.0f%% of a core, %.1f µs CPU per event; broker %.1f µs; held %.0f%%) = %.2f of the bare publisher",
-			i+1, rate, w.busy*100, cost, broker/n*1e6, w.held()*100, rate/res.ceiling[i])
+		log("rabbitmq round %d: relay drain %.0f events/s (relay %.0f%% of a core, %.1f µs CPU per event; broker %.1f µs; held %.0f%%)",
+			i+1, rate, w.busy*100, cost, broker/n*1e6, w.held()*100)
 	}
+	if err := ceilingOnce(o.runs); err != nil {
+		return err
+	}
+	for i := range o.runs {
+		res.ceiling = append(res.ceiling, max(bare[i], bare[i+1]))
+		log("rabbitmq round %d: relay / bare publisher %.2f", i+1, res.drain[i]/res.ceiling[i])
+	}
+	res.bare = bare
 	return nil
 }
 
@@ -435,10 +455,7 @@ func rabbitWorker(ctx context.Context, c rabbitmq.Conn, batch, n, runs int) (wor
 			{Key: outbox.HeaderID, Value: []byte(messageID(i))}, {Key: outbox.HeaderAggregateID, Value: key},
 		}}
 	}
-	msgs, err := toPublish(recs, s.partitions, c.User())
-	if err != nil {
-		return res, err
-	}
+	msgs := toPublish(recs, s.partitions)
 	if err := resetWorkerTables(ctx, pool); err != nil {
 		return res, err
 	}
@@ -447,13 +464,14 @@ func rabbitWorker(ctx context.Context, c rabbitmq.Conn, batch, n, runs int) (wor
 	}
 	rcfg := &inbox.RabbitMQConfig{URL: c.URL, Password: c.Password, Shards: s.partitions, NoCreate: true}
 	exchange := "bench.worker." + ferrytest.Suffix()
+	var ceilings samples
 	for i := range runs {
 		consumer := fmt.Sprintf("bench_%d", i)
 		undo, err := topology(c, exchange, s.partitions, consumer)
 		if err != nil {
 			return res, err
 		}
-		if _, err := publishConfirmed(ctx, c, exchange, msgs, relay.RabbitMQChannelsDefault); err != nil {
+		if _, err := publishConfirmed(ctx, c, exchange, msgs, s.partitions, relay.RabbitMQChannelsDefault); err != nil {
 			undo()
 			return res, fmt.Errorf("fill the worker's queues: %w", err)
 		}
@@ -476,8 +494,22 @@ func rabbitWorker(ctx context.Context, c rabbitmq.Conn, batch, n, runs int) (wor
 		if err != nil {
 			return res, err
 		}
-		res.ceiling, res.rate = append(res.ceiling, ceil), append(res.rate, r)
-		log("rabbitmq worker batch %d, sample %d: ceiling %.0f msg/s, worker %.0f msg/s (%.2f)", batch, i+1, ceil, r, r/ceil)
+		ceilings, res.rate = append(ceilings, ceil), append(res.rate, r)
+		log("rabbitmq worker batch %d, sample %d: ceiling %.0f msg/s, worker %.0f msg/s", batch, i+1, ceil, r)
+	}
+	// One more ceiling after the last worker: a sample's ceiling is the
+	// faster of the two around its worker, as the relay's.
+	if err := resetWorkerTables(ctx, pool); err != nil {
+		return res, err
+	}
+	ceil, err := workerCeiling(ctx, pool, fmt.Sprintf("bench_%d", runs), n, batch)
+	if err != nil {
+		return res, err
+	}
+	ceilings = append(ceilings, ceil)
+	for i := range runs {
+		res.ceiling = append(res.ceiling, max(ceilings[i], ceilings[i+1]))
+		log("rabbitmq worker batch %d, sample %d: worker / ceiling %.2f", batch, i+1, res.rate[i]/res.ceiling[i])
 	}
 	return res, nil
 }
@@ -488,11 +520,11 @@ func (r *rabbitResult) markdown() string {
 	fmt.Fprintf(&b, "\n## RabbitMQ\n\nThe relay (a real `relay run --rabbitmq-url ...` process) drains a backlog written before it starts into RabbitMQ, "+
 		"next to a bare publisher: amqp091-go alone, no Ferry relay code, publishing the same rows, rendered as the relay renders them, to the same topology, "+
 		"sampled in turn with the relay. The RabbitMQ part took %s of this run.\n\n", r.took.Round(time.Second))
-	fmt.Fprintf(&b, "| RabbitMQ relay figure (%d-event backlog, %d-byte payloads, %d shards, %d channels; median (min–max) of %d rounds: bare publisher, relay) | value |\n|---|---|\n",
+	fmt.Fprintf(&b, "| RabbitMQ relay figure (%d-event backlog, %d-byte payloads, %d shards, %d channels; median (min–max) of %d rounds: bare publisher, relay, ..., bare publisher) | value |\n|---|---|\n",
 		o.events, o.payload, o.shards, o.channels, o.runs)
-	fmt.Fprintf(&b, "| **ceiling: bare publisher with confirms** (one connection, %d confirm-mode channels, shard s on channel s mod %d, mandatory, persistent, up to %d in flight per channel and %d in all, confirms streamed) | %s events/s, %s µs CPU per event; broker %s µs per event; machine %s µs per event |\n",
+	fmt.Fprintf(&b, "| **ceiling: bare publisher with confirms** (one connection, %d confirm-mode channels, shard s on channel s mod %d, mandatory, persistent, up to %d in flight per channel and %d in all, confirms streamed); a round's is the faster of the runs before and after its relay | %s events/s (every run: %s), %s µs CPU per event; broker %s µs per event; machine %s µs per event |\n",
 		o.channels, o.channels, rabbitChannelWindow, rabbitTotalWindow,
-		r.ceiling.Format("%.0f"), r.ceilingCost.Format("%.1f"), r.ceilingBroker.Format("%.1f"), r.ceilingAll.Format("%.1f"))
+		r.ceiling.Format("%.0f"), r.bare.Format("%.0f"), r.ceilingCost.Format("%.1f"), r.ceilingBroker.Format("%.1f"), r.ceilingAll.Format("%.1f"))
 	fmt.Fprintf(&b, "| relay drain rate, backlog to RabbitMQ confirms, confirmed in the slot | %s events/s, relay at %s%% of a core (**%s µs CPU per event**); broker %s µs per event; machine %s µs per event, every process |\n",
 		r.drain.Format("%.0f"), scale(r.relayBusy, 100).Format("%.0f"), r.relayCost.Format("%.1f"), r.drainBroker.Format("%.1f"), r.drainAll.Format("%.1f"))
 	fmt.Fprintf(&b, "| **drain / bare-publisher ceiling** (ratio of medians; range of the rounds' ratios) | **%.2f** (%s) |\n",
@@ -514,7 +546,7 @@ func (r *rabbitResult) markdown() string {
 	if len(r.workers) > 0 {
 		runs = len(r.workers[0].rate)
 	}
-	fmt.Fprintf(&b, "\n| RabbitMQ worker figure (%d shard queues, concurrency %d, prefetch %d, one UPDATE per message; median (min–max) of %d samples each, ceiling and worker in turn) | worker | SQL-only ceiling | worker / ceiling (range of the pairs) |\n|---|---|---|---|\n",
+	fmt.Fprintf(&b, "\n| RabbitMQ worker figure (%d shard queues, concurrency %d, prefetch %d, one UPDATE per message; median (min–max) of %d samples each, ceiling and worker in turn and a ceiling after the last; a sample's ceiling is the faster of the two around it) | worker | SQL-only ceiling | worker / ceiling (range of the pairs) |\n|---|---|---|---|\n",
 		workerPartitions, workerConcurrency, inbox.RabbitMQPrefetchDefault, runs)
 	for _, w := range r.workers {
 		what := "one message per transaction"
