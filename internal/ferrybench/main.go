@@ -282,8 +282,8 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	fmt.Fprintf(&b, "# Benchmarks\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`go run ./internal/ferrybench all -out docs/benchmarks.md`) on %s, in %s.\n",
 		started.UTC().Format("2006-01-02 15:04 UTC"), time.Since(started).Round(time.Second))
-	fmt.Fprintf(&b, "Every ceiling was measured in the same run, on the same machine, against the same PostgreSQL and Kafka\n"+
-		"(the no-Docker stack of `scripts/stack`: fsync on, one broker). Quote the ratios: the absolute figures\n"+
+	fmt.Fprintf(&b, "Every ceiling was measured in the same run, on the same machine, against the same PostgreSQL, Kafka and RabbitMQ\n"+
+		"(the no-Docker stack of `scripts/stack`: fsync on, one broker, one RabbitMQ node). Quote the ratios: the absolute figures\n"+
 		"belong to this machine, and to whatever else ran on it at the time.\n\n")
 	b.WriteString(m.markdown())
 	fmt.Fprintf(&b, "\n## Writing events\n\nWhat applications can commit; the relay keeps up with them when its drain rate is above it (ratio > 1).\n\n")

@@ -146,20 +146,26 @@ func toPublish(recs []*kgo.Record, shards int) []rabbitMsg {
 // channel is an error.
 func publishConfirmed(ctx context.Context, c rabbitmq.Conn, exchange string, msgs []rabbitMsg, shards, channels int) (time.Duration, error) {
 	user := c.User()
+	perCh := make([][]rabbitMsg, channels)
+	for _, m := range msgs {
+		perCh[m.shard%channels] = append(perCh[m.shard%channels], m)
+	}
 	start := time.Now()
 	conn, err := c.Dial(rabbitNames)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	perCh := make([][]rabbitMsg, channels)
-	for _, m := range msgs {
-		perCh[m.shard%channels] = append(perCh[m.shard%channels], m)
+	// The first failure closes the connection, which ends every loop.
+	var once sync.Once
+	var firstErr error
+	dead := make(chan struct{})
+	fail := func(err error) {
+		once.Do(func() { firstErr = err; close(dead); _ = conn.Close() })
 	}
 	total := make(chan struct{}, rabbitTotalWindow)
 	var returned atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*channels)
+	var wg, listeners sync.WaitGroup
 	for k := range channels {
 		ch, err := conn.Channel()
 		if err != nil {
@@ -170,22 +176,22 @@ func publishConfirmed(ctx context.Context, c rabbitmq.Conn, exchange string, msg
 		}
 		confirms := ch.NotifyPublish(make(chan amqp.Confirmation, rabbitChannelWindow+1))
 		returns := ch.NotifyReturn(make(chan amqp.Return, rabbitChannelWindow+1))
-		go func() {
+		listeners.Go(func() { // closed with the connection
 			for range returns {
 				returned.Add(1)
 			}
-		}()
+		})
 		window := make(chan struct{}, rabbitChannelWindow)
 		mine := perCh[k]
 		wg.Go(func() { // the channel's confirmations, in tag order
 			for range mine {
 				conf, ok := <-confirms
 				if !ok {
-					errs <- fmt.Errorf("channel %d closed with publishes unconfirmed", k)
+					fail(fmt.Errorf("channel %d closed with publishes unconfirmed", k))
 					return
 				}
 				if !conf.Ack {
-					errs <- fmt.Errorf("channel %d: nack of publish %d", k, conf.DeliveryTag)
+					fail(fmt.Errorf("channel %d: nack of publish %d", k, conf.DeliveryTag))
 					return
 				}
 				<-window
@@ -194,15 +200,22 @@ func publishConfirmed(ctx context.Context, c rabbitmq.Conn, exchange string, msg
 		})
 		wg.Go(func() { // the channel's only publisher
 			for _, m := range mine {
-				window <- struct{}{}
-				total <- struct{}{}
-				key, pub, err := rabbitmq.Publishing(m.rec, shards, user, relay.RabbitMQMaxMessageBytesDefault)
-				if err != nil {
-					errs <- err
+				select {
+				case window <- struct{}{}:
+				case <-dead:
 					return
 				}
-				if err := ch.PublishWithContext(ctx, exchange, key, true, false, pub); err != nil {
-					errs <- fmt.Errorf("publish on channel %d: %w", k, err)
+				select {
+				case total <- struct{}{}:
+				case <-dead:
+					return
+				}
+				key, pub, err := rabbitmq.Publishing(m.rec, shards, user, relay.RabbitMQMaxMessageBytesDefault)
+				if err == nil {
+					err = ch.PublishWithContext(ctx, exchange, key, true, false, pub)
+				}
+				if err != nil {
+					fail(fmt.Errorf("publish on channel %d: %w", k, err))
 					return
 				}
 			}
@@ -210,9 +223,10 @@ func publishConfirmed(ctx context.Context, c rabbitmq.Conn, exchange string, msg
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
+	fail(nil) // close: the return listeners end, having seen every return (each comes before its ack)
+	listeners.Wait()
+	if firstErr != nil {
+		return 0, firstErr
 	}
 	if n := returned.Load(); n > 0 {
 		return 0, fmt.Errorf("%d publishes returned unroutable: the topology is broken", n)
