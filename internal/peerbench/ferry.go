@@ -78,9 +78,9 @@ func (f *ferryPeer) Offer(ctx context.Context, rate int, dur time.Duration, comm
 
 func (f *ferryPeer) Settings() string {
 	if f.b.rabbit != nil {
-		return fmt.Sprintf("relay run --slot %s --topic-template %s --http-addr ADDR --log-format json --rabbitmq-url URL (password in FERRY_RABBITMQ_PASSWORD)\n"+
+		return fmt.Sprintf("relay run --slot SLOT --topic-template peers.ROUND.ferry.{aggregate_type} --http-addr ADDR --log-format json --rabbitmq-url URL (password in FERRY_RABBITMQ_PASSWORD)\n"+
 			"every other setting at its default: --rabbitmq-shards %d, --rabbitmq-channels %d (confirm mode, mandatory, persistent, confirms streamed), --max-in-flight %d\n",
-			f.db.slot, f.topicTemplate(), relay.RabbitMQShardsDefault, relay.RabbitMQChannelsDefault, relay.MaxInFlightRecordsDefault)
+			relay.RabbitMQShardsDefault, relay.RabbitMQChannelsDefault, relay.MaxInFlightRecordsDefault)
 	}
 	return fmt.Sprintf("relay run --slot %s --topic-template %s --http-addr ADDR --log-format json\n"+
 		"every other setting at its default: --max-in-flight %d, --status-interval %s; producer: acks=all, linger 1ms, "+
