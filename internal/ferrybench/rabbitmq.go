@@ -493,23 +493,33 @@ func rabbitWorker(ctx context.Context, c rabbitmq.Conn, batch, n, runs int) (wor
 			undo()
 			return res, err
 		}
+		cm, cself := markCPU(), selfCPU()
 		ceil, err := workerCeiling(ctx, pool, consumer, n, batch)
 		if err != nil {
 			undo()
 			return res, err
 		}
+		cself = selfCPU() - cself
+		cbox, _, _ := cm.sinceAll()
 		if err := resetWorkerTables(ctx, pool); err != nil {
 			undo()
 			return res, err
 		}
+		m, self := markCPU(), selfCPU()
 		r, err := runWorker(ctx, &inbox.Config{DB: pool, RabbitMQ: rcfg, Concurrency: s.concurrency, KeyConcurrency: s.keyConcurrency, BatchSize: s.batch},
 			exchange, consumer, n)
+		self = selfCPU() - self
+		box, _, broker := m.sinceAll()
 		undo()
 		if err != nil {
 			return res, err
 		}
 		ceilings, res.rate = append(ceilings, ceil), append(res.rate, r)
-		log("rabbitmq worker batch %d, sample %d: ceiling %.0f msg/s, worker %.0f msg/s", batch, i+1, ceil, r)
+		// Where the worker's time goes, for the log only: this process
+		// (the worker) and the broker, per message, and the machine busy.
+		log("rabbitmq worker batch %d, sample %d: ceiling %.0f msg/s (its clients %.1f µs CPU per message; machine %.0f%% busy), "+
+			"worker %.0f msg/s (worker process %.1f µs CPU per message, broker %.1f µs; machine %.0f%% busy)",
+			batch, i+1, ceil, cself/float64(n)*1e6, cbox*100, r, self/float64(n)*1e6, broker/float64(n)*1e6, box*100)
 	}
 	// One more ceiling after the last worker: a sample's ceiling is the
 	// faster of the two around its worker, as the relay's.
