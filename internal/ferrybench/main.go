@@ -7,6 +7,7 @@
 //	go run ./internal/ferrybench writer [-events 200000]
 //	go run ./internal/ferrybench latency [-rate 1000] [-runs 3]   (end to end; see latency.go)
 //	go run ./internal/ferrybench curves [-curves-scale 1] [-charts docs/bench]   (how cost grows; see curves.go)
+//	go run ./internal/ferrybench rabbitmq [-rabbitmq-events 100000] [-rabbitmq-runs 3]   (the relay and the worker on RabbitMQ; see rabbitmq.go)
 //	go run ./internal/ferrybench retention [-rows 10000000]   (expiring rows: batched DELETE against partitions; see retention.go)
 //	go run ./internal/ferrybench all    [-out docs/benchmarks.md]   (what make bench runs)
 package main
@@ -26,9 +27,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
+	"github.com/ferryhq/ferry/relay"
 )
 
-const usage = `usage: ferrybench relay|worker|writer|latency|curves|retention|all [flags]   (ferrybench <command> -h for the flags)`
+const usage = `usage: ferrybench relay|worker|writer|latency|curves|rabbitmq|retention|all [flags]   (ferrybench <command> -h for the flags)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -60,6 +63,14 @@ func main() {
 	var co curveOpts
 	curveFlags := func() {
 		fs.Float64Var(&co.scale, "curves-scale", 1, "multiplies the event and message counts of every point of the curves (how cost grows)")
+	}
+	rabbit := rabbitOpts{shards: rabbitmq.ShardsDefault, channels: relay.RabbitMQChannelsDefault, batch: 100, payload: 200}
+	rabbitFlags := func() {
+		fs.IntVar(&rabbit.events, "rabbitmq-events", 100_000, "backlog drained into RabbitMQ by the relay and sent by the bare publisher, every round")
+		fs.IntVar(&rabbit.runs, "rabbitmq-runs", 3, "rounds of the bare publisher and the relay on RabbitMQ")
+		fs.IntVar(&rabbit.onePerTx, "rabbitmq-one-per-tx", 20_000, "messages of the one-per-transaction RabbitMQ worker run")
+		fs.IntVar(&rabbit.batched, "rabbitmq-batched", 100_000, "messages of the batched RabbitMQ worker run")
+		fs.IntVar(&rabbit.workerRuns, "rabbitmq-worker-runs", 3, "samples of the RabbitMQ worker and of its SQL-only ceiling, taken in turn")
 	}
 	var err error
 	switch os.Args[1] {
@@ -106,6 +117,18 @@ func main() {
 			}
 			return err
 		})
+	case "rabbitmq":
+		rabbitFlags()
+		fs.IntVar(&rabbit.payload, "payload", 200, "payload bytes per event")
+		fs.IntVar(&rabbit.batch, "batch", 100, "messages per transaction of the batched worker run")
+		_ = fs.Parse(os.Args[2:])
+		err = withEnv(func(e *env) error {
+			r, err := benchRabbitMQ(ctx, e, rabbit)
+			if err == nil {
+				fmt.Print(r.markdown())
+			}
+			return err
+		})
 	case "retention":
 		err = runRetention(ctx, fs, os.Args[2:])
 	case "all":
@@ -113,6 +136,8 @@ func main() {
 		workerFlags()
 		writerFlags()
 		curveFlags()
+		rabbitFlags()
+		withRabbit := fs.Bool("rabbitmq", true, "measure the relay and the worker on RabbitMQ next to their ceilings (about three minutes)")
 		curves := fs.Bool("curves", true, "measure how cost grows (a few minutes; charts into bench/ beside -out)")
 		e2eRates := fs.String("e2e-rates", "250,500,1000", "offered rates (events/s) of the end-to-end latency runs, with a Ferry worker; empty skips them")
 		e2eRuns := fs.Int("e2e-runs", 3, "end-to-end latency runs at each rate")
@@ -137,8 +162,15 @@ func main() {
 			}
 			rates = append(rates, r)
 		}
+		var rop *rabbitOpts
+		if *withRabbit {
+			rabbit.payload, rabbit.batch = ro.payload, wo.batch
+			rop = &rabbit
+		}
 		if err == nil {
-			err = withEnv(func(e *env) error { return benchAll(ctx, e, ro, wo, writerEvents, cop, e2eOpts{rates, *e2eRuns}, *out) })
+			err = withEnv(func(e *env) error {
+				return benchAll(ctx, e, ro, wo, writerEvents, cop, rop, e2eOpts{rates, *e2eRuns}, *out)
+			})
 		}
 	default:
 		err = fmt.Errorf("unknown benchmark %q\n%s", os.Args[1], usage)
@@ -207,8 +239,8 @@ func writerMarkdown(ws []writerResult, drain float64) string {
 }
 
 // benchAll runs every benchmark and writes the report; co nil skips the
-// curves.
-func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, eo e2eOpts, out string) error {
+// curves, rbo nil RabbitMQ.
+func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, rbo *rabbitOpts, eo e2eOpts, out string) error {
 	pool, err := pgxpool.New(ctx, e.admin)
 	if err != nil {
 		return err
@@ -228,6 +260,14 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	if err != nil {
 		return err
 	}
+	var rabbitMD string
+	if rbo != nil {
+		rr, err := benchRabbitMQ(ctx, e, *rbo)
+		if err != nil {
+			return err
+		}
+		rabbitMD = rr.markdown()
+	}
 	e2e, err := benchEndToEnd(ctx, e, eo)
 	if err != nil {
 		return err
@@ -242,8 +282,8 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	fmt.Fprintf(&b, "# Benchmarks\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`go run ./internal/ferrybench all -out docs/benchmarks.md`) on %s, in %s.\n",
 		started.UTC().Format("2006-01-02 15:04 UTC"), time.Since(started).Round(time.Second))
-	fmt.Fprintf(&b, "Every ceiling was measured in the same run, on the same machine, against the same PostgreSQL and Kafka\n"+
-		"(the no-Docker stack of `scripts/stack`: fsync on, one broker). Quote the ratios: the absolute figures\n"+
+	fmt.Fprintf(&b, "Every ceiling was measured in the same run, on the same machine, against the same PostgreSQL, Kafka and RabbitMQ\n"+
+		"(the no-Docker stack of `scripts/stack`: fsync on, one broker, one RabbitMQ node). Quote the ratios: the absolute figures\n"+
 		"belong to this machine, and to whatever else ran on it at the time.\n\n")
 	b.WriteString(m.markdown())
 	fmt.Fprintf(&b, "\n## Writing events\n\nWhat applications can commit; the relay keeps up with them when its drain rate is above it (ratio > 1).\n\n")
@@ -255,6 +295,7 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	fmt.Fprintf(&b, "\n## Worker\n\nThe worker (in-process `inbox.Worker`) from Kafka to committed inbox row plus effect, next to the same SQL statements\n"+
 		"sent straight to PostgreSQL by as many clients as the worker's concurrency, sampled in turn with the worker from the same table state.\n\n")
 	b.WriteString(workerMarkdown(wr))
+	b.WriteString(rabbitMD)
 	b.WriteString(e2e)
 	b.WriteString(curves)
 	fmt.Fprint(os.Stdout, b.String())
@@ -264,36 +305,41 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	return writeReport(out, b.String())
 }
 
-// The peers' section of docs/benchmarks.md, written by `make bench-peers`,
-// lies between these lines; `make bench` carries it over untouched.
+// The peers' sections of docs/benchmarks.md, written by `make bench-peers`
+// (on Kafka, then on RabbitMQ), lie between these lines; `make bench`
+// carries them over untouched.
 const (
-	peersBegin = "<!-- bench-peers:begin -->"
-	peersEnd   = "<!-- bench-peers:end -->"
+	peersBegin       = "<!-- bench-peers:begin -->"
+	peersEnd         = "<!-- bench-peers:end -->"
+	rabbitPeersBegin = "<!-- bench-peers-rabbitmq:begin -->"
+	rabbitPeersEnd   = "<!-- bench-peers-rabbitmq:end -->"
 )
 
-// writeReport writes report to path, followed by the peers' section of the
-// file it replaces, if that had one, byte for byte.
+// writeReport writes report to path, followed by the peers' sections of
+// the file it replaces, if that had them, byte for byte.
 func writeReport(path, report string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	if peers, ok := peersSection(string(old)); ok {
-		report += "\n" + peers + "\n"
+	for _, m := range [][2]string{{peersBegin, peersEnd}, {rabbitPeersBegin, rabbitPeersEnd}} {
+		if peers, ok := section(string(old), m[0], m[1]); ok {
+			report += "\n" + peers + "\n"
+		}
 	}
 	return os.WriteFile(path, []byte(report), 0o644)
 }
 
-// peersSection returns the text from the begin marker to the end marker,
-// both included.
-func peersSection(doc string) (string, bool) {
-	i := strings.Index(doc, peersBegin)
+// section returns the text from the begin marker to the end marker, both
+// included.
+func section(doc, begin, end string) (string, bool) {
+	i := strings.Index(doc, begin)
 	if i < 0 {
 		return "", false
 	}
-	j := strings.Index(doc[i:], peersEnd)
+	j := strings.Index(doc[i:], end)
 	if j < 0 {
 		return "", false
 	}
-	return doc[i : i+j+len(peersEnd)], true
+	return doc[i : i+j+len(end)], true
 }

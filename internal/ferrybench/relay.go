@@ -44,6 +44,7 @@ type env struct {
 	brokers []string
 	dir     string   // scratch directory with the relay binary
 	environ []string // more of the relay process's environment
+	noKafka bool     // the relay publishes to RabbitMQ: no FERRY_KAFKA_BROKERS
 }
 
 func stackEnv() (*env, error) {
@@ -421,7 +422,10 @@ func startRelay(e *env, bin, url, slot, topicTemplate string, extra ...string) (
 	}
 	args := append([]string{"run", "--slot", slot, "--topic-template", topicTemplate, "--http-addr", addr, "--log-format", "json"}, extra...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(append(os.Environ(), e.environ...), "FERRY_DATABASE_URL="+url, "FERRY_KAFKA_BROKERS="+strings.Join(e.brokers, ","))
+	cmd.Env = append(append(os.Environ(), e.environ...), "FERRY_DATABASE_URL="+url)
+	if !e.noKafka {
+		cmd.Env = append(cmd.Env, "FERRY_KAFKA_BROKERS="+strings.Join(e.brokers, ","))
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -715,22 +719,29 @@ func (h histogram) quantile(q float64) float64 {
 	return h.bounds[len(h.bounds)-1]
 }
 
-// cpuMark is a reading of the machine's CPU time and the Kafka broker's.
-type cpuMark struct{ busy, all, broker float64 }
+// cpuMark is a reading of the machine's CPU time, the Kafka broker's and
+// the RabbitMQ node's.
+type cpuMark struct{ busy, all, broker, rabbit float64 }
 
 func markCPU() cpuMark {
 	busy, all, _ := procs.MachineCPU()
-	return cpuMark{busy: busy, all: all, broker: cpuSeconds(brokerPID())}
+	return cpuMark{busy: busy, all: all, broker: cpuSeconds(brokerPID()), rabbit: cpuSeconds(rabbitPID())}
 }
 
 // since is the machine's share busy since m (over all cores) and the
 // broker's CPU seconds since m.
 func (m cpuMark) since() (box, broker float64) {
+	box, broker, _ = m.sinceAll()
+	return box, broker
+}
+
+// sinceAll is since with the RabbitMQ node's CPU seconds since m.
+func (m cpuMark) sinceAll() (box, kafka, rabbit float64) {
 	n := markCPU()
 	if n.all > m.all {
 		box = (n.busy - m.busy) / (n.all - m.all)
 	}
-	return box, n.broker - m.broker
+	return box, n.broker - m.broker, n.rabbit - m.rabbit
 }
 
 // brokerPID is the stack's Kafka broker (cluster A), from the pid file

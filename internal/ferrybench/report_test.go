@@ -39,3 +39,24 @@ func TestWriteReportWithoutAPeersSection(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestWriteReportKeepsBothPeersSections(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "benchmarks.md")
+	kafka := peersBegin + "\n## Peers\n\n| Debezium | 1 |\n" + peersEnd
+	rabbit := rabbitPeersBegin + "\n## Peers on RabbitMQ\n\n| Watermill | 2 |\n" + rabbitPeersEnd
+	if err := os.WriteFile(path, []byte("# Benchmarks\n\nold figures\n\n"+kafka+"\n\n"+rabbit+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeReport(path, "# Benchmarks\n\nnew figures\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, r := strings.Index(string(got), kafka), strings.Index(string(got), rabbit)
+	if k < 0 || r < 0 || r < k || strings.Contains(string(got), "old figures") {
+		t.Errorf("want the new report, then the Kafka peers' section, then RabbitMQ's, byte for byte:\n%s", got)
+	}
+}

@@ -210,13 +210,20 @@ func resetWorkerTables(ctx context.Context, pool *pgxpool.Pool) error {
 // messages and returns messages/s from the moment its group is joined to the last
 // commit.
 func workerOnce(ctx context.Context, e *env, pool *pgxpool.Pool, topic, consumer string, n int, s workerShape) (float64, error) {
-	w, err := inbox.New(&inbox.Config{
+	return runWorker(ctx, &inbox.Config{
 		DB:             pool,
 		KafkaOpts:      []kgo.Opt{kgo.SeedBrokers(e.brokers...)},
 		Concurrency:    s.concurrency,
 		KeyConcurrency: s.keyConcurrency,
 		BatchSize:      s.batch,
-	})
+	}, topic, consumer, n)
+}
+
+// runWorker runs a worker of cfg (Kafka or RabbitMQ) with the benchmark's
+// handler as consumer over topic's n messages and returns messages/s from
+// the moment it is ready to the last commit.
+func runWorker(ctx context.Context, cfg *inbox.Config, topic, consumer string, n int) (float64, error) {
+	w, err := inbox.New(cfg)
 	if err != nil {
 		return 0, err
 	}

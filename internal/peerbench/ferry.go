@@ -43,9 +43,15 @@ func (f *ferryPeer) Start(ctx context.Context) (*process, error) {
 		return nil, err
 	}
 	f.addr = addr
-	return startProcess(filepath.Join(f.b.dir, "ferry-relay.log"),
-		[]string{"FERRY_DATABASE_URL=" + f.db.url, "FERRY_KAFKA_BROKERS=" + strings.Join(f.b.brokers, ",")},
-		f.b.relayBin, "run", "--slot", f.db.slot, "--topic-template", f.topicTemplate(), "--http-addr", addr, "--log-format", "json")
+	args := []string{"run", "--slot", f.db.slot, "--topic-template", f.topicTemplate(), "--http-addr", addr, "--log-format", "json"}
+	env := []string{"FERRY_DATABASE_URL=" + f.db.url}
+	if r := f.b.rabbit; r != nil {
+		args = append(args, "--rabbitmq-url", r.conn.URL)
+		env = append(env, r.env()...)
+	} else {
+		env = append(env, "FERRY_KAFKA_BROKERS="+strings.Join(f.b.brokers, ","))
+	}
+	return startProcess(filepath.Join(f.b.dir, "ferry-relay.log"), env, f.b.relayBin, args...)
 }
 
 // Ready is the relay's readiness probe: it streams and Kafka takes the topic.
@@ -71,6 +77,11 @@ func (f *ferryPeer) Offer(ctx context.Context, rate int, dur time.Duration, comm
 }
 
 func (f *ferryPeer) Settings() string {
+	if f.b.rabbit != nil {
+		return fmt.Sprintf("relay run --slot SLOT --topic-template peers.ROUND.ferry.{aggregate_type} --http-addr ADDR --log-format json --rabbitmq-url URL (password in FERRY_RABBITMQ_PASSWORD)\n"+
+			"every other setting at its default: --rabbitmq-shards %d, --rabbitmq-channels %d (confirm mode, mandatory, persistent, confirms streamed), --max-in-flight %d\n",
+			relay.RabbitMQShardsDefault, relay.RabbitMQChannelsDefault, relay.MaxInFlightRecordsDefault)
+	}
 	return fmt.Sprintf("relay run --slot %s --topic-template %s --http-addr ADDR --log-format json\n"+
 		"every other setting at its default: --max-in-flight %d, --status-interval %s; producer: acks=all, linger 1ms, "+
 		"franz-go's default compression (snappy)\n", f.db.slot, f.topicTemplate(), relay.MaxInFlightRecordsDefault, relay.StatusIntervalDefault)

@@ -1,12 +1,15 @@
 // Command peerbench measures Ferry's relay next to its peers, Debezium
 // (PostgreSQL connector and outbox EventRouter in Kafka Connect standalone)
 // and Watermill's SQL-to-Kafka forwarder, in one run on one stack, and
-// writes a markdown section between the bench-peers markers of a file.
+// writes a markdown section between the bench-peers markers of a file; then
+// (-rabbitmq) Ferry's relay and Watermill's forwarder with watermill-amqp
+// draining into RabbitMQ, in a section of its own (rabbitmq.go).
 // scripts/bench-peers fetches Debezium's jars and builds Watermill's side;
 // run it through `make bench-peers`:
 //
 //	scripts/bench-peers                               the full run: 200,000 events, 1,000/s for 30 s
 //	scripts/bench-peers -events 20000 -latency-duration 10s -note "..."
+//	scripts/bench-peers -kafka=false -peers ferry,watermill    the RabbitMQ rounds alone
 package main
 
 import (
@@ -58,6 +61,9 @@ func run(ctx context.Context) error {
 	flag.StringVar(&b.watermill, "watermill-bin", "", "the watermill-peer binary (bench/peers/watermill; scripts/bench-peers builds it)")
 	out := flag.String("out", "", "write the section between the bench-peers markers of this file (docs/benchmarks.md)")
 	runs := flag.Int("runs", 3, "rounds of every peer in turn; each figure is the median (min–max) of the rounds, each ratio paired within a round")
+	withKafka := flag.Bool("kafka", true, "run the peers on Kafka (Ferry, Debezium, Watermill: drain and latency)")
+	withRabbit := flag.Bool("rabbitmq", true, "then run Ferry's relay and Watermill's forwarder with watermill-amqp publishing to RabbitMQ (drain only), in a section of its own")
+	rabbitEvents := flag.Int("rabbitmq-events", 50_000, "backlog of the RabbitMQ rounds (Watermill's publisher waits for each confirm)")
 	note := flag.String("note", "", "a line printed in bold at the top of the section, e.g. that other work shared the machine")
 	flag.Parse()
 	if *runs < 1 {
@@ -65,6 +71,13 @@ func run(ctx context.Context) error {
 	}
 	b.jvmOpts = strings.Fields(*jvm)
 
+	var rabbit *rabbitTarget
+	if *withRabbit {
+		var err error
+		if rabbit, err = newRabbitTarget(); err != nil {
+			return err
+		}
+	}
 	admin, brokers := os.Getenv(ferrytest.EnvDatabaseURL), os.Getenv(ferrytest.EnvKafkaBrokers)
 	if admin == "" || brokers == "" {
 		return errors.New("FERRY_TEST_DATABASE_URL and FERRY_TEST_KAFKA_BROKERS are not set: eval \"$(scripts/stack up)\" first")
@@ -93,40 +106,25 @@ func run(ctx context.Context) error {
 	defer kcl.Close()
 	adm := kadm.NewClient(kcl)
 
-	started := time.Now()
 	base, baseDir := b.suffix, b.dir
-	var rounds [][]*result
-	for i := range *runs {
-		// Every round gives each peer a new database, slot and topic, and
-		// runs the peers in turn, so that each round's ratios compare
-		// processes that shared the machine's state of the moment. Each
-		// round has a directory of its own for the peers' files: Kafka
-		// Connect's log told the next round it was ready at once, and its
-		// offsets file would have carried a position over.
-		b.suffix = fmt.Sprintf("%s_r%d", base, i)
-		b.dir = filepath.Join(baseDir, fmt.Sprintf("round-%d", i+1))
-		if err := os.MkdirAll(b.dir, 0o755); err != nil {
+	if *withKafka {
+		if err := kafkaRounds(ctx, b, adm, names, o, *runs, admin, *note, *out); err != nil {
 			return err
 		}
-		ps, _ := newPeers(b, names)
-		var rs []*result
-		for _, p := range ps {
-			log("round %d of %d: %s", i+1, *runs, p.Name())
-			r, err := measure(ctx, b, adm, p, o)
-			if err != nil {
-				return fmt.Errorf("%w (logs in %s)", err, b.dir)
-			}
-			rs = append(rs, r)
-		}
-		rounds = append(rounds, rs)
 	}
-	section := markdown(rounds, o, versions(ctx, b, admin), machine(), started, time.Since(started), *note)
-	fmt.Print(section)
-	if *out != "" {
-		if err := splice(*out, section); err != nil {
+	if rabbit != nil {
+		var rnames []string
+		for _, n := range names {
+			if n == "ferry" || n == "watermill" {
+				rnames = append(rnames, n)
+			}
+		}
+		ro := o
+		ro.events = *rabbitEvents
+		b.rabbit = rabbit
+		if err := rabbitRounds(ctx, b, rnames, ro, *runs, *note, *out, base, baseDir); err != nil {
 			return err
 		}
-		log("wrote %s", *out)
 	}
 	return os.RemoveAll(baseDir)
 }
@@ -156,4 +154,82 @@ func newPeers(b *bench, names []string) ([]peer, error) {
 		return nil, errors.New("-peers must start with ferry: the ratios are to Ferry's relay")
 	}
 	return ps, nil
+}
+
+// kafkaRounds runs the peers on Kafka, every peer in turn each round, and
+// writes their section.
+func kafkaRounds(ctx context.Context, b *bench, adm *kadm.Client, names []string, o opts, runs int, admin, note, out string) error {
+	started := time.Now()
+	base, baseDir := b.suffix, b.dir
+	var rounds [][]*result
+	for i := range runs {
+		// Every round gives each peer a new database, slot and topic, and
+		// runs the peers in turn, so that each round's ratios compare
+		// processes that shared the machine's state of the moment. Each
+		// round has a directory of its own for the peers' files: Kafka
+		// Connect's log told the next round it was ready at once, and its
+		// offsets file would have carried a position over.
+		b.suffix = fmt.Sprintf("%s_r%d", base, i)
+		b.dir = filepath.Join(baseDir, fmt.Sprintf("round-%d", i+1))
+		if err := os.MkdirAll(b.dir, 0o755); err != nil {
+			return err
+		}
+		ps, _ := newPeers(b, names)
+		var rs []*result
+		for _, p := range ps {
+			log("round %d of %d: %s", i+1, runs, p.Name())
+			r, err := measure(ctx, b, adm, p, o)
+			if err != nil {
+				return fmt.Errorf("%w (logs in %s)", err, b.dir)
+			}
+			rs = append(rs, r)
+		}
+		rounds = append(rounds, rs)
+	}
+	section := markdown(rounds, o, versions(ctx, b, admin), machine(), started, time.Since(started), note)
+	fmt.Print(section)
+	if out != "" {
+		if err := splice(out, section); err != nil {
+			return err
+		}
+		log("wrote %s", out)
+	}
+	return nil
+}
+
+// rabbitRounds runs the peers publishing to RabbitMQ, every peer in turn
+// each round, and writes their section.
+func rabbitRounds(ctx context.Context, b *bench, names []string, o opts, runs int, note, out, base, baseDir string) error {
+	started := time.Now()
+	var rounds [][]*rabbitResult
+	for i := range runs {
+		b.suffix = fmt.Sprintf("%s_q%d", base, i)
+		b.dir = filepath.Join(baseDir, fmt.Sprintf("rabbitmq-round-%d", i+1))
+		if err := os.MkdirAll(b.dir, 0o755); err != nil {
+			return err
+		}
+		ps, err := newPeers(b, names)
+		if err != nil {
+			return err
+		}
+		var rs []*rabbitResult
+		for _, p := range ps {
+			log("RabbitMQ round %d of %d: %s", i+1, runs, p.Name())
+			r, err := measureRabbit(ctx, b, p, o)
+			if err != nil {
+				return fmt.Errorf("%w (logs in %s)", err, b.dir)
+			}
+			rs = append(rs, r)
+		}
+		rounds = append(rounds, rs)
+	}
+	section := rabbitMarkdown(rounds, o, b.payload, started, time.Since(started), note)
+	fmt.Print(section)
+	if out != "" {
+		if err := spliceBetween(out, rabbitBeginMarker, rabbitEndMarker, section); err != nil {
+			return err
+		}
+		log("wrote %s", out)
+	}
+	return nil
 }

@@ -65,6 +65,7 @@ type bench struct {
 	debeziumLog4j string
 	jvmOpts       []string
 	watermill     string
+	rabbit        *rabbitTarget // set: the peers publish to RabbitMQ instead of Kafka
 }
 
 func (b *bench) topic(peer string) string {

@@ -219,6 +219,11 @@ func markdown(rounds [][]*result, o opts, vs, mach [][2]string, started time.Tim
 // splice puts section between the markers of file, appending the markers
 // at the end when the file has none, and leaves the rest of it untouched.
 func splice(file, section string) error {
+	return spliceBetween(file, beginMarker, endMarker, section)
+}
+
+// spliceBetween is splice with the markers given.
+func spliceBetween(file, beginMarker, endMarker, section string) error {
 	old, err := os.ReadFile(file)
 	if err != nil && !os.IsNotExist(err) {
 		return err

@@ -107,3 +107,22 @@ func TestReportGivesMediansAndRatiosPairedByRound(t *testing.T) {
 		}
 	}
 }
+
+func TestSpliceRabbitMQLeavesTheKafkaSection(t *testing.T) {
+	t.Parallel()
+	kafka := beginMarker + "\nkafka peers\n" + endMarker + "\n"
+	file := spliceFile(t, "# Benchmarks\n\n"+kafka)
+	if err := spliceBetween(file, rabbitBeginMarker, rabbitEndMarker, "rabbitmq peers\n"); err != nil {
+		t.Fatal(err)
+	}
+	want := "# Benchmarks\n\n" + kafka + "\n" + rabbitBeginMarker + "\nrabbitmq peers\n" + rabbitEndMarker + "\n"
+	if got := read(t, file); got != want {
+		t.Errorf("got\n%q\nwant\n%q", got, want)
+	}
+	if err := splice(file, "new kafka peers\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, file); !strings.Contains(got, "rabbitmq peers") || !strings.Contains(got, "new kafka peers") {
+		t.Errorf("the Kafka splice lost the RabbitMQ section:\n%s", got)
+	}
+}

@@ -32,7 +32,12 @@ type watermillPeer struct {
 	lastOffset int64  // the backlog's last row
 }
 
-func (w *watermillPeer) Name() string     { return "Watermill forwarder" }
+func (w *watermillPeer) Name() string {
+	if w.b != nil && w.b.rabbit != nil {
+		return "Watermill forwarder, watermill-amqp"
+	}
+	return "Watermill forwarder"
+}
 func (w *watermillPeer) Topic() string    { return w.b.topic("watermill") }
 func (w *watermillPeer) IDHeader() string { return "_watermill_message_uuid" } // watermill-kafka's UUIDHeaderKey
 
@@ -61,7 +66,11 @@ func (w *watermillPeer) run(ctx context.Context, verb string, extra ...string) *
 }
 
 func (w *watermillPeer) WriteBacklog(ctx context.Context, n int) error {
-	if out, err := w.run(ctx, "backlog", "-events", strconv.Itoa(n)).CombinedOutput(); err != nil {
+	args := []string{"-events", strconv.Itoa(n)}
+	if w.b.rabbit != nil {
+		args = append(args, "-shard-keys", shardKeys())
+	}
+	if out, err := w.run(ctx, "backlog", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("watermill backlog: %v\n%s", err, out)
 	}
 	return w.pool.QueryRow(ctx, `SELECT max("offset") FROM `+w.table("watermill_")).Scan(&w.lastOffset)
@@ -72,6 +81,10 @@ func (w *watermillPeer) table(prefix string) string {
 }
 
 func (w *watermillPeer) Start(ctx context.Context) (*process, error) {
+	if r := w.b.rabbit; r != nil {
+		return startProcess(filepath.Join(w.b.dir, "watermill.log"), r.env(), w.b.watermill,
+			"forward", "-db", w.url, "-amqp-url", r.conn.URL, "-forwarder-topic", w.fwdTopic)
+	}
 	return startProcess(filepath.Join(w.b.dir, "watermill.log"), nil, w.b.watermill,
 		"forward", "-db", w.url, "-brokers", strings.Join(w.b.brokers, ","), "-forwarder-topic", w.fwdTopic)
 }

@@ -11,6 +11,8 @@
 //
 //	watermill-peer backlog  -db URL -forwarder-topic T -topic DEST -events N   write a backlog, one transaction
 //	watermill-peer forward  -db URL -brokers B -forwarder-topic T              run the forwarder until SIGTERM; "ready" on stdout once it polls
+//	watermill-peer forward  -db URL -amqp-url U -forwarder-topic T             the same to RabbitMQ with watermill-amqp (password in FERRY_RABBITMQ_PASSWORD)
+//	watermill-peer backlog  ... -shard-keys K0,K1,...                          for RabbitMQ: aggregate agg-i goes with routing key Ki (see amqpTopic)
 //	watermill-peer write    -db URL -forwarder-topic T -topic DEST -rate R -for D  one event per transaction at R/s; "<uuid> <unix ns>" per commit
 //	watermill-peer versions                                                    the modules it was built with
 //	watermill-peer settings                                                    the forwarder's settings, as printed in the results
@@ -21,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -32,6 +35,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
@@ -74,14 +78,20 @@ func main() {
 	payload := fs.Int("payload", 200, "payload bytes per event")
 	rate := fs.Int("rate", 1000, "events per second offered by write")
 	dur := fs.Duration("for", 15*time.Second, "how long write offers events")
+	amqpURL := fs.String("amqp-url", "", "forward to RabbitMQ at this amqp://user@host:port/vhost (password in FERRY_RABBITMQ_PASSWORD) instead of Kafka")
+	shardKeys := fs.String("shard-keys", "", "backlog for RabbitMQ: the routing key of aggregate agg-i is the i-th of these, comma-separated")
 	_ = fs.Parse(os.Args[2:])
+	var keys []string
+	if *shardKeys != "" {
+		keys = strings.Split(*shardKeys, ",")
+	}
 
 	var err error
 	switch os.Args[1] {
 	case "backlog":
-		err = backlog(ctx, *db, *fwdTopic, *topic, *events, *payload)
+		err = backlog(ctx, *db, *fwdTopic, *topic, *events, *payload, keys)
 	case "forward":
-		err = forward(ctx, *db, *brokers, *fwdTopic)
+		err = forward(ctx, *db, *brokers, *amqpURL, *fwdTopic)
 	case "write":
 		err = write(ctx, *db, *fwdTopic, *topic, *rate, *dur, *payload)
 	case "versions":
@@ -106,7 +116,10 @@ func settings() string {
 		"offsets adapter=DefaultPostgreSQLOffsetsAdapter (one offsets row per consumer group, updated once per polled batch, in the polling transaction)\n"+
 		"subscriber: PollInterval=%s, ResendInterval=1s (default), AckDeadline=30s (default), pgx pool (BeginnerFromPgx)\n"+
 		"publisher: watermill-kafka sync publisher (sarama SyncProducer), RequiredAcks=WaitForAll, protocol version 3.6.0, "+
-		"key=aggregate id (NewWithPartitioningMarshaler), hash partitioner\n", subscribeBatchSize, pollInterval)
+		"key=aggregate id (NewWithPartitioningMarshaler), hash partitioner\n"+
+		"with -amqp-url: watermill-amqp publisher, DefaultMarshaler (persistent), direct exchange, routing key = the aggregate's shard "+
+		"(carried in the destination topic), Mandatory=true, ChannelPoolSize=%d, ConfirmDelivery=true (each Publish waits for its confirm; no return listener)\n",
+		subscribeBatchSize, pollInterval, amqpChannels)
 }
 
 // newMessage is one event: the benchmark's payload, its aggregate as the
@@ -148,7 +161,7 @@ func newSubscriber(pool *pgxpool.Pool) (*wsql.Subscriber, error) {
 	}, watermill.NopLogger{})
 }
 
-func backlog(ctx context.Context, db, fwdTopic, topic string, events, payload int) error {
+func backlog(ctx context.Context, db, fwdTopic, topic string, events, payload int, keys []string) error {
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		return err
@@ -163,6 +176,25 @@ func backlog(ctx context.Context, db, fwdTopic, topic string, events, payload in
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		const perStatement = 1000
 		for i := 0; i < events; i += perStatement {
+			if keys != nil {
+				// One destination per routing key: a statement each, in
+				// the order of the aggregates' events.
+				byKey := map[string][]*message.Message{}
+				var order []string
+				for j := i; j < min(i+perStatement, events); j++ {
+					k := keys[j%1000%len(keys)]
+					if byKey[k] == nil {
+						order = append(order, k)
+					}
+					byKey[k] = append(byKey[k], newMessage(payload, "agg-"+strconv.Itoa(j%1000)))
+				}
+				for _, k := range order {
+					if err := publishTx(tx, fwdTopic, amqpTopic(topic, k), byKey[k]...); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			msgs := make([]*message.Message, 0, perStatement)
 			for j := i; j < min(i+perStatement, events); j++ {
 				msgs = append(msgs, newMessage(payload, "agg-"+strconv.Itoa(j%1000)))
@@ -175,7 +207,7 @@ func backlog(ctx context.Context, db, fwdTopic, topic string, events, payload in
 	})
 }
 
-func forward(ctx context.Context, db, brokers, fwdTopic string) error {
+func forward(ctx context.Context, db, brokers, amqpURL, fwdTopic string) error {
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		return err
@@ -185,16 +217,12 @@ func forward(ctx context.Context, db, brokers, fwdTopic string) error {
 	if err != nil {
 		return err
 	}
-	sc := kafka.DefaultSaramaSyncPublisherConfig()
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Version = sarama.V3_6_0_0
-	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
-		Brokers: strings.Split(brokers, ","),
-		Marshaler: kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
-			return msg.Metadata.Get(metaAggregateID), nil
-		}),
-		OverwriteSaramaConfig: sc,
-	}, watermill.NopLogger{})
+	var pub message.Publisher
+	if amqpURL != "" {
+		pub, err = amqpPublisher(amqpURL, os.Getenv("FERRY_RABBITMQ_PASSWORD"))
+	} else {
+		pub, err = kafkaPublisher(brokers)
+	}
 	if err != nil {
 		return err
 	}
@@ -213,6 +241,60 @@ func forward(ctx context.Context, db, brokers, fwdTopic string) error {
 		return err
 	}
 	return pub.Close()
+}
+
+// amqpTopic is the destination topic of a message for RabbitMQ: the
+// exchange and the routing key, which watermill-amqp derives from the
+// topic alone (Publish.GenerateRoutingKey takes no message), so the
+// backlog writes each shard's messages to a topic of their own.
+func amqpTopic(exchange, key string) string { return exchange + "|" + key }
+
+// amqpPublisher is watermill-amqp's publisher set as close to Ferry's
+// relay as it goes: persistent messages (DefaultMarshaler), mandatory, a
+// pool of 4 channels (the relay's default), publisher confirms. Its
+// Publish waits for each message's confirm before it returns
+// (ConfirmDelivery), and it registers no return listener: a message the
+// broker returns as unroutable is confirmed all the same.
+func amqpPublisher(raw, password string) (message.Publisher, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	u.User = url.UserPassword(u.User.Username(), password)
+	cfg := wamqp.Config{
+		Connection: wamqp.ConnectionConfig{AmqpURI: u.String()},
+		Marshaler:  wamqp.DefaultMarshaler{},
+		Exchange: wamqp.ExchangeConfig{
+			GenerateName: func(topic string) string { ex, _, _ := strings.Cut(topic, "|"); return ex },
+			Type:         "direct",
+			Durable:      true,
+		},
+		Publish: wamqp.PublishConfig{
+			GenerateRoutingKey: func(topic string) string { _, key, _ := strings.Cut(topic, "|"); return key },
+			Mandatory:          true,
+			ChannelPoolSize:    amqpChannels,
+			ConfirmDelivery:    true,
+		},
+		TopologyBuilder: &wamqp.DefaultTopologyBuilder{},
+	}
+	return wamqp.NewPublisher(cfg, watermill.NopLogger{})
+}
+
+// amqpChannels is the publisher's channel pool: the relay's default
+// --rabbitmq-channels.
+const amqpChannels = 4
+
+func kafkaPublisher(brokers string) (message.Publisher, error) {
+	sc := kafka.DefaultSaramaSyncPublisherConfig()
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Version = sarama.V3_6_0_0
+	return kafka.NewPublisher(kafka.PublisherConfig{
+		Brokers: strings.Split(brokers, ","),
+		Marshaler: kafka.NewWithPartitioningMarshaler(func(_ string, msg *message.Message) (string, error) {
+			return msg.Metadata.Get(metaAggregateID), nil
+		}),
+		OverwriteSaramaConfig: sc,
+	}, watermill.NopLogger{})
 }
 
 // write offers rate events per second for dur from four writers, each
