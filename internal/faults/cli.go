@@ -203,6 +203,7 @@ func mainWorker(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	topic := fs.String("topic", "", "topic to consume")
 	consumers := fs.String("consumers", "", "comma-separated consumer names, each applying every message")
 	delay := fs.Duration("effect-delay", 0, "sleep in each effect's transaction (negative control only)")
+	failEvery := fs.Int("fail-every", 0, "fail the first attempt of about one versioned message in this many, transiently (the requeue control); 0: never, at most 255")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -210,7 +211,7 @@ func mainWorker(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ferryfaults worker: -topic and -consumers are required")
 		return 2
 	}
-	e := &Effects{Worker: *name, Delay: *delay}
+	e := &Effects{Worker: *name, Delay: *delay, FailEvery: *failEvery}
 	return workercli.Main(ctx, fs.Args(), stdout, stderr, &workercli.App{Name: "ferryfaults worker", Register: e.Register(*topic, strings.Split(*consumers, ",")...)})
 }
 

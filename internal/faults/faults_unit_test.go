@@ -32,12 +32,14 @@ ferry_worker_duplicates_skipped_total{consumer="b",topic="t"} 4
 ferry_worker_messages_processed_total{consumer="a",topic="t"} 100
 ferry_worker_messages_processed_total{consumer="b",topic="t"} 1e+06
 ferry_worker_retries_total{consumer="a",topic="t"} 9
+ferry_worker_redelivered_total{consumer="a",topic="t"} 11
+ferry_worker_redelivered_total{consumer="b",topic="t"} 1
 `
-	dup, processed, err := parseWorkerMetrics(strings.NewReader(metrics))
-	if err != nil || dup != 7 || processed != 1_000_100 {
-		t.Fatalf("parse = %v, %v, %v; want 7, 1000100", dup, processed, err)
+	dup, processed, red, err := parseWorkerMetrics(strings.NewReader(metrics))
+	if err != nil || dup != 7 || processed != 1_000_100 || red != 12 {
+		t.Fatalf("parse = %v, %v, %v, %v; want 7, 1000100, 12", dup, processed, red, err)
 	}
-	if _, _, err := parseWorkerMetrics(strings.NewReader(`ferry_worker_duplicates_skipped_total{consumer="a"} x`)); err == nil {
+	if _, _, _, err := parseWorkerMetrics(strings.NewReader(`ferry_worker_duplicates_skipped_total{consumer="a"} x`)); err == nil {
 		t.Fatal("a malformed value parsed")
 	}
 }
