@@ -122,7 +122,7 @@ bench-peers: ## Ferry's relay next to Debezium and Watermill's forwarder on the 
 	scripts/bench-peers $(ARGS)
 
 .PHONY: demo
-demo: ## run the reserva demo on a local stack (ARGS=--once to exit when done)
+demo: ## run the reserva demo on a local stack (ARGS=--once to exit when done, ARGS="--broker rabbitmq" over RabbitMQ)
 	scripts/demo $(ARGS)
 
 .PHONY: demo-migration

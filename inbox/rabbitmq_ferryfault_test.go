@@ -74,7 +74,6 @@ func TestRabbitNegativeControls(t *testing.T) {
 		})
 		stop := b.start(w)
 		b.waitEffects(want)
-		time.Sleep(300 * time.Millisecond)
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}

@@ -39,7 +39,6 @@ func TestRabbitExactlyOnceInOrder(t *testing.T) {
 	stop := b.start(w)
 	waitReady(t, w)
 	b.waitEffects(want)
-	time.Sleep(300 * time.Millisecond) // the last acks
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,6 @@ func TestRabbitAckOnlyAfterCommit(t *testing.T) {
 	}
 	stop := b.start(w)
 	b.waitEffects(want)
-	time.Sleep(300 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +135,6 @@ func TestRabbitClosedBeforeCommitIsRedelivered(t *testing.T) {
 	})
 	stop := b.start(w)
 	b.waitEffects(want)
-	time.Sleep(300 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +170,6 @@ func TestRabbitAckLostAfterCommit(t *testing.T) {
 	for w.Stats().Duplicates == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +210,6 @@ func TestRabbitRetriesKeepOrder(t *testing.T) {
 	})
 	stop := b.start(w)
 	b.waitEffects(want)
-	time.Sleep(300 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +241,6 @@ func TestRabbitPermanentFailureDeadLetters(t *testing.T) {
 	stop := b.start(w)
 	b.waitEffects(want - 1)
 	dls := b.deadLetters(1)
-	time.Sleep(300 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +299,6 @@ func TestRabbitStopHandsOverInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitEffects(want)
-	time.Sleep(300 * time.Millisecond)
 	b.check(want)
 	var byA, byB int
 	_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE worker = 'a'), count(*) FILTER (WHERE worker = 'b') FROM effects`).Scan(&byA, &byB)
@@ -333,7 +326,6 @@ func TestRabbitTLSAndWrongPassword(t *testing.T) {
 	w.Handle(b.consumer, b.topic, effectHandler)
 	stop := b.start(w)
 	b.waitEffects(want)
-	time.Sleep(200 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +369,6 @@ func TestRabbitBrokerDeliveryLimitDeadLetter(t *testing.T) {
 	stop := b.start(w)
 	b.waitEffects(want - 1)
 	dls := b.deadLetters(1)
-	time.Sleep(200 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +438,6 @@ func TestRabbitRedriveAppliesOnce(t *testing.T) {
 	for w.Stats().Duplicates == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond)
 	// Not b.check: a redriven event comes after its aggregate's later ones,
 	// as on Kafka; what must hold is one effect each.
 	var total, distinct int
@@ -487,7 +477,6 @@ func TestRabbitUndeliverableDeadLetterIsParked(t *testing.T) {
 	for w.Stats().Parked == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +558,6 @@ func testStuckDeadLetter(t *testing.T, breakIt func(ch *amqp.Channel, topic stri
 		t.Fatalf("%d dead letters, want 1", len(dls))
 	}
 	waitReady(t, w)
-	time.Sleep(200 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -718,7 +706,6 @@ func TestRabbitBrokerClosesConnections(t *testing.T) {
 		close(g)
 	}
 	b.waitEffects(want)
-	time.Sleep(300 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -751,7 +738,6 @@ func TestRabbitIgnoresMigrationRecords(t *testing.T) {
 	w.Handle(b.consumer, b.topic, effectHandler)
 	stop := b.start(w)
 	b.waitEffects(2)
-	time.Sleep(300 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,22 @@ type kafkaSink struct {
 // being read.
 type learningTopic struct{ queue []queuedRecord }
 
+// failLearning answers every record waiting in learning with err and
+// empties it, under mu (a sink's learnMu); the promises run after it is
+// released.
+func failLearning(mu *sync.Mutex, learning map[string]*learningTopic, err error) {
+	mu.Lock()
+	var queued []queuedRecord
+	for topic, l := range learning {
+		queued = append(queued, l.queue...)
+		delete(learning, topic)
+	}
+	mu.Unlock()
+	for _, q := range queued {
+		q.promise(q.rec, err)
+	}
+}
+
 type queuedRecord struct {
 	ctx     context.Context
 	rec     *kgo.Record
@@ -265,16 +281,7 @@ func userSize(r *kgo.Record) int {
 // as too large. A new client learns the topics' limits again. The error is
 // the abort's, and nil once the client is replaced.
 func (s *kafkaSink) AbortBufferedRecords(ctx context.Context) error {
-	s.learnMu.Lock()
-	var queued []queuedRecord
-	for topic, l := range s.learning {
-		queued = append(queued, l.queue...)
-		delete(s.learning, topic)
-	}
-	s.learnMu.Unlock()
-	for _, q := range queued {
-		q.promise(q.rec, kgo.ErrAborting)
-	}
+	failLearning(&s.learnMu, s.learning, kgo.ErrAborting)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -64,6 +64,20 @@ type RabbitMQConfig struct {
 	// it would close the channel. Defaults to RabbitMQMaxMessageBytesDefault
 	// (16 MiB, the default of RabbitMQ 4.x).
 	MaxMessageBytes int
+
+	// Consumers are consumers whose shard queues must exist before the
+	// relay publishes to an exchange. A queue receives only what is
+	// published after it exists, and the broker says nothing when another
+	// consumer's queue took an event: without this, a consumer whose
+	// queues are missing lets events pass by it unseen. An exchange that
+	// lacks a queue of one of them is held, in order, for as long as it
+	// lasts (never quarantined), with Ready naming the consumer and the
+	// queue, until the queues are declared (`worker schema`). The check is
+	// made with the exchange's probe (Config.TopicConfigRefresh), so a
+	// queue deleted later is noticed within that time. Defaults to none:
+	// the relay relies on returns alone (an event no queue at all is bound
+	// for is held, then quarantined as "unroutable").
+	Consumers []string
 }
 
 func (c RabbitMQConfig) withDefaults() RabbitMQConfig {
@@ -101,6 +115,12 @@ func (c *RabbitMQConfig) validate() error {
 	}
 	if c.Channels < 1 || c.Channels > rabbitmq.MaxShards {
 		return fmt.Errorf("relay: Config.RabbitMQ.Channels is %d: must be from 1 to %d", c.Channels, rabbitmq.MaxShards)
+	}
+	for _, consumer := range c.Consumers {
+		t := rabbitmq.Topology{Consumer: consumer, Shards: c.Shards}
+		if err := t.Check(); err != nil {
+			return fmt.Errorf("relay: Config.RabbitMQ.Consumers %q: %w", consumer, err)
+		}
 	}
 	if c.MaxMessageBytes < 1 {
 		return fmt.Errorf("relay: Config.RabbitMQ.MaxMessageBytes is %d: must be positive", c.MaxMessageBytes)

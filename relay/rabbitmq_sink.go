@@ -101,6 +101,9 @@ type rabbitmqSink struct {
 	// confirmOnSend is the negative control's (ferryfault builds): a
 	// record succeeds once written, before its confirmation.
 	confirmOnSend bool
+	// consumers must have their shard queues before an exchange is
+	// published to (RabbitMQConfig.Consumers).
+	consumers []string
 
 	mu      sync.Mutex
 	cur     *rabbitConn // nil: the next Produce dials a new one
@@ -129,6 +132,7 @@ func newRabbitMQSink(c *RabbitMQConfig, cfg *Config, m *metrics, log *slog.Logge
 		// is what a relay that trusts the socket would do.
 		confirmOnSend: cfg.unsafeRabbitConfirmOnSend,
 		learning:      map[string]*learningTopic{},
+		consumers:     c.Consumers,
 	}
 }
 
@@ -194,23 +198,8 @@ func (s *rabbitmqSink) probeThenSend(rc *rabbitConn, topic string, l *learningTo
 // reach the broker after the resend; they are duplicates, and the first
 // copies keep their order.
 func (s *rabbitmqSink) AbortBufferedRecords(context.Context) error {
-	s.learnMu.Lock()
-	var queued []queuedRecord
-	for topic, l := range s.learning {
-		queued = append(queued, l.queue...)
-		delete(s.learning, topic)
-	}
-	s.learnMu.Unlock()
-	for _, q := range queued {
-		q.promise(q.rec, errRabbitAbort)
-	}
-	s.mu.Lock()
-	rc := s.cur
-	s.cur = nil
-	s.mu.Unlock()
-	if rc != nil {
-		rc.fail(errRabbitAbort)
-	}
+	failLearning(&s.learnMu, s.learning, errRabbitAbort)
+	s.Close()
 	return nil
 }
 
@@ -481,7 +470,7 @@ func (rc *rabbitConn) probe(topic string) error {
 	select {
 	case c, ok := <-rc.probeConfirm:
 		if ok && c.Ack {
-			return nil
+			return rc.consumerQueues(ch, topic)
 		}
 		if ok {
 			rc.s.m.nacks.Inc()
@@ -495,6 +484,31 @@ func (rc *rabbitConn) probe(topic string) error {
 	case <-rc.dead:
 		return rc.failErr
 	}
+}
+
+// consumerQueues checks, on the probe channel, that every shard queue of
+// each of Config.RabbitMQ.Consumers exists for topic: a queue that does
+// not exist would let the exchange's events pass by its consumer unseen
+// while other consumers' queues take them (no return comes). A missing one
+// closes the probe channel, as a missing exchange does. probeMu is held.
+func (rc *rabbitConn) consumerQueues(ch *amqp.Channel, topic string) error {
+	for _, consumer := range rc.s.consumers {
+		for shard := range rc.s.shards {
+			q := rabbitmq.QueueName(topic, shard, consumer)
+			_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			if err == nil {
+				continue
+			}
+			rc.probeCh = nil
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+				return fmt.Errorf("rabbitmq exchange %s: %w: consumer %q has no queue %s (declare its queues with `worker schema`)",
+					topic, rabbitmq.ErrConsumerQueuesMissing, consumer, q)
+			}
+			return fmt.Errorf("%w: probe of queue %s: %w", errRabbitClosed, q, err)
+		}
+	}
+	return nil
 }
 
 // rabbitChannel is one confirm-mode channel and its two goroutines.

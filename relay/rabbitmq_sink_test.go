@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -550,4 +552,197 @@ func (c *consumed) missing(ids []string) int {
 		}
 	}
 	return n
+}
+
+// A stop (SIGTERM) under load waits for RabbitMQ's confirms and confirms
+// the WAL behind them before Run returns: the next relay on the slot
+// publishes nothing twice.
+func TestRabbitMQStopWaitsForConfirms(t *testing.T) {
+	t.Parallel()
+	b := rabbitSetup(t)
+	topic := b.prefix + ".order"
+	declare(t, topic)
+	c := consumeRabbit(t, topic)
+
+	cfg := b.cfg
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	first, err := relay.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	// Events written before the slot exists are not in it: start the load
+	// once the relay streams.
+	for first.State() != relay.StateStreaming {
+		select {
+		case err := <-done:
+			t.Fatalf("relay stopped before streaming: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	// The load runs across the stop: the events written after it wait in
+	// the outbox for the second relay.
+	var idsMu sync.Mutex
+	var ids []string
+	stopLoad := make(chan struct{})
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		for seq := 0; ; seq++ {
+			select {
+			case <-stopLoad:
+				return
+			default:
+			}
+			var batch []outbox.Event
+			for a := range 7 {
+				batch = append(batch, evt("order", fmt.Sprintf("agg-%d", a), seq))
+			}
+			got, err := outbox.Write(b.ctx, b.db.Pool, batch...)
+			if err != nil {
+				t.Errorf("write: %v", err)
+				return
+			}
+			idsMu.Lock()
+			for _, id := range got {
+				ids = append(ids, id.String())
+			}
+			idsMu.Unlock()
+		}
+	}()
+	// Stop with publishes unconfirmed, so that a stop that did not wait
+	// for their confirms would leave them to be published again.
+	for c.total() < 1000 || unconfirmed(t, reg) < 20 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel() // what SIGTERM does
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after the stop: %v", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("Run did not return within 40 s of the stop")
+	}
+	stoppedAt := c.total()
+
+	b.start(t, b.cfg)
+	for c.total() < stoppedAt+1000 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stopLoad)
+	<-loadDone
+	idsMu.Lock()
+	all := append([]string(nil), ids...)
+	idsMu.Unlock()
+	got := c.wait(t, all, time.Minute, 500*time.Millisecond)
+	if n := got.duplicates(); n != 0 {
+		t.Fatalf("%d events published twice across a stop and a restart, want 0", n)
+	}
+	got.checkFirstArrivalOrder(t)
+	t.Logf("%d events, %d before the stop, none twice", len(all), stoppedAt)
+}
+
+// unconfirmed reads the relay's ferry_relay_unconfirmed_records.
+func unconfirmed(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "ferry_relay_unconfirmed_records" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+func (c *rabbitConsumer) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.records)
+}
+
+// A required consumer (RabbitMQConfig.Consumers) whose shard queues do not
+// exist holds its exchange: nothing reaches the consumers that do have
+// queues, which would otherwise take the events while they pass by the
+// missing one unseen (the broker returns nothing: the message was
+// routed). Ready names the consumer; once its queues are declared, every
+// event reaches both consumers and nothing is quarantined. The relay runs
+// as the least-privilege user: the queue check needs no permission.
+func TestRabbitMQRequiredConsumerHoldsTheExchange(t *testing.T) {
+	t.Parallel()
+	b := rabbitSetup(t)
+	topic := b.prefix + ".order"
+	declare(t, topic) // consumer "test"
+	u, err := url.Parse(need(t, ferrytest.EnvRabbitMQURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(need(t, ferrytest.EnvRabbitMQRelayUser))
+	cfg := b.cfg
+	cfg.RabbitMQ = &relay.RabbitMQConfig{
+		URL: u.String(), Password: need(t, ferrytest.EnvRabbitMQRelayPassword),
+		Consumers: []string{"test", "late"},
+	}
+	r := b.start(t, cfg)
+	present := consumeRabbit(t, topic)
+	ids := b.writeAggregates(t, "order", 8, 0, 5)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := r.Ready()
+		if err != nil && strings.Contains(err.Error(), `consumer "late"`) && strings.Contains(err.Error(), rabbitmq.QueueName(topic, 0, "late")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready = %v, want it to name consumer late and its missing queue", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := present.total(); n != 0 {
+		t.Fatalf("%d events reached consumer test while consumer late had no queues: they passed late by", n)
+	}
+
+	ch, err := rabbitAdmin(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := &rabbitmq.Topology{Consumer: "late", Topics: []string{topic}, Shards: rabbitmq.ShardsDefault}
+	if err := rabbitmq.Declare(ch, late); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for s := range late.Shards {
+			_, _ = ch.QueueDelete(rabbitmq.QueueName(topic, s, "late"), false, false, false)
+		}
+	})
+	got := present.wait(t, ids, time.Minute, 0)
+	got.checkFirstArrivalOrder(t)
+	for s := range late.Shards {
+		q, err := ch.QueueDeclarePassive(rabbitmq.QueueName(topic, s, "late"), true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		present.mu.Lock()
+		want := 0
+		for _, rec := range present.records {
+			if rec.Partition == int32(s) {
+				want++
+			}
+		}
+		present.mu.Unlock()
+		if q.Messages != want {
+			t.Errorf("consumer late's shard %d queue holds %d messages, consumer test's got %d", s, q.Messages, want)
+		}
+	}
+	b.waitConfirmed(t, 30*time.Second)
+	if st, err := relay.Status(b.ctx, b.db.Pool, b.slot); err != nil || st.Quarantined != 0 {
+		t.Errorf("Status = %+v, %v: want nothing quarantined", st, err)
+	}
 }

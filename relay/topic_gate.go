@@ -34,6 +34,7 @@ var errUnknownTopic = errors.New("topic does not exist")
 const (
 	refusedUnknownTopic = "unknown topic"
 	refusedUnroutable   = "unroutable"
+	refusedNoConsumer   = "consumer queues missing"
 	refusedAuthz        = "not authorized"
 )
 
@@ -43,7 +44,9 @@ const (
 // a topic that does not exist (yet), or a credential or ACL that refuses.
 // On RabbitMQ, a missing exchange is an unknown topic, a message no queue
 // is bound for is unroutable (held alike, quarantined with its own
-// reason), and a refused write is not authorized.
+// reason), a refused write is not authorized, and an exchange that lacks a
+// required consumer's queue (RabbitMQConfig.Consumers) is held for as long
+// as it lasts, like a refused write.
 func refusalOf(err error) (string, bool) {
 	switch {
 	case errors.Is(err, rabbitmq.ErrExchangeMissing):
@@ -52,6 +55,8 @@ func refusalOf(err error) (string, bool) {
 		return refusedUnroutable, true
 	case errors.Is(err, rabbitmq.ErrAccessRefused):
 		return refusedAuthz, true
+	case errors.Is(err, rabbitmq.ErrConsumerQueuesMissing):
+		return refusedNoConsumer, true
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
 		return refusedUnknownTopic, true
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed),

@@ -39,6 +39,9 @@ var (
 	ErrExchangeMissing = errors.New("exchange does not exist")
 	// ErrAccessRefused: the user may not write to the exchange.
 	ErrAccessRefused = errors.New("access refused")
+	// ErrConsumerQueuesMissing: a consumer the relay must not publish
+	// past has no queue for a shard of the exchange.
+	ErrConsumerQueuesMissing = errors.New("a required consumer's shard queue does not exist")
 )
 
 // Publishing is the message of a record: the exchange is the record's topic

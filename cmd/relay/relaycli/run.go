@@ -34,6 +34,7 @@ var configFlags = map[string]string{
 	"Config.RabbitMQ.Shards":          "rabbitmq-shards",
 	"Config.RabbitMQ.Channels":        "rabbitmq-channels",
 	"Config.RabbitMQ.MaxMessageBytes": "rabbitmq-max-message-bytes",
+	"Config.RabbitMQ.Consumers":       "rabbitmq-require-consumers",
 	"Config.MaxInFlightRecords":       "max-in-flight",
 	"Config.StatusInterval":           "status-interval",
 	"Config.ServerTimeout":            "server-timeout",
@@ -77,6 +78,7 @@ type rabbitFlags struct {
 	cli.RabbitMQ
 	maxMessageBytes *int
 	channels        *int
+	consumers       *string
 }
 
 func (r *rabbitFlags) register(f *cli.Flags) {
@@ -85,6 +87,8 @@ func (r *rabbitFlags) register(f *cli.Flags) {
 		"largest message (body and headers) sent to RabbitMQ; a larger one is quarantined as message_too_large without being sent. Set it to the broker's max_message_size")
 	r.channels = f.Count("rabbitmq-channels", relay.RabbitMQChannelsDefault,
 		"RabbitMQ publishing channels with confirms: shard s goes on channel s mod this, so each shard stays in order")
+	r.consumers = f.String("rabbitmq-require-consumers", "",
+		"comma-separated consumers whose shard queues must exist before the relay publishes to an exchange: one that lacks a queue of theirs is held (never quarantined) and /readyz names it, instead of letting events pass by the consumer unseen; empty: rely on returns alone")
 }
 
 // config is the relay's RabbitMQ configuration.
@@ -93,6 +97,7 @@ func (r *rabbitFlags) config() *relay.RabbitMQConfig {
 		URL: r.URL, Password: r.Password, Vhost: r.Vhost,
 		TLSCAFile: r.TLSCAFile, TLSCertFile: r.TLSCertFile, TLSKeyFile: r.TLSKeyFile, TLSSkipVerify: r.TLSSkipVerify,
 		Shards: r.NShards(), Channels: *r.channels, MaxMessageBytes: *r.maxMessageBytes,
+		Consumers: splitList(*r.consumers),
 	}
 }
 

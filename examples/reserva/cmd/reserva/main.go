@@ -3,7 +3,8 @@
 //
 //	reserva migrate            Ferry's and reserva's tables, the relay's slot, demo stock
 //	reserva api [-addr :8080]  the order service
-//	reserva demo [-once]       everything at once, with a summary (see make demo)
+//	reserva demo [-once]       everything at once, with a summary (see make demo;
+//	                           -broker rabbitmq runs it over RabbitMQ)
 package main
 
 import (

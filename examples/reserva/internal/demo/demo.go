@@ -24,15 +24,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/examples/reserva"
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/otlprecv"
 	"github.com/ferryhq/ferry/internal/procs"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -41,6 +39,7 @@ const demoDatabase = "reserva_demo"
 
 type options struct {
 	adminURL, brokers, binDir        string
+	broker, rabbitURL, rabbitPass    string
 	orders, rate, malformed, clients int
 	once, chaos                      bool
 	apiAddr, relayAddr               string
@@ -70,6 +69,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var o options
 	fs.StringVar(&o.adminURL, "admin-url", cmp.Or(os.Getenv("FERRY_TEST_DATABASE_URL"), os.Getenv("FERRY_DATABASE_URL")), "PostgreSQL URL of a role that may create the demo's database "+demoDatabase+" (env FERRY_TEST_DATABASE_URL)")
 	fs.StringVar(&o.brokers, "kafka-brokers", cmp.Or(os.Getenv("FERRY_TEST_KAFKA_BROKERS"), os.Getenv("FERRY_KAFKA_BROKERS")), "Kafka seed brokers (env FERRY_TEST_KAFKA_BROKERS)")
+	fs.StringVar(&o.broker, "broker", cmp.Or(os.Getenv("FERRY_DEMO_BROKER"), brokerKafka), "the channel between the relay and the workers: kafka or rabbitmq (env FERRY_DEMO_BROKER)")
+	fs.StringVar(&o.rabbitURL, "rabbitmq-url", cmp.Or(os.Getenv("FERRY_TEST_RABBITMQ_URL"), os.Getenv("FERRY_RABBITMQ_URL")), "with --broker rabbitmq: amqp://user@host:port/vhost, no password in it; the password comes from FERRY_TEST_RABBITMQ_PASSWORD or FERRY_RABBITMQ_PASSWORD only (env FERRY_TEST_RABBITMQ_URL)")
 	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding the relay, reserva-worker and reserva binaries; empty builds them")
 	fs.IntVar(&o.orders, "orders", 3000, "orders placed through the HTTP API")
 	fs.IntVar(&o.rate, "rate", rateDefault, "orders placed a second, at a steady pace")
@@ -88,8 +89,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	switch {
 	case o.adminURL == "":
 		return errors.New("--admin-url (FERRY_TEST_DATABASE_URL) is required: run it through `make demo`, or after `eval \"$(scripts/stack up)\"`")
-	case o.brokers == "":
+	case o.broker != brokerKafka && o.broker != brokerRabbitMQ:
+		return fmt.Errorf("--broker must be %s or %s, not %q", brokerKafka, brokerRabbitMQ, o.broker)
+	case o.broker == brokerKafka && o.brokers == "":
 		return errors.New("--kafka-brokers (FERRY_TEST_KAFKA_BROKERS) is required")
+	case o.broker == brokerRabbitMQ && o.rabbitURL == "":
+		return errors.New("--rabbitmq-url (FERRY_TEST_RABBITMQ_URL) is required with --broker rabbitmq: run it through `make demo`, or after `eval \"$(scripts/stack up)\"`")
 	case o.orders < 1:
 		return fmt.Errorf("--orders must be positive, not %d", o.orders)
 	case o.rate < 1 || o.rate > rateMax:
@@ -101,7 +106,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case o.timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, not %s", o.timeout)
 	}
+	o.rabbitPass = cmp.Or(os.Getenv("FERRY_TEST_RABBITMQ_PASSWORD"), os.Getenv("FERRY_RABBITMQ_PASSWORD"))
 	d := &demo{o: o, out: stdout, start: time.Now()}
+	if o.broker == brokerRabbitMQ {
+		d.ch = &rabbitChannel{cfg: inbox.RabbitMQConfig{URL: o.rabbitURL, Password: o.rabbitPass, Shards: rabbitmq.ShardsDefault}}
+	} else {
+		d.ch = &kafkaChannel{brokers: o.brokers}
+	}
 	defer d.stopAll()
 	return d.run(ctx)
 }
@@ -113,7 +124,7 @@ type demo struct {
 	dir     string
 	url     string
 	pool    *pgxpool.Pool
-	kopts   []kgo.Opt
+	ch      channel
 	relay   *procs.Proc
 	workers [2]*procs.Proc
 	api     *procs.Proc
@@ -124,7 +135,6 @@ type demo struct {
 	placed, failed atomic.Int64
 	pace           pace
 	dups           dupCounter
-	kafkaStart     int64
 	// traces receives the spans of the API and the workers, exported with
 	// OTLP over HTTP (the OTEL_* variables they are started with), for the
 	// summary's trace of one order.
@@ -157,7 +167,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		return errors.New("an order does not have exactly one reservation outcome")
+		return errors.New("an order does not have exactly one reservation outcome, one stock decision, or the stock does not add up")
 	}
 	if d.o.once {
 		return nil
@@ -188,42 +198,11 @@ func (d *demo) prepare(ctx context.Context) error {
 	if err := reserva.SeedStock(ctx, d.pool, skus); err != nil {
 		return err
 	}
-	d.kopts = []kgo.Opt{kgo.SeedBrokers(strings.Split(d.o.brokers, ",")...)}
-	cl, err := kgo.NewClient(d.kopts...)
-	if err != nil {
+	if err := d.ch.prepare(ctx); err != nil {
 		return err
 	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	topics := []string{reserva.TopicOrders, reserva.TopicStock, reserva.TopicOrders + ".dlq", reserva.TopicStock + ".dlq"}
-	res, err := adm.CreateTopics(ctx, 4, 1, nil, topics...)
-	if err != nil {
-		return fmt.Errorf("create topics: %w", err)
-	}
-	for _, r := range res {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
-		}
-	}
-	d.kafkaStart, err = d.kafkaRecords(ctx)
-	d.say("== database %s migrated (Ferry + reserva), stock seeded, slot %q ready", demoDatabase, "ferry")
-	return err
-}
-
-// kafkaRecords counts the records on the two event topics.
-func (d *demo) kafkaRecords(ctx context.Context) (int64, error) {
-	cl, err := kgo.NewClient(d.kopts...)
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, reserva.TopicOrders, reserva.TopicStock)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
-	return n, nil
+	d.say("== database %s migrated (Ferry + reserva), stock seeded, slot %q ready; events go through %s", demoDatabase, "ferry", d.ch.name())
+	return nil
 }
 
 func (d *demo) startProcesses(ctx context.Context) error {
@@ -244,8 +223,8 @@ func (d *demo) startProcesses(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env := []string{"FERRY_DATABASE_URL=" + d.url, "FERRY_KAFKA_BROKERS=" + d.o.brokers, "FERRY_LOG_FORMAT=json",
-		"OTEL_EXPORTER_OTLP_ENDPOINT=" + traces, "OTEL_BSP_SCHEDULE_DELAY=200"}
+	env := append([]string{"FERRY_DATABASE_URL=" + d.url, "FERRY_LOG_FORMAT=json",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + traces, "OTEL_BSP_SCHEDULE_DELAY=200"}, d.ch.env()...)
 	start := func(name, bin string, args ...string) (*procs.Proc, error) {
 		return procs.Start(procs.Spec{Name: name, Path: bin, Args: args, Env: env, LogFile: filepath.Join(d.dir, name+".log")})
 	}
@@ -253,8 +232,8 @@ func (d *demo) startProcesses(ctx context.Context) error {
 		return err
 	}
 	for i := range d.workers {
-		if d.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), bins["reserva-worker"], "run", "--http-addr", d.o.workerAddrs[i],
-			"--retry-backoff", "50ms", "--max-attempts", "5", "--kafka-session-timeout", "6s"); err != nil {
+		args := append([]string{"run", "--http-addr", d.o.workerAddrs[i], "--retry-backoff", "50ms", "--max-attempts", "5"}, d.ch.workerArgs()...)
+		if d.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), bins["reserva-worker"], args...); err != nil {
 			return err
 		}
 	}
@@ -401,10 +380,11 @@ func (d *demo) follow(ctx context.Context, placing <-chan error) error {
 		}
 		if !workerKilled && placed >= int64(d.o.orders)*6/10 {
 			workerKilled = true
-			d.workers[1].Kill()
-			d.fault("worker-2 SIGKILL", placed)
-			d.say("   chaos: worker-2 killed with SIGKILL after %d orders; restarting it", placed)
-			if err := d.workers[1].Restart(); err != nil {
+			i, why := d.victim()
+			d.workers[i].Kill()
+			d.fault(fmt.Sprintf("worker-%d SIGKILL", i+1), placed)
+			d.say("   chaos: worker-%d%s killed with SIGKILL after %d orders; restarting it", i+1, why, placed)
+			if err := d.workers[i].Restart(); err != nil {
 				return err
 			}
 		}
@@ -425,6 +405,26 @@ func (d *demo) follow(ctx context.Context, placing <-chan error) error {
 			return fmt.Errorf("orders not all decided after %s (logs in %s)", d.o.timeout, d.dir)
 		}
 	}
+}
+
+// victim is the worker the chaos kills. On Kafka the two share the
+// partitions, and it is worker-2. On RabbitMQ every shard queue has a single
+// active consumer (on 3.x the first worker registered is active on all of
+// them and the other waits), so it is the worker that applied more: killing
+// the idle one would test nothing.
+func (d *demo) victim() (int, string) {
+	if d.o.broker != brokerRabbitMQ {
+		return 1, ""
+	}
+	var applied [2]float64
+	for i, a := range d.o.workerAddrs {
+		applied[i], _ = scrapeCounter("http://"+a+"/metrics", "ferry_worker_messages_processed_total")
+	}
+	i := 0
+	if applied[1] > applied[0] {
+		i = 1
+	}
+	return i, fmt.Sprintf(" (the active consumer: %.0f messages applied against %.0f)", applied[i], applied[1-i])
 }
 
 // behindShown is how far behind --rate the placing must fall before the
@@ -453,22 +453,9 @@ func (d *demo) status(ctx context.Context) (status, error) {
 	if err != nil {
 		return st, err
 	}
-	dls, err := d.deadLetters(ctx)
+	dls, err := d.ch.deadLetters(ctx, d.start, false)
 	st.deadLettered = countDeadLetters(dls).messages
 	return st, err
-}
-
-func (d *demo) deadLetters(ctx context.Context) ([]inbox.DeadLetter, error) {
-	var out []inbox.DeadLetter
-	for _, t := range []string{reserva.TopicOrders + ".dlq", reserva.TopicStock + ".dlq"} {
-		// The topics outlive the demo database: count this run's only.
-		dls, err := inbox.ListDeadLetters(ctx, d.kopts, t, &inbox.DeadLetterFilter{Since: d.start})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, dls...)
-	}
-	return out, nil
 }
 
 // logLines counts needle in the logs of dir whose names
@@ -526,22 +513,26 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	onKafka, err := d.kafkaRecords(ctx)
+	relayed, err := d.ch.records(ctx)
 	if err != nil {
 		return false, err
 	}
-	onKafka -= d.kafkaStart
-	dls, err := d.deadLetters(ctx)
+	dls, err := d.ch.deadLetters(ctx, d.start, true)
 	if err != nil {
 		return false, err
 	}
 	d.dups.scrape(d.o.workerAddrs[:])
-	ok := outcomes == orders && badOutcomes == 0 && int64(orders) == d.placed.Load()
+	decisions, stockOff, err := d.stockChecks(ctx)
+	if err != nil {
+		return false, err
+	}
+	once := outcomes == orders && badOutcomes == 0 && int64(orders) == d.placed.Load()
+	ok := once && decisions == orders && len(stockOff) == 0
 
 	w := bufio.NewWriter(d.out)
 	defer w.Flush()
 	row := func(label, value string) { fmt.Fprintf(w, "  %-36s %s\n", label, value) }
-	fmt.Fprintf(w, "\n== reserva demo summary (%s)\n", time.Since(d.start).Round(time.Second))
+	fmt.Fprintf(w, "\n== reserva demo summary (%s, on %s)\n", time.Since(d.start).Round(time.Second), d.ch.name())
 	placing := fmt.Sprintf("%d, at %.0f a second (--rate %d)", orders, d.pace.rate(), d.o.rate)
 	if behind := d.pace.behind(); behind >= behindShown {
 		placing += fmt.Sprintf(": %.1fs behind, every client waiting for the API", behind.Seconds())
@@ -549,13 +540,21 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	row("orders placed (HTTP 201)", placing)
 	row("  reserved", strconv.Itoa(st.reserved))
 	row("  rejected (not enough stock)", strconv.Itoa(st.rejected))
-	verdict := "yes"
-	if !ok {
-		verdict = "NO"
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "NO"
 	}
-	row("exactly one reservation per order", fmt.Sprintf("%s (%d outcomes for %d orders; %d decided)", verdict, outcomes, orders, decided))
+	row("exactly one reservation per order", fmt.Sprintf("%s (%d outcomes for %d orders; %d decided)", yes(once), outcomes, orders, decided))
+	row("exactly one stock decision per order", fmt.Sprintf("%s (%d StockReserved/StockRejected events for %d orders)", yes(decisions == orders), decisions, orders))
+	stock := "every SKU: seeded minus what its reserved orders hold"
+	if len(stockOff) > 0 {
+		stock = strings.Join(stockOff, "; ")
+	}
+	row("stock consistent", fmt.Sprintf("%s (%s)", yes(len(stockOff) == 0), stock))
 	row("events written to the outbox", strconv.Itoa(outboxRows))
-	row("records relayed to Kafka", fmt.Sprintf("%d (%d more than events: republished after the relay was killed)", onKafka, onKafka-int64(outboxRows)))
+	row("records relayed to "+d.ch.name(), fmt.Sprintf("%d (%d more than events: republished after the relay was killed)", relayed, relayed-int64(outboxRows)))
 	row("effects applied", fmt.Sprintf("%d reservations + %d order status changes", outcomes, decided))
 	row("duplicates blocked by the inbox", fmt.Sprintf("at least %d (ferry_worker_duplicates_skipped_total)", d.dups.total()))
 	dl := countDeadLetters(dls)
@@ -597,6 +596,34 @@ func (d *demo) summary(ctx context.Context) (bool, error) {
 	row("metrics", fmt.Sprintf("relay http://%s/metrics · workers http://%s/metrics http://%s/metrics", d.o.relayAddr, d.o.workerAddrs[0], d.o.workerAddrs[1]))
 	row("logs", d.dir)
 	return ok, nil
+}
+
+// stockChecks counts the stock decisions the workers chained (one an order,
+// or a duplicate delivery chained one twice) and names the SKUs whose stock
+// is not what was seeded minus what the reserved orders hold.
+func (d *demo) stockChecks(ctx context.Context) (decisions int, off []string, err error) {
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE aggregate_type = $1`, reserva.AggregateStock).Scan(&decisions); err != nil {
+		return 0, nil, err
+	}
+	rows, err := d.pool.Query(ctx, `
+		SELECT s.sku, s.available, coalesce(sum(i.qty) FILTER (WHERE r.outcome = 'reserved'), 0)
+		FROM stock s LEFT JOIN order_items i ON i.sku = s.sku LEFT JOIN reservations r ON r.order_id = i.order_id
+		GROUP BY s.sku, s.available ORDER BY s.sku`)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sku string
+		var available, reserved int
+		if err := rows.Scan(&sku, &available, &reserved); err != nil {
+			return 0, nil, err
+		}
+		if available != skus[sku]-reserved {
+			off = append(off, fmt.Sprintf("%s: %d available, want %d - %d reserved", sku, available, skus[sku], reserved))
+		}
+	}
+	return decisions, off, rows.Err()
 }
 
 // latency is how long orders took from placed to decided, in seconds.

@@ -25,7 +25,9 @@ const usage = `reserva is the order + stock-reservation example built on Ferry.
 Usage:
   reserva migrate [-database-url URL]     Ferry's and reserva's tables, the relay's slot
   reserva api [-addr :8080]               the order service: POST /orders, GET /orders/{id}
-  reserva demo [-once] [-orders N]        start relay, workers and API, place orders, print a summary
+  reserva demo [-once] [-orders N] [-broker kafka|rabbitmq]
+                                          start relay, workers and API, place orders, print a summary
+                                          (-broker rabbitmq: over the stack's RabbitMQ instead of Kafka)
   reserva demo-migration [-once]          the same, moving live from Kafka cluster A to B while orders flow
 
 The workers are reserva's own worker binary (examples/reserva/cmd/reserva-worker),

@@ -61,11 +61,12 @@ type migrationOptions struct {
 // and the plan driven through the real `relay migration` commands.
 type migrationDemo struct {
 	*demo
-	mo    migrationOptions
-	plan  string
-	bins  map[string]string
-	env   []string
-	koptB []kgo.Opt
+	mo   migrationOptions
+	plan string
+	bins map[string]string
+	env  []string
+	// kopts reach cluster A, koptB cluster B.
+	kopts, koptB []kgo.Opt
 	// planDef is the plan as created, for the gate reports.
 	planDef migration.Plan
 	// phase is the plan's phase as the progress lines show it.

@@ -1,0 +1,220 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/examples/reserva"
+	"github.com/ferryhq/ferry/inbox"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
+)
+
+// Brokers the demo runs on (--broker).
+const (
+	brokerKafka    = "kafka"
+	brokerRabbitMQ = "rabbitmq"
+)
+
+// channel is what the demo does differently on Kafka and on RabbitMQ:
+// everything else (the processes, the orders, the faults, the summary and
+// its checks) is one code path.
+type channel interface {
+	// name is the broker's name in the summary.
+	name() string
+	// prepare makes the topology the demo's events need before any is
+	// written, and notes what is on the broker already.
+	prepare(ctx context.Context) error
+	// records counts the records relayed to the two event topics since
+	// prepare.
+	records(ctx context.Context) (int64, error)
+	// deadLetters lists this run's dead letters of both topics; final
+	// waits longer for a stream that is slow to answer.
+	deadLetters(ctx context.Context, since time.Time, final bool) ([]inbox.DeadLetter, error)
+	// env is the relay's and the workers' environment for the broker.
+	env() []string
+	// workerArgs are the broker's own flags of reserva-worker run.
+	workerArgs() []string
+}
+
+var demoTopics = []string{reserva.TopicOrders, reserva.TopicStock}
+
+type kafkaChannel struct {
+	brokers string
+	opts    []kgo.Opt
+	start   int64
+}
+
+func (k *kafkaChannel) name() string { return "Kafka" }
+
+func (k *kafkaChannel) prepare(ctx context.Context) error {
+	k.opts = []kgo.Opt{kgo.SeedBrokers(strings.Split(k.brokers, ",")...)}
+	cl, err := kgo.NewClient(k.opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topics := []string{reserva.TopicOrders, reserva.TopicStock, reserva.TopicOrders + ".dlq", reserva.TopicStock + ".dlq"}
+	res, err := adm.CreateTopics(ctx, 4, 1, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	for _, r := range res {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	k.start = 0
+	k.start, err = k.records(ctx)
+	return err
+}
+
+// records counts the records on the two event topics.
+func (k *kafkaChannel) records(ctx context.Context) (int64, error) {
+	cl, err := kgo.NewClient(k.opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, demoTopics...)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n - k.start, nil
+}
+
+func (k *kafkaChannel) deadLetters(ctx context.Context, since time.Time, _ bool) ([]inbox.DeadLetter, error) {
+	var out []inbox.DeadLetter
+	for _, t := range demoTopics {
+		// The topics outlive the demo database: count this run's only.
+		dls, err := inbox.ListDeadLetters(ctx, k.opts, t+".dlq", &inbox.DeadLetterFilter{Since: since})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dls...)
+	}
+	return out, nil
+}
+
+func (k *kafkaChannel) env() []string { return []string{"FERRY_KAFKA_BROKERS=" + k.brokers} }
+
+func (k *kafkaChannel) workerArgs() []string { return []string{"--kafka-session-timeout", "6s"} }
+
+// rabbitChannel runs the demo on RabbitMQ. A shard queue receives only what
+// is published after it exists, so prepare declares both consumers' queues
+// (as `reserva-worker schema --rabbitmq-url ...` would) before the relay
+// starts and before any order is placed.
+type rabbitChannel struct {
+	cfg inbox.RabbitMQConfig
+}
+
+// tapPrefix names the demo's own stream, one per topic, bound to every
+// shard's routing key beside the consumers' queues: the exact count of what
+// the relay published (the broker's message rates are sampled, and lose
+// the last interval of a connection killed with the relay). It is made
+// after the consumers' queues, so it never makes routable an event whose
+// consumer queue is missing.
+const tapPrefix = "reserva-demo.tap."
+
+func (r *rabbitChannel) name() string { return "RabbitMQ" }
+
+func (r *rabbitChannel) conn() *rabbitmq.Conn {
+	return &rabbitmq.Conn{URL: r.cfg.URL, Password: r.cfg.Password, Name: "reserva-demo"}
+}
+
+var rabbitNames = rabbitmq.Names{URL: "--rabbitmq-url", Password: "FERRY_TEST_RABBITMQ_PASSWORD or FERRY_RABBITMQ_PASSWORD"}
+
+func (r *rabbitChannel) prepare(ctx context.Context) error {
+	// Dialled first, so that a refusal names the demo's settings.
+	conn, err := r.conn().Dial(rabbitNames)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	consumers := map[string]string{reserva.TopicOrders: reserva.ConsumerStockReservation, reserva.TopicStock: reserva.ConsumerOrderStatus}
+	for _, topic := range demoTopics {
+		if _, err := inbox.DeclareRabbitMQ(ctx, &r.cfg, consumers[topic], []string{topic}); err != nil {
+			return err
+		}
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	for _, topic := range demoTopics {
+		// The queues outlive the demo database: what an interrupted run
+		// left in them belongs to orders that no longer exist.
+		for s := range r.cfg.Shards {
+			if _, err := ch.QueuePurge(rabbitmq.QueueName(topic, s, consumers[topic]), false); err != nil {
+				return fmt.Errorf("purge the queues of %s: %w", topic, err)
+			}
+		}
+		tap := tapPrefix + topic
+		if _, err := ch.QueueDelete(tap, false, false, false); err != nil {
+			return fmt.Errorf("delete %s: %w", tap, err)
+		}
+		if _, err := ch.QueueDeclare(tap, true, false, false, false, amqp.Table{"x-queue-type": "stream"}); err != nil {
+			return fmt.Errorf("declare %s: %w", tap, err)
+		}
+		for s := range r.cfg.Shards {
+			if err := ch.QueueBind(tap, rabbitmq.RoutingKey(s), topic, false, nil); err != nil {
+				return fmt.Errorf("bind %s to %s: %w", tap, topic, err)
+			}
+		}
+	}
+	return nil
+}
+
+// records reads the taps from their start.
+func (r *rabbitChannel) records(ctx context.Context) (int64, error) {
+	conn, err := r.conn().Dial(rabbitNames)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = conn.Close() }()
+	var n int64
+	for _, topic := range demoTopics {
+		err := rabbitmq.ReadStream(ctx, conn, tapPrefix+topic, time.Second, func(*amqp.Delivery) bool { n++; return true })
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+func (r *rabbitChannel) deadLetters(ctx context.Context, since time.Time, final bool) ([]inbox.DeadLetter, error) {
+	// Reading a stream ends when nothing came for idle: short while the
+	// demo polls once a second, longer for the summary.
+	idle := 300 * time.Millisecond
+	if final {
+		idle = inbox.RabbitMQIdleDefault
+	}
+	var out []inbox.DeadLetter
+	for _, t := range demoTopics {
+		// The streams outlive the demo database: count this run's only.
+		dls, err := inbox.ListRabbitMQDeadLetters(ctx, &r.cfg, t+".dlq", &inbox.DeadLetterFilter{Since: since}, idle)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dls...)
+	}
+	return out, nil
+}
+
+func (r *rabbitChannel) env() []string {
+	return []string{"FERRY_RABBITMQ_URL=" + r.cfg.URL, "FERRY_RABBITMQ_PASSWORD=" + r.cfg.Password,
+		fmt.Sprintf("FERRY_RABBITMQ_SHARDS=%d", r.cfg.Shards)}
+}
+
+func (r *rabbitChannel) workerArgs() []string { return nil }
