@@ -204,11 +204,13 @@ func (p *pipeline) rabbitDeadLetters(ctx context.Context, consumer string) (map[
 	return out, nil
 }
 
-// rabbitRelayArgs are the relay's RabbitMQ flags: its shards, and a small
+// rabbitRelayArgs are the relay's RabbitMQ flags: its shards, a small
 // largest message (the run's TopicMaxMessageBytes), so that the oversized
-// events are quarantined.
+// events are quarantined, and the run's consumers as required ones (their
+// queues must exist before the relay publishes), as docs/relay.md advises.
 func (p *pipeline) rabbitRelayArgs() []string {
-	return []string{"--rabbitmq-shards", strconv.Itoa(p.o.shards()), "--rabbitmq-max-message-bytes", strconv.Itoa(p.o.TopicMaxMessageBytes)}
+	return []string{"--rabbitmq-shards", strconv.Itoa(p.o.shards()), "--rabbitmq-max-message-bytes", strconv.Itoa(p.o.TopicMaxMessageBytes),
+		"--rabbitmq-require-consumers", strings.Join(p.consumers, ",")}
 }
 
 // rabbitWorkerArgs are the checker workers' RabbitMQ flags. They must not
