@@ -202,6 +202,9 @@ func (p *pipeline) check(ctx context.Context, rep *Report) error {
 // deadLetters reads the dead-letter topic and returns, for consumer, the
 // reason of every message id it dead-lettered.
 func (p *pipeline) deadLetters(ctx context.Context, consumer string) (map[uuid.UUID]string, error) {
+	if p.o.rabbit() {
+		return p.rabbitDeadLetters(ctx, consumer)
+	}
 	dls, err := inbox.ListDeadLetters(ctx, []kgo.Opt{kgo.SeedBrokers(p.stack.Brokers...)}, p.dlq,
 		&inbox.DeadLetterFilter{Consumer: consumer})
 	if err != nil {

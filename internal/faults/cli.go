@@ -18,7 +18,8 @@ import (
 const usage = `ferryfaults: Ferry's fault-injection suite.
 
 Usage:
-  ferryfaults run [-soak] [-control] [flags]   the suite against the stack in FERRY_STACK_DIR
+  ferryfaults run [-soak] [-control] [-broker rabbitmq] [flags]
+                                               the suite against the stack in FERRY_STACK_DIR
   ferryfaults control [flags]                  only the negative controls
   ferryfaults worker -topic T -consumers A,B [-name N] run [worker run flags]
                                                the checker worker (workercli with the effect handler)
@@ -56,6 +57,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ferryfaults "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	broker := fs.String("broker", BrokerKafka, "the channel: kafka, or rabbitmq (the stack's RabbitMQ node; faults "+joinKinds(RabbitMQFaults)+")")
 	soak := fs.Bool("soak", false, "the long run: 1,000,000 events over 20 minutes, faults in rounds")
 	control := fs.Bool("control", cmd == "control", "also run the negative controls (the unsafe relay, then the unsafe worker)")
 	events := fs.Int("events", 0, "events to commit (default: 24000, or 1000000 with -soak)")
@@ -63,11 +65,7 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	seed := fs.Uint64("seed", 0, "seed of the fault schedule and the load (default: from the clock)")
 	keep := fs.Bool("keep", false, "keep the databases, topics and logs of the runs (a failed run keeps them anyway)")
 	report := fs.String("report", "", "also write the markdown report to this file")
-	all := make([]string, len(AllFaults))
-	for i, k := range AllFaults {
-		all[i] = string(k)
-	}
-	kinds := fs.String("faults", "", "comma-separated fault kinds to inject (default all: "+strings.Join(all, ", ")+")")
+	kinds := fs.String("faults", "", "comma-separated fault kinds to inject (default all: "+joinKinds(AllFaults)+"; on RabbitMQ those of -broker)")
 	workDir := fs.String("workdir", "", "directory for binaries and logs (default: a new temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -75,8 +73,22 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		}
 		return 2
 	}
+	valid := AllFaults
 	o := Short()
-	if *soak {
+	switch {
+	case *broker == BrokerRabbitMQ:
+		valid = RabbitMQFaults
+		if *soak {
+			o = Soak()
+			o.Broker, o.Kinds = BrokerRabbitMQ, nil
+		} else {
+			o = RabbitMQShort()
+			o.Kinds = nil
+		}
+	case *broker != BrokerKafka:
+		fmt.Fprintf(stderr, "ferryfaults: -broker %q: want %s or %s\n", *broker, BrokerKafka, BrokerRabbitMQ)
+		return 2
+	case *soak:
 		o = Soak()
 	}
 	if *events > 0 {
@@ -88,7 +100,7 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	o.Seed, o.Keep, o.Log = *seed, *keep, stderr
 	if *kinds != "" {
 		for _, k := range strings.Split(*kinds, ",") {
-			if !slices.Contains(AllFaults, FaultKind(k)) {
+			if !slices.Contains(valid, FaultKind(k)) {
 				fmt.Fprintf(stderr, "ferryfaults: unknown fault kind %q\n", k)
 				return 2
 			}
@@ -134,19 +146,49 @@ func mainRun(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		ok = rep.OK()
 	}
 	if *control {
-		for _, run := range []func(context.Context, Options) (*Report, error){
-			func(ctx context.Context, o Options) (*Report, error) { return RunControl(ctx, ControlOptions(o)) },
-			func(ctx context.Context, o Options) (*Report, error) {
+		type control struct {
+			run   func(context.Context, Options) (*Report, error)
+			order bool // caught by order inversions, not by loss
+		}
+		controls := []control{
+			{run: func(ctx context.Context, o Options) (*Report, error) { return RunControl(ctx, ControlOptions(o)) }},
+			{run: func(ctx context.Context, o Options) (*Report, error) {
 				return RunWorkerControl(ctx, WorkerControlOptions(o))
-			},
-		} {
-			rep, err := run(ctx, o)
+			}},
+		}
+		if o.rabbit() {
+			controls = []control{
+				{run: func(ctx context.Context, o Options) (*Report, error) {
+					return RunControl(ctx, RabbitMQControlOptions(o))
+				}},
+				{run: func(ctx context.Context, o Options) (*Report, error) {
+					return RunWorkerControl(ctx, RabbitMQWorkerControlOptions(o))
+				}},
+				{run: func(ctx context.Context, o Options) (*Report, error) {
+					return RunNoMandatoryControl(ctx, RabbitMQControlOptions(o))
+				}},
+				{run: func(ctx context.Context, o Options) (*Report, error) {
+					return RunRequeueControl(ctx, RequeueControlOptions(o))
+				}, order: true},
+			}
+		}
+		for _, c := range controls {
+			rep, err := c.run(ctx, o)
 			if err != nil {
 				fmt.Fprintln(stderr, "ferryfaults: negative control:", err)
 				ok = false
 				return 1
 			}
 			out.WriteString("\n" + rep.Markdown())
+			if c.order {
+				if err := rep.OrderControlCaught(); err != nil {
+					fmt.Fprintf(&out, "\n**The negative control was not caught: %v. It proves nothing.**\n", err)
+					ok = false
+				} else {
+					fmt.Fprintf(&out, "\nThe checker caught the negative control: %d order inversions over %d consumers.\n", rep.Inversions(), len(rep.Consumers))
+				}
+				continue
+			}
 			if err := rep.ControlCaught(); err != nil {
 				fmt.Fprintf(&out, "\n**The negative control was not caught: %v. It proves nothing.**\n", err)
 				ok = false
@@ -203,6 +245,7 @@ func mainWorker(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	topic := fs.String("topic", "", "topic to consume")
 	consumers := fs.String("consumers", "", "comma-separated consumer names, each applying every message")
 	delay := fs.Duration("effect-delay", 0, "sleep in each effect's transaction (negative control only)")
+	failEvery := fs.Int("fail-every", 0, "fail the first attempt of about one versioned message in this many, transiently (the requeue control); 0: never, at most 255")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -210,7 +253,7 @@ func mainWorker(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "ferryfaults worker: -topic and -consumers are required")
 		return 2
 	}
-	e := &Effects{Worker: *name, Delay: *delay}
+	e := &Effects{Worker: *name, Delay: *delay, FailEvery: *failEvery}
 	return workercli.Main(ctx, fs.Args(), stdout, stderr, &workercli.App{Name: "ferryfaults worker", Register: e.Register(*topic, strings.Split(*consumers, ",")...)})
 }
 
@@ -249,4 +292,12 @@ func mainLoad(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "ferryfaults load: %s\n", b)
 	return 0
+}
+
+func joinKinds(kinds []FaultKind) string {
+	all := make([]string, len(kinds))
+	for i, k := range kinds {
+		all[i] = string(k)
+	}
+	return strings.Join(all, ", ")
 }

@@ -31,6 +31,16 @@
 // flight. The checker must report the loss of each, on a run that drained:
 // before that, events on their way look lost (Report.ControlCaught).
 //
+// With Options.Broker = BrokerRabbitMQ the same run goes through the
+// stack's RabbitMQ node (RabbitMQShort, RabbitMQFaults: the broker stopped,
+// killed and frozen, a shard left without queues, besides the process
+// faults), with the same checker; the duplicates RabbitMQ delivered are the
+// workers' counters, since a queue cannot be read again. Its negative
+// controls are RunControl and RunWorkerControl on RabbitMQ
+// (--unsafe-confirm-on-send, --unsafe-ack-before-db), RunNoMandatoryControl
+// and RunRequeueControl (caught by order inversions,
+// Report.OrderControlCaught).
+//
 // The command is `go run ./internal/faults/cmd/ferryfaults`; `make test`
 // runs the short suite (TestFaultSuite, build tag faults) and `make soak`
 // the long one.

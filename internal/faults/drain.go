@@ -31,6 +31,12 @@ func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (time.Time,
 	var since time.Time
 	lastEffects, stable := int64(-1), 0
 	lastLog := time.Now()
+	// The management API refreshes a queue's figures every 5 s: on
+	// RabbitMQ the drained state must hold for longer than that.
+	need := 3
+	if p.o.rabbit() {
+		need = 14
+	}
 	for {
 		done, why := p.drained(ctx, target)
 		var effects int64
@@ -48,7 +54,7 @@ func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (time.Time,
 			stable = 0
 		}
 		lastEffects = effects
-		if done && stable >= 3 {
+		if done && stable >= need {
 			return since, true, nil
 		}
 		if time.Since(lastLog) > 10*time.Second {
@@ -72,6 +78,9 @@ func (p *pipeline) drained(ctx context.Context, target string) (bool, string) {
 	}
 	if !confirmed {
 		return false, "the relay has not confirmed " + target
+	}
+	if p.o.rabbit() {
+		return p.queuesDone(ctx)
 	}
 	if ok, why := p.groupsDone(ctx, p.adm, p.topic); !ok {
 		return false, why

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,6 +25,13 @@ type Effects struct {
 	// window between an offset commit and a database commit in the worker's
 	// negative control. Zero in the suite proper.
 	Delay time.Duration
+	// FailEvery fails the first attempt of about one message in FailEvery
+	// (chosen by its id) with a transient error: a safe worker retries it in
+	// place; the requeue negative control sends it to the back of its
+	// queue. Zero: never.
+	FailEvery int
+
+	failed sync.Map // consumer + id of the messages failed once
 }
 
 // Register returns the workercli registration of the handler for topic,
@@ -49,6 +57,11 @@ func (e *Effects) Handle(ctx context.Context, tx pgx.Tx, m *inbox.Message) error
 	id, err := uuid.Parse(m.ID)
 	if err != nil {
 		return inbox.Undecodable(fmt.Errorf("message id %q is not a uuid: %w", m.ID, err))
+	}
+	if e.FailEvery > 0 && b.Kind == KindVersioned && id[15]%byte(min(e.FailEvery, 255)) == 0 {
+		if _, again := e.failed.LoadOrStore(m.Consumer+"/"+m.ID, true); !again {
+			return fmt.Errorf("transient failure of %s v%d, on purpose (first attempt)", b.Aggregate, b.Version)
+		}
 	}
 	if e.Delay > 0 {
 		t := time.NewTimer(e.Delay)

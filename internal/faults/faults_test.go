@@ -226,3 +226,110 @@ func TestFaultMigrationLossyQuarantined(t *testing.T) {
 		t.Error(v)
 	}
 }
+
+// The short suite on RabbitMQ: RabbitMQFaults once each (the broker
+// stopped, killed and frozen among them) under the load, and every
+// invariant holds. A queue cannot be read again: the duplicates RabbitMQ
+// delivered are the workers' counters.
+func TestFaultSuiteRabbitMQ(t *testing.T) {
+	o := setup(t)
+	r := faults.RabbitMQShort()
+	r.Bins, r.WorkDir, r.Log = o.Bins, o.WorkDir, o.Log
+	ctx := ferrytest.Context(t, 8*time.Minute)
+	start := time.Now()
+	rep, err := faults.Run(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, rep.Markdown())
+	t.Logf("RabbitMQ run took %s", time.Since(start).Round(time.Second))
+	for _, v := range rep.Violations() {
+		t.Error(v)
+	}
+	counts := rep.FaultCounts()
+	for _, k := range faults.RabbitMQFaults {
+		if counts[k] == 0 {
+			t.Errorf("fault %s was never injected", k)
+		}
+	}
+	if rep.Committed.Events < int64(r.Events*4/5) {
+		t.Errorf("%d events committed, want at least %d", rep.Committed.Events, r.Events*4/5)
+	}
+	if rep.Committed.Poison == 0 || rep.Committed.Huge == 0 {
+		t.Errorf("%d poison and %d oversized events: the dead-letter and quarantine paths went untested", rep.Committed.Poison, rep.Committed.Huge)
+	}
+	for _, c := range rep.Consumers {
+		if c.DeadLettered == 0 || c.Quarantined == 0 {
+			t.Errorf("%s: %d dead-lettered, %d quarantined: the .dlq stream or the relay's quarantine went unread", c.Consumer, c.DeadLettered, c.Quarantined)
+		}
+	}
+	if rep.Aborted.Events == 0 {
+		t.Error("no write transaction failed: the rollback check went untested")
+	}
+}
+
+// rabbitOptions are setup's options on RabbitMQ.
+func rabbitOptions(t *testing.T) faults.Options {
+	o := setup(t)
+	r := faults.RabbitMQShort()
+	r.Bins, r.WorkDir, r.Log = o.Bins, o.WorkDir, o.Log
+	return r
+}
+
+// A relay that counts a RabbitMQ publish as acknowledged once written,
+// under a broker frozen and then SIGKILLed, loses what the broker never
+// enqueued, and the checker must say so.
+func TestFaultRabbitMQNegativeControlConfirmOnSend(t *testing.T) {
+	o := rabbitOptions(t)
+	ctx := ferrytest.Context(t, 4*time.Minute)
+	rep, err := faults.RunControl(ctx, faults.RabbitMQControlOptions(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caught(t, rep)
+}
+
+// A worker that acknowledges deliveries before its transaction, SIGKILLed
+// with batches in flight, loses their effects, and the checker must say
+// so.
+func TestFaultRabbitMQNegativeControlAckBeforeCommit(t *testing.T) {
+	o := rabbitOptions(t)
+	ctx := ferrytest.Context(t, 4*time.Minute)
+	rep, err := faults.RunWorkerControl(ctx, faults.RabbitMQWorkerControlOptions(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caught(t, rep)
+}
+
+// A relay publishing without mandatory while one shard's queues are
+// unbound has the broker drop those events, unreturned: lost, not
+// quarantined, and the checker must say so.
+func TestFaultRabbitMQNegativeControlNoMandatory(t *testing.T) {
+	o := rabbitOptions(t)
+	ctx := ferrytest.Context(t, 4*time.Minute)
+	rep, err := faults.RunNoMandatoryControl(ctx, faults.RabbitMQControlOptions(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caught(t, rep)
+	if n := rep.QuarantineReasons["unroutable"]; n > 0 {
+		t.Errorf("%d events quarantined as unroutable: a relay without mandatory should never hear of them", n)
+	}
+}
+
+// A worker retrying by requeue sends a failed delivery behind its
+// aggregate's later versions: the checker must report order inversions.
+func TestFaultRabbitMQNegativeControlRequeueRetries(t *testing.T) {
+	o := rabbitOptions(t)
+	ctx := ferrytest.Context(t, 4*time.Minute)
+	rep, err := faults.RunRequeueControl(ctx, faults.RequeueControlOptions(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, rep.Markdown())
+	if err := rep.OrderControlCaught(); err != nil {
+		t.Fatalf("negative control not caught: %v (drained %t, violations %q)", err, rep.Drained, rep.Violations())
+	}
+	t.Logf("the checker caught the negative control: %d order inversions over %d consumers", rep.Inversions(), len(rep.Consumers))
+}

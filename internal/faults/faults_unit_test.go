@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,12 +33,14 @@ ferry_worker_duplicates_skipped_total{consumer="b",topic="t"} 4
 ferry_worker_messages_processed_total{consumer="a",topic="t"} 100
 ferry_worker_messages_processed_total{consumer="b",topic="t"} 1e+06
 ferry_worker_retries_total{consumer="a",topic="t"} 9
+ferry_worker_redelivered_total{consumer="a",topic="t"} 11
+ferry_worker_redelivered_total{consumer="b",topic="t"} 1
 `
-	dup, processed, err := parseWorkerMetrics(strings.NewReader(metrics))
-	if err != nil || dup != 7 || processed != 1_000_100 {
-		t.Fatalf("parse = %v, %v, %v; want 7, 1000100", dup, processed, err)
+	dup, processed, red, err := parseWorkerMetrics(strings.NewReader(metrics))
+	if err != nil || dup != 7 || processed != 1_000_100 || red != 12 {
+		t.Fatalf("parse = %v, %v, %v, %v; want 7, 1000100, 12", dup, processed, red, err)
 	}
-	if _, _, err := parseWorkerMetrics(strings.NewReader(`ferry_worker_duplicates_skipped_total{consumer="a"} x`)); err == nil {
+	if _, _, _, err := parseWorkerMetrics(strings.NewReader(`ferry_worker_duplicates_skipped_total{consumer="a"} x`)); err == nil {
 		t.Fatal("a malformed value parsed")
 	}
 }
@@ -95,5 +98,47 @@ func TestAControlIsCaughtOnlyWhenItsRunDrained(t *testing.T) {
 	r.Drained, r.Consumers = true, []ConsumerFigures{{Consumer: "c", Effects: 1000}}
 	if r.ControlCaught() == nil {
 		t.Error("a control in which the checker reported nothing lost counts as caught")
+	}
+}
+
+func TestRabbitMQOptionsRefuseKafkaOnlyFaults(t *testing.T) {
+	t.Parallel()
+	o := RabbitMQShort()
+	o.Bins, o.WorkDir = Binaries{Relay: "r", Faults: "f"}, t.TempDir()
+	o.withDefaults()
+	if err := o.validate(); err != nil {
+		t.Fatalf("RabbitMQShort: %v", err)
+	}
+	o.Kinds = []FaultKind{FaultSlotDrop}
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "slot-drop-recover") {
+		t.Fatalf("slot-drop-recover on RabbitMQ: err = %v, want a refusal naming it", err)
+	}
+	o.Kinds, o.Shards = RabbitMQFaults, 6
+	if err := o.validate(); err == nil {
+		t.Fatal("6 shards accepted: the relay wants a power of two")
+	}
+	k := Short()
+	k.withDefaults()
+	if k.Broker != BrokerKafka || !slices.Equal(k.Kinds, AllFaults) {
+		t.Fatalf("Short: broker %q, kinds %v; want kafka and AllFaults", k.Broker, k.Kinds)
+	}
+}
+
+func TestOrderControlCaughtWantsInversionsOnADrainedRun(t *testing.T) {
+	t.Parallel()
+	r := &Report{Broker: BrokerRabbitMQ, Drained: true, Consumers: []ConsumerFigures{{Consumer: "c", Effects: 10, Applied: 10}}}
+	if r.OrderControlCaught() == nil {
+		t.Fatal("no inversion, yet caught")
+	}
+	r.Consumers[0].Inversions = 3
+	if err := r.OrderControlCaught(); err != nil {
+		t.Fatalf("3 inversions: %v", err)
+	}
+	r.Drained = false
+	if r.OrderControlCaught() == nil {
+		t.Fatal("an undrained run caught")
+	}
+	if md := r.Markdown(); !strings.Contains(md, "cannot be read again") || strings.Contains(md, "duplicates delivered by Kafka") {
+		t.Fatalf("a RabbitMQ report speaks of a topic scan:\n%s", md)
 	}
 }

@@ -57,6 +57,24 @@ const (
 	// --max-in-flight, and 2 s more, then hands them over. The window must
 	// stay within the bound plus one transaction.
 	FaultPartitionStall FaultKind = "partition-stall"
+	// FaultRabbitMQStop stops the RabbitMQ node gracefully (rabbitmqctl
+	// stop) for Options.KafkaOutage, then starts it.
+	FaultRabbitMQStop FaultKind = "rabbitmq-stop"
+	// FaultRabbitMQKill SIGKILLs the RabbitMQ node and starts it again after
+	// Options.KafkaOutage: what quorum queues confirmed must survive.
+	FaultRabbitMQKill FaultKind = "rabbitmq-kill"
+	// FaultRabbitMQFreeze SIGSTOPs the node for longer than its clients'
+	// heartbeat timeout (three 10 s heartbeats, amqp091-go's), then
+	// SIGCONTs it: the relay and the workers must notice the silence and
+	// start again on new connections, sending no stale acknowledgement.
+	FaultRabbitMQFreeze FaultKind = "rabbitmq-freeze"
+	// FaultRabbitMQUnbind unbinds shard 0's queue of every consumer from the
+	// topic's exchange for 6 s, then binds them again: what the relay
+	// publishes there meanwhile is unroutable. With mandatory the broker
+	// returns it, and the relay holds it and publishes it again (within
+	// --unknown-topic-wait): nothing may be lost. Without (the
+	// no-mandatory control) it is dropped.
+	FaultRabbitMQUnbind FaultKind = "rabbitmq-unbind-shard"
 	// FaultUnsafeRelayKill is the negative control's SIGKILL of a relay
 	// started with --unsafe-confirm-on-send, while the broker is down.
 	FaultUnsafeRelayKill FaultKind = "unsafe-relay-sigkill"
@@ -88,6 +106,7 @@ type injector struct {
 	pauses   sync.WaitGroup
 	kafka    bool            // the broker is stopped
 	kafkaB   bool            // cluster B's broker is stopped
+	rabbit   bool            // the RabbitMQ node is stopped, killed or frozen
 	loadDone <-chan struct{} // closed when the load generator finished
 }
 
@@ -173,8 +192,11 @@ func (in *injector) run(ctx context.Context, kinds []FaultKind, loadDone <-chan 
 // healKafka starts the broker if a fault was interrupted while it was down.
 func (in *injector) healKafka() {
 	in.mu.Lock()
-	down, downB := in.kafka, in.kafkaB
+	down, downB, rabbit := in.kafka, in.kafkaB, in.rabbit
 	in.mu.Unlock()
+	if rabbit {
+		in.p.stack.ensureRabbitMQ()
+	}
 	if down {
 		in.p.stack.ensureKafka()
 	}
@@ -267,6 +289,22 @@ func (in *injector) inject(ctx context.Context, k FaultKind) error {
 		healed := in.now()
 		p.logf("fault %s: cluster B's broker started", k)
 		in.add(Fault{Kind: k, Target: "kafka-b", At: at, Healed: healed, Detail: fmt.Sprintf("down %s", (healed - at).Round(100*time.Millisecond))})
+	case FaultRabbitMQStop, FaultRabbitMQKill, FaultRabbitMQFreeze:
+		return in.rabbitFault(ctx, k)
+	case FaultRabbitMQUnbind:
+		at := in.now()
+		if err := p.unbindShard(ctx, 0, false); err != nil {
+			return err
+		}
+		p.logf("fault %s: shard 0's queues of %d consumers unbound for %s", k, len(p.consumers), unbindFor)
+		serr := sleep(ctx, unbindFor)
+		if err := p.unbindShard(context.WithoutCancel(ctx), 0, true); err != nil {
+			return err
+		}
+		if serr != nil {
+			return serr
+		}
+		in.add(Fault{Kind: k, Target: "rabbitmq", At: at, Healed: in.now(), Detail: fmt.Sprintf("shard 0 of every consumer unbound for %s", unbindFor)})
 	case FaultPGRestart:
 		at := in.now()
 		p.logf("fault %s: restarting PostgreSQL", k)
@@ -429,4 +467,60 @@ func (in *injector) pickWorker() *workerProc {
 		return nil
 	}
 	return ok[in.rng.IntN(len(ok))]
+}
+
+// rabbitmqHeartbeatTimeout is how long the suite's RabbitMQ clients take a
+// silent broker for alive: amqp091-go gives up after three heartbeats of
+// rabbitmq.HeartbeatDefault (10 s).
+const rabbitmqHeartbeatTimeout = 30 * time.Second
+
+func (in *injector) setRabbit(down bool) {
+	in.mu.Lock()
+	in.rabbit = down
+	in.mu.Unlock()
+}
+
+// rabbitFault stops, kills or freezes the RabbitMQ node and heals it.
+func (in *injector) rabbitFault(ctx context.Context, k FaultKind) error {
+	p, s := in.p, in.p.stack
+	at := in.now()
+	in.setRabbit(true)
+	var down time.Duration
+	switch k {
+	case FaultRabbitMQStop, FaultRabbitMQKill:
+		verb, stop := "stopped", s.RabbitMQStop
+		if k == FaultRabbitMQKill {
+			verb, stop = "killed", s.RabbitMQKill
+		}
+		if err := stop(ctx); err != nil {
+			return err
+		}
+		stopped := in.now()
+		down = in.between(p.o.KafkaOutage)
+		p.logf("fault %s: RabbitMQ %s (took %s), start in %s", k, verb, (stopped - at).Round(time.Millisecond), down.Round(time.Millisecond))
+		if err := sleep(ctx, down); err != nil {
+			return err
+		}
+		if err := s.RabbitMQStart(ctx); err != nil {
+			return err
+		}
+	case FaultRabbitMQFreeze:
+		if err := s.RabbitMQFreeze(ctx); err != nil {
+			return err
+		}
+		down = rabbitmqHeartbeatTimeout + in.between([2]time.Duration{time.Second, 3 * time.Second})
+		p.logf("fault %s: RabbitMQ frozen for %s (heartbeat timeout %s)", k, down.Round(time.Millisecond), rabbitmqHeartbeatTimeout)
+		err := sleep(ctx, down)
+		if terr := s.RabbitMQThaw(context.WithoutCancel(ctx)); terr != nil && err == nil {
+			err = terr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	in.setRabbit(false)
+	healed := in.now()
+	p.logf("fault %s: RabbitMQ back (down %s)", k, (healed - at).Round(time.Millisecond))
+	in.add(Fault{Kind: k, Target: "rabbitmq", At: at, Healed: healed, Detail: fmt.Sprintf("down %s", (healed - at).Round(100*time.Millisecond))})
+	return nil
 }

@@ -2,8 +2,12 @@ package faults
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"time"
+
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
 // Options configure a run of the suite.
@@ -19,8 +23,19 @@ type Options struct {
 	// PoisonEvery and HugeEvery add a poison (dead-letter) or an oversized
 	// (quarantine) event to every n-th transaction of a load client.
 	PoisonEvery, HugeEvery int
-	// Partitions of the run's topic.
+	// Broker is the channel the run goes through: BrokerKafka (the
+	// default) or BrokerRabbitMQ.
+	Broker string
+	// Partitions of the run's topic. On RabbitMQ, the shard count when
+	// Shards is 0.
 	Partitions int
+	// Shards is the RabbitMQ shard count (--rabbitmq-shards), a power of
+	// two; 0 means Partitions.
+	Shards int
+	// FailEvery makes the checker handler fail the first attempt of about
+	// one message in FailEvery with a transient error (the requeue
+	// control); 0: never.
+	FailEvery int
 	// TopicMaxMessageBytes is the topic's max.message.bytes; oversized
 	// events are 1.5 times as large.
 	TopicMaxMessageBytes int
@@ -89,6 +104,44 @@ func Short() Options {
 	}
 }
 
+// The brokers a run can go through (Options.Broker).
+const (
+	BrokerKafka    = "kafka"
+	BrokerRabbitMQ = "rabbitmq"
+)
+
+func (o *Options) rabbit() bool { return o.Broker == BrokerRabbitMQ }
+
+// shards is the RabbitMQ shard count of the run.
+func (o *Options) shards() int {
+	if o.Shards > 0 {
+		return o.Shards
+	}
+	return o.Partitions
+}
+
+// RabbitMQShort is the RabbitMQ run `make test` does: Short's shape over
+// RabbitMQ, RabbitMQFaults once each, shorter broker outages and gaps, so
+// that the run stays near two minutes (the freeze alone must outlast the
+// clients' 30 s heartbeat timeout).
+func RabbitMQShort() Options {
+	o := Short()
+	o.Broker = BrokerRabbitMQ
+	// The load lasts as long as the faults do (about 100 s, the broker's
+	// restarts and the freeze being long), so that each one hits a
+	// pipeline under load; half Short's events: the workers apply what
+	// the broker's outages held back at some 500 events a second on two
+	// cores, and 18,000 events drained in 45 s after the load.
+	o.Events, o.LoadDuration = 12_000, 95*time.Second
+	o.PoisonEvery, o.HugeEvery = 100, 160
+	o.Kinds = RabbitMQFaults
+	// The node takes some 15 s to start again after a stop or a kill,
+	// which adds to the outage drawn here.
+	o.KafkaOutage = [2]time.Duration{2 * time.Second, 5 * time.Second}
+	o.FaultGap = [2]time.Duration{time.Second, 2 * time.Second}
+	return o
+}
+
 // Soak is `make soak`: a million events over about twenty minutes, the
 // fault kinds in rounds for as long as the load runs.
 func Soak() Options {
@@ -125,6 +178,17 @@ func (o *Options) validate() error {
 		return errors.New("faults: Workers and Consumers must be at least 1")
 	case o.Aggregates < 1 || o.Aggregates > 10000:
 		return errors.New("faults: Aggregates must be between 1 and 10000")
+	case o.Broker != "" && o.Broker != BrokerKafka && o.Broker != BrokerRabbitMQ:
+		return fmt.Errorf("faults: Broker %q: want %s or %s", o.Broker, BrokerKafka, BrokerRabbitMQ)
+	case o.rabbit() && rabbitmq.CheckShards(o.shards()) != nil:
+		return fmt.Errorf("faults: RabbitMQ shards %d: %w", o.shards(), rabbitmq.CheckShards(o.shards()))
+	}
+	if o.rabbit() {
+		for _, k := range o.Kinds {
+			if !slices.Contains(RabbitMQFaults, k) {
+				return fmt.Errorf("faults: fault %s does not apply to a RabbitMQ run (RabbitMQFaults are %v)", k, RabbitMQFaults)
+			}
+		}
 	}
 	return nil
 }

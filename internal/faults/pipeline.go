@@ -87,6 +87,7 @@ type workerProc struct {
 	// Counters of earlier incarnations, and the latest scrape of this one.
 	baseDup, curDup   float64
 	baseProc, curProc float64
+	baseRed, curRed   float64 // RabbitMQ deliveries marked redelivered
 	paused            bool
 }
 
@@ -136,6 +137,14 @@ func newPipeline(ctx context.Context, o *Options, stack *Stack, label string) (*
 	p.slot = "faults_" + p.name
 	p.topic = "faults." + p.name + "." + AggregateType
 	p.dlq = p.topic + ".dlq"
+	if o.rabbit() {
+		if err := p.declareRabbitMQ(ctx); err != nil {
+			return p, err
+		}
+		p.logf("run %s: database %s, RabbitMQ exchange %s (%d shards, %d queues per consumer), stream %s, slot %s, logs in %s",
+			p.name, p.dbName, p.topic, o.shards(), o.shards(), p.dlq, p.slot, p.dir)
+		return p, nil
+	}
 	maxBytes := strconv.Itoa(o.TopicMaxMessageBytes)
 	if err := p.createTopic(ctx, p.topic, int32(o.Partitions), map[string]*string{"max.message.bytes": &maxBytes}); err != nil {
 		return p, err
@@ -177,7 +186,9 @@ func (p *pipeline) close(keep bool) {
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if p.adm != nil {
+		if p.o.rabbit() {
+			p.deleteRabbitMQ()
+		} else if p.adm != nil {
 			_, _ = p.adm.DeleteTopics(ctx, p.topic, p.dlq)
 			_, _ = p.adm.DeleteGroups(ctx, p.consumers...)
 		}
@@ -202,6 +213,14 @@ func (p *pipeline) close(keep bool) {
 }
 
 func (p *pipeline) childEnv() []string {
+	if p.o.rabbit() {
+		return []string{
+			"FERRY_DATABASE_URL=" + p.dbURL,
+			"FERRY_RABBITMQ_URL=" + p.stack.RabbitMQURL,
+			"FERRY_RABBITMQ_PASSWORD=" + p.stack.RabbitMQPassword,
+			"FERRY_LOG_FORMAT=json",
+		}
+	}
 	return []string{
 		"FERRY_DATABASE_URL=" + p.dbURL,
 		"FERRY_KAFKA_BROKERS=" + strings.Join(p.stack.Brokers, ","),
@@ -218,13 +237,22 @@ func (p *pipeline) startRelay(ctx context.Context, extra ...string) error {
 	}
 	p.relayAddr = addr
 	p.relayArgs = append([]string{"run", "--slot", p.slot, "--topic-template", "faults." + p.name + ".{aggregate_type}",
-		"--http-addr", addr, "--max-in-flight", strconv.Itoa(relayMaxInFlight)}, extra...)
+		"--http-addr", addr, "--max-in-flight", strconv.Itoa(relayMaxInFlight)}, p.relayChannelArgs()...)
+	p.relayArgs = append(p.relayArgs, extra...)
 	p.relay, err = procs.Start(procs.Spec{Name: "relay", Path: p.o.Bins.Relay, Args: p.relayArgs, Env: append(p.childEnv(), p.relayEnv...),
 		LogFile: filepath.Join(p.dir, "relay.log")})
 	if err != nil {
 		return err
 	}
 	return p.waitReady(ctx, p.relay, addr)
+}
+
+// relayChannelArgs are the relay's flags of the run's broker.
+func (p *pipeline) relayChannelArgs() []string {
+	if p.o.rabbit() {
+		return p.rabbitRelayArgs()
+	}
+	return nil
 }
 
 // relayMaxInFlight is the suite relay's --max-in-flight: low enough that a
@@ -374,8 +402,14 @@ func (p *pipeline) workerSpec(name, addr string, delay time.Duration, extra []st
 	if delay > 0 {
 		args = append(args, "-effect-delay", delay.String())
 	}
+	if p.o.FailEvery > 0 {
+		args = append(args, "-fail-every", strconv.Itoa(p.o.FailEvery))
+	}
 	args = append(args, "run", "--http-addr", addr, "--prune-interval", "0", "--offset-reset", "earliest",
 		"--kafka-session-timeout", p.o.SessionTimeout.String())
+	if p.o.rabbit() {
+		args = append(args, p.rabbitWorkerArgs()...)
+	}
 	args = append(args, extra...)
 	return procs.Spec{Name: name, Path: p.o.Bins.Faults, Args: args, Env: p.childEnv(), LogFile: filepath.Join(p.dir, name+".log")}
 }
@@ -445,12 +479,12 @@ func (w *workerProc) scrape() {
 		return
 	}
 	defer resp.Body.Close()
-	dup, proc, err := parseWorkerMetrics(resp.Body)
+	dup, proc, red, err := parseWorkerMetrics(resp.Body)
 	if err != nil {
 		return
 	}
 	w.mu.Lock()
-	w.curDup, w.curProc = max(w.curDup, dup), max(w.curProc, proc)
+	w.curDup, w.curProc, w.curRed = max(w.curDup, dup), max(w.curProc, proc), max(w.curRed, red)
 	w.mu.Unlock()
 }
 
@@ -461,6 +495,7 @@ func (w *workerProc) rollover() {
 	defer w.mu.Unlock()
 	w.baseDup, w.curDup = w.baseDup+w.curDup, 0
 	w.baseProc, w.curProc = w.baseProc+w.curProc, 0
+	w.baseRed, w.curRed = w.baseRed+w.curRed, 0
 }
 
 func (w *workerProc) counters() (dup, processed float64) {
@@ -469,9 +504,18 @@ func (w *workerProc) counters() (dup, processed float64) {
 	return w.baseDup + w.curDup, w.baseProc + w.curProc
 }
 
-// parseWorkerMetrics sums the duplicates-skipped and processed counters
-// over every consumer and topic of a worker's /metrics.
-func parseWorkerMetrics(r io.Reader) (dup, processed float64, err error) {
+// redelivered is the worker's ferry_worker_redelivered_total over its
+// incarnations.
+func (w *workerProc) redelivered() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.baseRed + w.curRed
+}
+
+// parseWorkerMetrics sums the duplicates-skipped, processed and (RabbitMQ)
+// redelivered counters over every consumer and topic of a worker's
+// /metrics.
+func parseWorkerMetrics(r io.Reader) (dup, processed, redelivered float64, err error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -482,17 +526,19 @@ func parseWorkerMetrics(r io.Reader) (dup, processed float64, err error) {
 			sum = &dup
 		case strings.HasPrefix(line, "ferry_worker_messages_processed_total{"):
 			sum = &processed
+		case strings.HasPrefix(line, "ferry_worker_redelivered_total{"):
+			sum = &redelivered
 		default:
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')
 		v, perr := strconv.ParseFloat(line[i+1:], 64)
 		if perr != nil {
-			return 0, 0, fmt.Errorf("metrics line %q: %w", line, perr)
+			return 0, 0, 0, fmt.Errorf("metrics line %q: %w", line, perr)
 		}
 		*sum += v
 	}
-	return dup, processed, sc.Err()
+	return dup, processed, redelivered, sc.Err()
 }
 
 // scrapeLoop scrapes every worker each second until ctx ends.

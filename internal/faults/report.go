@@ -16,6 +16,7 @@ type Report struct {
 	Run     string // run id: names its database, topic and slot
 	Seed    uint64
 	Stack   string // PostgreSQL and Kafka versions
+	Broker  string // BrokerKafka or BrokerRabbitMQ
 	Elapsed time.Duration
 
 	Load      LoadResult       // as the load generator saw it
@@ -30,6 +31,12 @@ type Report struct {
 	// summed over processes and restarts (scraped each second and just
 	// before each kill: a killed worker's last second may be missing).
 	InboxDuplicates int64
+	// Redelivered is, on RabbitMQ, the workers' ferry_worker_redelivered_total
+	// (deliveries the broker marked redelivered), summed like
+	// InboxDuplicates. A queue cannot be read again, so TopicRecords and
+	// TopicDistinct stay 0 there: the duplicates RabbitMQ delivered are
+	// these counters.
+	Redelivered int64
 
 	Consumers         []ConsumerFigures
 	QuarantineReasons map[string]int64
@@ -137,6 +144,28 @@ func (r *Report) ControlCaught() error {
 	return nil
 }
 
+// Inversions sums the order inversions over the consumers.
+func (r *Report) Inversions() int64 {
+	var n int64
+	for _, c := range r.Consumers {
+		n += c.Inversions
+	}
+	return n
+}
+
+// OrderControlCaught is ControlCaught for a control that reorders instead
+// of losing (the requeue control): nil when the run drained and the
+// checker reported order inversions.
+func (r *Report) OrderControlCaught() error {
+	switch {
+	case !r.Drained:
+		return errors.New("the run did not drain: the checker's verdict means nothing")
+	case r.Inversions() == 0:
+		return errors.New("the checker reported no order inversion: it did not see the control's reordering")
+	}
+	return nil
+}
+
 // Markdown renders the report.
 func (r *Report) Markdown() string {
 	var b strings.Builder
@@ -159,8 +188,13 @@ func (r *Report) Markdown() string {
 		fk = append(fk, fmt.Sprintf("%s ×%d", k, counts[k]))
 	}
 	w("| faults injected | %d: %s |\n", len(r.Faults), strings.Join(fk, ", "))
-	w("| records on the topic / distinct ids | %d / %d |\n", r.TopicRecords, r.TopicDistinct)
-	w("| duplicates delivered by Kafka (records published more than once) | %d |\n", r.TopicRecords-r.TopicDistinct)
+	if r.Broker == BrokerRabbitMQ {
+		w("| records on the topic / distinct ids | not counted: a RabbitMQ queue cannot be read again; the workers' counters below stand for it |\n")
+		w("| deliveries RabbitMQ marked redelivered (ferry_worker_redelivered_total, all consumers) | %d |\n", r.Redelivered)
+	} else {
+		w("| records on the topic / distinct ids | %d / %d |\n", r.TopicRecords, r.TopicDistinct)
+		w("| duplicates delivered by Kafka (records published more than once) | %d |\n", r.TopicRecords-r.TopicDistinct)
+	}
 	w("| duplicate deliveries blocked by the inbox (all consumers) | %d |\n", r.InboxDuplicates)
 	w("| quarantined by the relay | %s |\n", reasons(r.QuarantineReasons))
 	w("| dead-lettered by the workers (all consumers) | %s |\n", reasons(r.DeadLetterReasons))

@@ -23,6 +23,11 @@ type Stack struct {
 	BrokersB     []string // cluster B, for the migration run; nil when the stack has none
 	PGVersion    string
 	KafkaVersion string
+
+	// The stack's RabbitMQ node: its AMQP URL (user ferry, vhost ferry, no
+	// password), the password, the management API and the version; empty
+	// when the stack has none.
+	RabbitMQURL, RabbitMQPassword, RabbitMQManagementURL, RabbitMQVersion string
 }
 
 // OpenStack finds scripts/stack above the working directory and reads the
@@ -49,6 +54,8 @@ func OpenStack(ctx context.Context) (*Stack, error) {
 	s.DatabaseURL = env["FERRY_TEST_DATABASE_URL"]
 	s.Brokers = strings.Split(env["FERRY_TEST_KAFKA_BROKERS"], ",")
 	s.PGVersion, s.KafkaVersion = env["FERRY_TEST_PG_VERSION"], env["FERRY_TEST_KAFKA_VERSION"]
+	s.RabbitMQURL, s.RabbitMQPassword = env["FERRY_TEST_RABBITMQ_URL"], env["FERRY_TEST_RABBITMQ_PASSWORD"]
+	s.RabbitMQManagementURL, s.RabbitMQVersion = env["FERRY_TEST_RABBITMQ_MANAGEMENT_URL"], env["FERRY_TEST_RABBITMQ_VERSION"]
 	if b := env["FERRY_TEST_KAFKA_B_BROKERS"]; b != "" {
 		s.BrokersB = strings.Split(b, ",")
 	}
@@ -120,7 +127,6 @@ func (s *Stack) KafkaStart(ctx context.Context) error {
 	return err
 }
 
-// PGRestartImmediate is `pg_ctl restart -m immediate`: a crash and recovery.
 // KafkaBStop stops cluster B's broker.
 func (s *Stack) KafkaBStop(ctx context.Context) error {
 	_, err := s.run(ctx, "kafka-b-stop")
@@ -133,6 +139,7 @@ func (s *Stack) KafkaBStart(ctx context.Context) error {
 	return err
 }
 
+// PGRestartImmediate is `pg_ctl restart -m immediate`: a crash and recovery.
 func (s *Stack) PGRestartImmediate(ctx context.Context) error {
 	_, err := s.run(ctx, "pg-restart", "immediate")
 	return err
@@ -144,4 +151,51 @@ func (s *Stack) ensureKafka() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, _ = s.run(ctx, "kafka-start")
+}
+
+// RabbitMQStop stops the RabbitMQ node gracefully (rabbitmqctl stop;
+// SIGKILL after 20 s).
+func (s *Stack) RabbitMQStop(ctx context.Context) error {
+	_, err := s.run(ctx, "rabbitmq-stop")
+	return err
+}
+
+// RabbitMQStart starts the node again (same ports, same data) and waits
+// until it serves.
+func (s *Stack) RabbitMQStart(ctx context.Context) error {
+	_, err := s.run(ctx, "rabbitmq-start")
+	return err
+}
+
+// RabbitMQKill SIGKILLs the node (beam.smp and its process group).
+func (s *Stack) RabbitMQKill(ctx context.Context) error {
+	_, err := s.run(ctx, "rabbitmq-kill")
+	return err
+}
+
+// RabbitMQFreeze SIGSTOPs the node's beam.smp.
+func (s *Stack) RabbitMQFreeze(ctx context.Context) error {
+	_, err := s.run(ctx, "rabbitmq-freeze")
+	return err
+}
+
+// RabbitMQThaw SIGCONTs it.
+func (s *Stack) RabbitMQThaw(ctx context.Context) error {
+	_, err := s.run(ctx, "rabbitmq-thaw")
+	return err
+}
+
+// RabbitMQCtl runs rabbitmqctl args against the node and returns its
+// output.
+func (s *Stack) RabbitMQCtl(ctx context.Context, args ...string) (string, error) {
+	return s.run(ctx, append([]string{"rabbitmq-ctl"}, args...)...)
+}
+
+// ensureRabbitMQ thaws and starts the node if a fault left it frozen or
+// stopped (after an interrupted run).
+func (s *Stack) ensureRabbitMQ() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, _ = s.run(ctx, "rabbitmq-thaw")
+	_, _ = s.run(ctx, "rabbitmq-start")
 }

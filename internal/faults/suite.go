@@ -16,8 +16,14 @@ func (o *Options) withDefaults() {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if o.Broker == "" {
+		o.Broker = BrokerKafka
+	}
 	if len(o.Kinds) == 0 {
 		o.Kinds = AllFaults
+		if o.rabbit() {
+			o.Kinds = RabbitMQFaults
+		}
 	}
 	if o.SessionTimeout <= 0 {
 		o.SessionTimeout = 10 * time.Second // the broker accepts 6 s to 5 min
@@ -122,28 +128,14 @@ func RunControl(ctx context.Context, o Options) (*Report, error) {
 	if err := sleep(ctx, o.Warmup); err != nil {
 		return nil, err
 	}
-	at := in.now()
-	in.kafka = true
-	defer in.healKafka()
-	p.logf("control: stopping the broker under the unsafe relay")
-	if err := stack.KafkaStop(ctx); err != nil {
+	if o.rabbit() {
+		r.Title = "Negative control (RabbitMQ): relay --unsafe-confirm-on-send, the broker frozen and SIGKILLed with publishes unconfirmed"
+		if err := p.rabbitConfirmControl(ctx, in, r); err != nil {
+			return nil, err
+		}
+	} else if err := p.kafkaConfirmControl(ctx, in, r); err != nil {
 		return nil, err
 	}
-	// The unsafe relay keeps reading and confirming what it cannot deliver.
-	if err := sleep(ctx, o.KafkaOutage[0]); err != nil {
-		return nil, err
-	}
-	pid := p.relay.Pid()
-	p.relay.Kill()
-	killed := in.now()
-	p.logf("control: unsafe relay pid %d killed while the broker is down", pid)
-	if err := stack.KafkaStart(ctx); err != nil {
-		return nil, err
-	}
-	in.kafka = false
-	r.Faults = append(r.Faults,
-		Fault{Kind: FaultKafkaStop, Target: "kafka", At: at, Healed: in.now(), Detail: "the unsafe relay keeps confirming"},
-		Fault{Kind: FaultUnsafeRelayKill, Target: "relay", At: killed, Healed: in.now(), Detail: fmt.Sprintf("pid %d; restarted without the unsafe flag", pid)})
 	if err := p.restartRelay(safeArgs); err != nil {
 		return nil, err
 	}
@@ -155,6 +147,35 @@ func RunControl(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// kafkaConfirmControl stops the broker under the unsafe relay and kills
+// the relay while the broker is down.
+func (p *pipeline) kafkaConfirmControl(ctx context.Context, in *injector, r *Report) error {
+	o, stack := p.o, p.stack
+	at := in.now()
+	in.kafka = true
+	defer in.healKafka()
+	p.logf("control: stopping the broker under the unsafe relay")
+	if err := stack.KafkaStop(ctx); err != nil {
+		return err
+	}
+	// The unsafe relay keeps reading and confirming what it cannot deliver.
+	if err := sleep(ctx, o.KafkaOutage[0]); err != nil {
+		return err
+	}
+	pid := p.relay.Pid()
+	p.relay.Kill()
+	killed := in.now()
+	p.logf("control: unsafe relay pid %d killed while the broker is down", pid)
+	if err := stack.KafkaStart(ctx); err != nil {
+		return err
+	}
+	in.kafka = false
+	r.Faults = append(r.Faults,
+		Fault{Kind: FaultKafkaStop, Target: "kafka", At: at, Healed: in.now(), Detail: "the unsafe relay keeps confirming"},
+		Fault{Kind: FaultUnsafeRelayKill, Target: "relay", At: killed, Healed: in.now(), Detail: fmt.Sprintf("pid %d; restarted without the unsafe flag", pid)})
+	return nil
 }
 
 // RunWorkerControl is the other negative control: a worker started with
@@ -171,11 +192,18 @@ func RunWorkerControl(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := p.newReport("Negative control: worker --unsafe-commit-before-db, SIGKILLed with batches in flight", stack)
+	unsafe := "--unsafe-commit-before-db"
+	if o.rabbit() {
+		unsafe = "--unsafe-ack-before-db" // its RabbitMQ twin: the ack before the transaction
+	}
+	r := p.newReport("Negative control: worker "+unsafe+", SIGKILLed with batches in flight", stack)
+	if o.rabbit() {
+		r.Title = "Negative control (RabbitMQ): worker " + unsafe + ", SIGKILLed with batches in flight"
+	}
 	if err := p.startRelay(ctx); err != nil {
 		return nil, err
 	}
-	if err := p.startWorkers(ctx, 1, func(int) []string { return []string{"--unsafe-commit-before-db", "--batch-size", "20"} }); err != nil {
+	if err := p.startWorkers(ctx, 1, func(int) []string { return []string{unsafe, "--batch-size", "20"} }); err != nil {
 		return nil, err
 	}
 	sctx, stopScrape := context.WithCancel(ctx)
@@ -205,7 +233,11 @@ func RunWorkerControl(ctx context.Context, o Options) (*Report, error) {
 }
 
 func (p *pipeline) newReport(title string, s *Stack) *Report {
-	return &Report{Title: title, Run: p.name, Seed: p.o.Seed, Stack: s.PGVersion + ", Apache Kafka " + s.KafkaVersion}
+	if p.o.rabbit() {
+		return &Report{Title: title, Run: p.name, Seed: p.o.Seed, Broker: BrokerRabbitMQ,
+			Stack: s.PGVersion + ", RabbitMQ " + s.RabbitMQVersion + fmt.Sprintf(" (%d shards)", p.o.shards())}
+	}
+	return &Report{Title: title, Run: p.name, Seed: p.o.Seed, Broker: BrokerKafka, Stack: s.PGVersion + ", Apache Kafka " + s.KafkaVersion}
 }
 
 // waitLoad waits for the load generator to exit and reads its result.
@@ -245,6 +277,7 @@ func (p *pipeline) finish(ctx context.Context, r *Report) error {
 		w.scrape()
 		dup, _ := w.counters()
 		r.InboxDuplicates += int64(dup)
+		r.Redelivered += int64(w.redelivered())
 	}
 	// Only the injector kills, and it restarts what it kills: a process
 	// that is not running now exited by itself.
@@ -270,8 +303,12 @@ func (p *pipeline) finish(ctx context.Context, r *Report) error {
 	if err := errors.Join(errs...); err != nil {
 		p.logf("stopping: %v", err)
 	}
-	if r.TopicRecords, r.TopicDistinct, err = p.scanTopic(ctx); err != nil {
-		return err
+	// A RabbitMQ queue cannot be read again: the duplicates it delivered
+	// are the workers' counters (Report.Redelivered, InboxDuplicates).
+	if !p.o.rabbit() {
+		if r.TopicRecords, r.TopicDistinct, err = p.scanTopic(ctx); err != nil {
+			return err
+		}
 	}
 	if err := p.check(ctx, r); err != nil {
 		return err

@@ -1,0 +1,249 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferryhq/ferry/inbox"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
+)
+
+// A RabbitMQ run (Options.Broker = BrokerRabbitMQ) goes through the
+// stack's RabbitMQ node instead of Kafka: the relay publishes the run's
+// topic to the exchange of that name, each consumer reads one quorum queue
+// per shard, and the dead letters go to the topic's .dlq stream. The
+// pipeline declares every consumer's queues before the relay starts: a
+// queue receives only what is published after it is bound.
+
+// RabbitMQFaults are the kinds a RabbitMQ run injects by default: those of
+// AllFaults that apply to RabbitMQ (slot-drop-recover needs `relay
+// recover`, and partition-stall the Kafka sink's acknowledgement hold,
+// both Kafka-only), the broker's stop, kill and freeze, and a shard left
+// without queues for a while (the no-mandatory control's fault, which a
+// relay with mandatory must survive).
+var RabbitMQFaults = []FaultKind{FaultRelayKill, FaultWorkerKill, FaultWorkerPause, FaultRelayPause, FaultPGRestart,
+	FaultRabbitMQStop, FaultRabbitMQKill, FaultRabbitMQFreeze, FaultRabbitMQUnbind}
+
+// rabbitConn is how the suite itself reaches the stack's node.
+func (p *pipeline) rabbitConn(name string) *rabbitmq.Conn {
+	return &rabbitmq.Conn{URL: p.stack.RabbitMQURL, Password: p.stack.RabbitMQPassword, Name: "ferry-faults " + name}
+}
+
+// dialRabbit connects to the node, retrying while it is down (a fault may
+// have stopped it) until ctx ends.
+func (p *pipeline) dialRabbit(ctx context.Context, name string) (*amqp.Connection, error) {
+	var conn *amqp.Connection
+	err := retry(ctx, func(context.Context) error {
+		var err error
+		conn, err = p.rabbitConn(name).Dial(rabbitmq.Names{URL: "FERRY_TEST_RABBITMQ_URL", Password: "FERRY_TEST_RABBITMQ_PASSWORD"})
+		return err
+	})
+	return conn, err
+}
+
+// topology is consumer's shard queues of the run's topic.
+func (p *pipeline) topology(consumer string) *rabbitmq.Topology {
+	return &rabbitmq.Topology{Consumer: consumer, Topics: []string{p.topic}, Shards: p.o.shards()}
+}
+
+// declareRabbitMQ declares the run's exchanges, dead-letter stream and the
+// shard queues of every consumer, as `worker schema` would.
+func (p *pipeline) declareRabbitMQ(ctx context.Context) error {
+	if p.stack.RabbitMQURL == "" {
+		return fmt.Errorf("the stack in FERRY_STACK_DIR=%q has no RabbitMQ node: scripts/stack up gives it one", p.stack.Dir)
+	}
+	conn, err := p.dialRabbit(ctx, "declare")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	for _, c := range p.consumers {
+		if err := rabbitmq.Declare(ch, p.topology(c)); err != nil {
+			return fmt.Errorf("declare the queues of %s: %w", c, err)
+		}
+	}
+	if v, err := p.management(ctx, "/api/overview"); err == nil {
+		var o struct {
+			Version string `json:"rabbitmq_version"`
+		}
+		if json.Unmarshal(v, &o) == nil {
+			p.stack.RabbitMQVersion = o.Version
+		}
+	}
+	return nil
+}
+
+// deleteRabbitMQ deletes what declareRabbitMQ declared.
+func (p *pipeline) deleteRabbitMQ() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := p.dialRabbit(ctx, "cleanup")
+	if err != nil {
+		p.logf("delete the RabbitMQ queues: %v", err)
+		return
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer func() { _ = ch.Close() }()
+	for _, c := range p.consumers {
+		for s := range p.o.shards() {
+			_, _ = ch.QueueDelete(rabbitmq.QueueName(p.topic, s, c), false, false, false)
+		}
+	}
+	_, _ = ch.QueueDelete(p.dlq, false, false, false)
+	_ = ch.ExchangeDelete(p.topic, false, false)
+	_ = ch.ExchangeDelete(p.topic+rabbitmq.DeadLetterExchangeSuffix, false, false)
+}
+
+// management GETs path of the node's management API.
+func (p *pipeline) management(ctx context.Context, path string) ([]byte, error) {
+	u, err := url.Parse(p.stack.RabbitMQURL)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(p.stack.RabbitMQManagementURL, "/")+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.SetBasicAuth(u.User.Username(), p.stack.RabbitMQPassword)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("management GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return b, nil
+}
+
+// queuesDone says whether every shard queue of every consumer is empty with
+// nothing unacknowledged, and if not why. The management API's figures
+// are refreshed every few seconds: drain wants them for longer than that.
+func (p *pipeline) queuesDone(ctx context.Context) (bool, string) {
+	var behind []string
+	var total int64
+	for _, c := range p.consumers {
+		for s := range p.o.shards() {
+			q := rabbitmq.QueueName(p.topic, s, c)
+			b, err := p.management(ctx, "/api/queues/"+url.PathEscape(p.vhost())+"/"+url.PathEscape(q))
+			if err != nil {
+				return false, "queue " + q + ": " + err.Error()
+			}
+			var st struct {
+				Messages       *int64 `json:"messages"`
+				Unacknowledged *int64 `json:"messages_unacknowledged"`
+			}
+			if err := json.Unmarshal(b, &st); err != nil {
+				return false, "queue " + q + ": " + err.Error()
+			}
+			if st.Messages == nil || st.Unacknowledged == nil {
+				return false, "queue " + q + ": no figures yet"
+			}
+			if n := *st.Messages + *st.Unacknowledged; n > 0 {
+				total += n
+				behind = append(behind, q)
+			}
+		}
+	}
+	if len(behind) > 0 {
+		return false, fmt.Sprintf("%d messages in %d shard queues (%s...)", total, len(behind), behind[0])
+	}
+	return true, "drained"
+}
+
+func (p *pipeline) vhost() string {
+	u, err := url.Parse(p.stack.RabbitMQURL)
+	if err != nil || strings.Trim(u.Path, "/") == "" {
+		return "/"
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// rabbitDeadLetters reads the topic's .dlq stream without consuming it and
+// returns, for consumer, the reason of every message id it dead-lettered
+// (Ferry's and the broker's delivery-limit ones).
+func (p *pipeline) rabbitDeadLetters(ctx context.Context, consumer string) (map[uuid.UUID]string, error) {
+	cfg := &inbox.RabbitMQConfig{URL: p.stack.RabbitMQURL, Password: p.stack.RabbitMQPassword, Shards: p.o.shards(), Name: "ferry-faults"}
+	dls, err := inbox.ListRabbitMQDeadLetters(ctx, cfg, p.dlq, &inbox.DeadLetterFilter{Consumer: consumer}, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read the dead letters of %s from %s: %w", consumer, p.dlq, err)
+	}
+	out := map[uuid.UUID]string{}
+	for _, d := range dls {
+		id, err := uuid.Parse(d.ID)
+		if err != nil || d.Reason == "" {
+			continue // not accountable: the event stays lost
+		}
+		out[id] = string(d.Reason)
+	}
+	return out, nil
+}
+
+// rabbitRelayArgs are the relay's RabbitMQ flags: its shards, a small
+// largest message (the run's TopicMaxMessageBytes), so that the oversized
+// events are quarantined, and the run's consumers as required ones (their
+// queues must exist before the relay publishes), as docs/relay.md advises.
+func (p *pipeline) rabbitRelayArgs() []string {
+	return []string{"--rabbitmq-shards", strconv.Itoa(p.o.shards()), "--rabbitmq-max-message-bytes", strconv.Itoa(p.o.TopicMaxMessageBytes),
+		"--rabbitmq-require-consumers", strings.Join(p.consumers, ",")}
+}
+
+// rabbitWorkerArgs are the checker workers' RabbitMQ flags. They must not
+// declare what is missing: the pipeline declared it, and a queue missing
+// now would be a fault of the run.
+func (p *pipeline) rabbitWorkerArgs() []string {
+	return []string{"--rabbitmq-shards", strconv.Itoa(p.o.shards()), "--rabbitmq-no-create"}
+}
+
+// unbindShard unbinds (bind=false) or binds again shard's queue of every
+// consumer from the topic's exchange: meanwhile the shard's routing key
+// reaches no queue.
+func (p *pipeline) unbindShard(ctx context.Context, shard int, bind bool) error {
+	conn, err := p.dialRabbit(ctx, "bind")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	for _, c := range p.consumers {
+		q := rabbitmq.QueueName(p.topic, shard, c)
+		if bind {
+			err = ch.QueueBind(q, rabbitmq.RoutingKey(shard), p.topic, false, nil)
+		} else {
+			err = ch.QueueUnbind(q, rabbitmq.RoutingKey(shard), p.topic, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("bind %t %s: %w", bind, q, err)
+		}
+	}
+	return nil
+}
