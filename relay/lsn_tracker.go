@@ -28,7 +28,8 @@ type txn struct {
 // It also measures the window a crash would publish again, which the
 // session bounds: every record of a committed transaction that is not yet
 // confirmed (acknowledged or not: one partition that stops acknowledging
-// pins the position while the others flow), plus the unacknowledged records
+// pins the position while the others flow) or confirmed but not yet told
+// to PostgreSQL (reported), plus the unacknowledged records
 // of the transaction still being decoded (a large transaction streams
 // through; a crash republishes it whole anyway).
 //
@@ -46,7 +47,20 @@ type lsnTracker struct {
 	heldBytes   int64 // their size
 	open        int   // unacknowledged records of transactions not yet committed
 	openBytes   int64 // their size
-	space       chan struct{}
+	// unreported are the confirmed transactions whose end PostgreSQL has
+	// not been told yet (reported): a crash publishes them again too, so
+	// they count in the window until a status update carries them.
+	unreported      []reportable
+	unreportedN     int
+	unreportedBytes int64
+	space           chan struct{}
+}
+
+// reportable is a confirmed transaction not yet reported: its end and size.
+type reportable struct {
+	end     pglogrepl.LSN
+	records int
+	bytes   int64
 }
 
 func newLSNTracker(confirmed pglogrepl.LSN) *lsnTracker {
@@ -150,11 +164,35 @@ func (t *lsnTracker) advanceLocked() {
 		}
 		t.held -= t.queue[n].records
 		t.heldBytes -= t.queue[n].bytes
+		if r := t.queue[n].records; r > 0 {
+			t.unreported = append(t.unreported, reportable{t.queue[n].end, r, t.queue[n].bytes})
+			t.unreportedN += r
+			t.unreportedBytes += t.queue[n].bytes
+		}
 		t.queue[n] = nil
 		n++
 	}
 	if n > 0 {
 		t.queue = t.queue[n:]
+	}
+}
+
+// reported leaves out of the window the confirmed transactions that end at
+// or before flush, the position a status update just told PostgreSQL.
+func (t *lsnTracker) reported(flush pglogrepl.LSN) {
+	t.mu.Lock()
+	n := 0
+	for n < len(t.unreported) && t.unreported[n].end <= flush {
+		t.unreportedN -= t.unreported[n].records
+		t.unreportedBytes -= t.unreported[n].bytes
+		n++
+	}
+	if n > 0 {
+		t.unreported = append(t.unreported[:0], t.unreported[n:]...)
+	}
+	t.mu.Unlock()
+	if n > 0 {
+		t.signal()
 	}
 }
 
@@ -184,7 +222,7 @@ func (t *lsnTracker) confirmedCommit() (pglogrepl.LSN, time.Time) {
 func (t *lsnTracker) position() (confirmed pglogrepl.LSN, window int, windowBytes int64, busy bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.confirmed, t.held + t.open, t.heldBytes + t.openBytes, len(t.queue) > 0
+	return t.confirmed, t.held + t.open + t.unreportedN, t.heldBytes + t.openBytes + t.unreportedBytes, len(t.queue) > 0
 }
 
 // onlyHolds reports whether x is the oldest unconfirmed transaction and

@@ -45,6 +45,7 @@ func TestTrackerConfirmsOnlyFullyAckedPrefix(t *testing.T) {
 	if _, when := tr.confirmedCommit(); !when.Equal(at(300)) {
 		t.Fatalf("confirmed commit time %s, want %s", when, at(300))
 	}
+	tr.reported(confirmed(tr)) // PostgreSQL was told
 	_, inFlight, bytes, busy := tr.position()
 	if inFlight != 0 || bytes != 0 || busy {
 		t.Fatalf("in flight %d records, %d bytes, busy %v; want 0, 0, false", inFlight, bytes, busy)
@@ -143,8 +144,19 @@ func TestTrackerWindowCountsWhatACrashWouldRepublish(t *testing.T) {
 
 	tr.ack(stuck, 10)
 	tr.ack(big, 1)
-	if n, b := window(); n != 0 || b != 0 || confirmed(tr) != 900 {
-		t.Fatalf("after the stuck record was acknowledged: window %d, %d bytes, confirmed %d; want 0, 0, 900", n, b, confirmed(tr))
+	// Confirmed, but PostgreSQL has not been told: a crash now publishes
+	// every one of them again, so they stay in the window until a status
+	// update reports them.
+	if n, b := window(); n != 112 || b != 211 || confirmed(tr) != 900 {
+		t.Fatalf("confirmed, not reported: window %d, %d bytes, confirmed %d; want 112, 211, 900", n, b, confirmed(tr))
+	}
+	tr.reported(300) // a status update carried the two oldest transactions only
+	if n, _ := window(); n != 112-1-2 {
+		t.Fatalf("window %d records with 200 and 300 reported, want %d", n, 112-1-2)
+	}
+	tr.reported(900)
+	if n, b := window(); n != 0 || b != 0 {
+		t.Fatalf("after the report of 900: window %d, %d bytes; want 0, 0", n, b)
 	}
 }
 
@@ -172,6 +184,7 @@ func TestTrackerRecordsOfACommittedTransactionCountOnce(t *testing.T) {
 	if got := confirmed(tr); got != 20 {
 		t.Fatalf("confirmed %d, want 20", got)
 	}
+	tr.reported(confirmed(tr))
 	if _, n, b, busy := tr.position(); n != 0 || b != 0 || busy {
 		t.Fatalf("window %d records, %d bytes, busy %t after the step was confirmed; want 0, 0, false", n, b, busy)
 	}
@@ -205,6 +218,7 @@ func TestTrackerStepHoldCountsInNoWindow(t *testing.T) {
 	if !tr.onlyHolds(step) {
 		t.Fatal("the step may not apply with everything before it confirmed")
 	}
+	tr.reported(confirmed(tr))
 	if _, n, b, busy := tr.position(); n != 0 || b != 0 || !busy {
 		t.Fatalf("window %d records, %d bytes, busy %t while the step waits to apply; want 0, 0, true", n, b, busy)
 	}

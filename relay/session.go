@@ -568,6 +568,7 @@ func (s *session) report(periodic bool) error {
 	if err != nil {
 		return fmt.Errorf("send standby status: %w", err)
 	}
+	s.tracker.reported(flush)
 	n := s.tracker.unacknowledged()
 	s.r.metrics.inFlight.Set(float64(n))
 	s.r.metrics.unconfirmed.Set(float64(window))
