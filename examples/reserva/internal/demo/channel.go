@@ -46,6 +46,9 @@ type channel interface {
 
 var demoTopics = []string{reserva.TopicOrders, reserva.TopicStock}
 
+// demoConsumers is the consumer of each demo topic.
+var demoConsumers = map[string]string{reserva.TopicOrders: reserva.ConsumerStockReservation, reserva.TopicStock: reserva.ConsumerOrderStatus}
+
 type kafkaChannel struct {
 	brokers string
 	opts    []kgo.Opt
@@ -72,9 +75,45 @@ func (k *kafkaChannel) prepare(ctx context.Context) error {
 			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
 		}
 	}
+	// The topics outlive the demo database: what an earlier run left
+	// unconsumed on them (a run interrupted with its backlog, the records
+	// its relay republished after its workers stopped) belongs to orders
+	// that no longer exist. Applied in this run's database, an old
+	// OrderPlaced takes this run's stock and an old StockReserved retries
+	// until it is dead-lettered. Each group starts where its topic ends.
+	for topic, group := range demoConsumers {
+		if err := skipToEnd(ctx, adm, group, topic); err != nil {
+			return err
+		}
+	}
 	k.start = 0
 	k.start, err = k.records(ctx)
 	return err
+}
+
+// skipToEnd commits group's offsets at the end of topic's partitions.
+// Kafka refuses the commit while members of the group are consuming: the
+// workers of another demo on the same cluster.
+func skipToEnd(ctx context.Context, adm *kadm.Client, group, topic string) error {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	offsets := kadm.Offsets{}
+	ends.Each(func(o kadm.ListedOffset) {
+		offsets.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: o.Offset, LeaderEpoch: -1})
+	})
+	resp, err := adm.CommitOffsets(ctx, group, offsets)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("start consumer group %s at the end of %s (is another demo running on these brokers?): %w", group, topic, err)
+	}
+	return nil
 }
 
 // records counts the records on the two event topics.
@@ -141,9 +180,8 @@ func (r *rabbitChannel) prepare(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	consumers := map[string]string{reserva.TopicOrders: reserva.ConsumerStockReservation, reserva.TopicStock: reserva.ConsumerOrderStatus}
 	for _, topic := range demoTopics {
-		if _, err := inbox.DeclareRabbitMQ(ctx, &r.cfg, consumers[topic], []string{topic}); err != nil {
+		if _, err := inbox.DeclareRabbitMQ(ctx, &r.cfg, demoConsumers[topic], []string{topic}); err != nil {
 			return err
 		}
 	}
@@ -156,7 +194,7 @@ func (r *rabbitChannel) prepare(ctx context.Context) error {
 		// The queues outlive the demo database: what an interrupted run
 		// left in them belongs to orders that no longer exist.
 		for s := range r.cfg.Shards {
-			if _, err := ch.QueuePurge(rabbitmq.QueueName(topic, s, consumers[topic]), false); err != nil {
+			if _, err := ch.QueuePurge(rabbitmq.QueueName(topic, s, demoConsumers[topic]), false); err != nil {
 				return fmt.Errorf("purge the queues of %s: %w", topic, err)
 			}
 		}

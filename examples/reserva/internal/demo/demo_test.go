@@ -29,7 +29,8 @@ func freeAddr(t *testing.T) string {
 // mid-run), holds the same checks on Kafka and on RabbitMQ: every order has
 // exactly one reservation and one stock decision, the stock adds up, the
 // malformed events are dead letters, nothing is quarantined, and the
-// records counted on the broker cover every event. The subtests share the
+// records counted on the broker cover every event. Events an earlier run
+// left unconsumed on the broker are not applied to this run's database. The subtests share the
 // demo's database, so they run one after the other.
 func TestDemoHoldsItsChecksOnEachBroker(t *testing.T) {
 	admin := ferrytest.AdminURL(t)
@@ -42,6 +43,12 @@ func TestDemoHoldsItsChecksOnEachBroker(t *testing.T) {
 				ferrytest.RabbitMQURL(t) // fails without the stack's RabbitMQ and its password
 			}
 			ctx := ferrytest.Context(t, 5*time.Minute)
+			// What an earlier run left on the broker is not this run's.
+			if b.broker == brokerRabbitMQ {
+				leaveStaleRabbitMQEvents(ctx, t, b.value, os.Getenv(ferrytest.EnvRabbitMQPassword))
+			} else {
+				leaveStaleKafkaEvents(ctx, t)
+			}
 			const orders, malformed = 200, 4
 			args := []string{"--broker", b.broker, b.flag, b.value, "--admin-url", admin, "--once",
 				"--orders", strconv.Itoa(orders), "--rate", "200", "--malformed", strconv.Itoa(malformed), "--timeout", "3m",
