@@ -91,6 +91,16 @@ func (k *kafkaChannel) prepare(ctx context.Context) error {
 	return err
 }
 
+// skipToEndOn is skipToEnd on the cluster of kopts.
+func skipToEndOn(ctx context.Context, kopts []kgo.Opt, group, topic string) error {
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return skipToEnd(ctx, kadm.NewClient(cl), group, topic)
+}
+
 // skipToEnd commits group's offsets at the end of topic's partitions.
 // Kafka refuses the commit while members of the group are consuming: the
 // workers of another demo on the same cluster.

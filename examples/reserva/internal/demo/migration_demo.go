@@ -261,6 +261,16 @@ func (m *migrationDemo) prepare(ctx context.Context) error {
 	if err := createTopics(ctx, m.koptB, int32(m.mo.newPartitions), newTopics...); err != nil {
 		return fmt.Errorf("cluster B: %w", err)
 	}
+	// As in make demo: what an earlier run left on the topics is not this
+	// database's (see kafkaChannel.prepare).
+	for i, group := range []string{reserva.ConsumerStockReservation, reserva.ConsumerOrderStatus} {
+		if err := skipToEndOn(ctx, m.kopts, group, oldTopics[i]); err != nil {
+			return fmt.Errorf("cluster A: %w", err)
+		}
+		if err := skipToEndOn(ctx, m.koptB, group, newTopics[i]); err != nil {
+			return fmt.Errorf("cluster B: %w", err)
+		}
+	}
 	m.say("== database %s migrated (Ferry + reserva), stock seeded, slot %q ready", migrationDatabase, migrationSlot)
 	m.say("   cluster A %s: %s (%d partitions each)", m.o.brokers, strings.Join(oldTopics, ", "), oldPartitions)
 	m.say("   cluster B %s: %s (%d partitions each), made before the move", m.mo.brokersB, strings.Join(newTopics, ", "), m.mo.newPartitions)
