@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -39,6 +40,10 @@ type liveMigration struct {
 	slot               string
 	ctl                *migration.Controller
 	written            atomic.Int64
+	// app is the writing application's own pool: the worker's (db.Pool,
+	// max(4, cores) connections) may be all held by transactions a test
+	// keeps open, and must not throttle the load.
+	app *pgxpool.Pool
 }
 
 func setupLiveMigration(t *testing.T) *liveMigration {
@@ -65,6 +70,12 @@ func setupLiveMigrationFor(t *testing.T, d time.Duration) *liveMigration {
 		slot:     "ferry_" + suffix,
 	}
 	m.topic = m.oldTopic
+	app, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.Close)
+	m.app = app
 	ferrytest.CreateTopic(t, m.oldTopic, 3)
 	ferrytest.CreateTopic(t, m.oldTopic+DeadLetterSuffixDefault, 1)
 	ferrytest.CreateTopicB(t, m.newTopic, 4)
@@ -112,7 +123,7 @@ func (m *liveMigration) writeUntil(stop <-chan struct{}) <-chan error {
 			}
 			key := fmt.Sprintf("agg-%d", i%8)
 			next[key]++
-			_, err := outbox.Write(m.ctx, m.db.Pool, outbox.Event{AggregateType: "order", AggregateID: key,
+			_, err := outbox.Write(m.ctx, m.app, outbox.Event{AggregateType: "order", AggregateID: key,
 				EventType: "Changed", Payload: []byte(strconv.Itoa(next[key]))})
 			if err != nil {
 				errs <- err
