@@ -69,7 +69,7 @@ func (p *partition) apply(batch []fetched) bool {
 			p.finish(f.rec)
 			continue
 		}
-		if p.rmq != nil && (st != nil || fence != nil) {
+		if !p.g.src.migrates() && (st != nil || fence != nil) {
 			// Live migrations are Kafka's only for now (their reports and
 			// quarantine read Kafka): a RabbitMQ worker must not follow a
 			// channel its fences name. A stamped copy is applied as a
@@ -125,11 +125,7 @@ func (p *partition) applyDeliveries(ds []*delivery) bool {
 		return true
 	}
 	if p.w.cfg.unsafeCommitBeforeDB {
-		if p.rmq != nil {
-			p.ackBeforeApplying(ds)
-		} else {
-			p.commitBeforeApplying(ds[len(ds)-1].rec)
-		}
+		p.g.src.settleFirst(p, ds)
 	}
 	if len(ds) == 1 {
 		return p.settle(ds[0])
@@ -563,19 +559,4 @@ func permanentReason(err error) DeadLetterReason {
 		return pe.Reason
 	}
 	return ReasonPermanent
-}
-
-// commitBeforeApplying is the negative control's broken order: the offset
-// is committed before the database transaction, so a crash in between
-// loses the message.
-func (p *partition) commitBeforeApplying(last *kgo.Record) {
-	p.g.commitMu.Lock()
-	defer p.g.commitMu.Unlock()
-	ctx, cancel := context.WithTimeout(p.stopCtx, 15*time.Second)
-	defer cancel()
-	if err := p.g.cl.CommitRecords(ctx, last); err != nil {
-		p.log.Warn("unsafe early commit failed", slog.String("error", err.Error()))
-		return
-	}
-	p.committed(kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1})
 }

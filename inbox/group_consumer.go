@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -12,8 +11,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
 // pollRecordsMax bounds one poll, so the window in which rebalances wait
@@ -29,23 +26,20 @@ type topicPartition struct {
 	partition int32
 }
 
-// groupConsumer runs one consumer: one Kafka consumer group on one cluster.
-// Its poll loop only hands records to partition workers and never blocks on
-// them, so a rebalance never waits for a handler or a retry backoff (franz-go
-// heartbeats on its own goroutine; BlockRebalanceOnPoll only holds
-// rebalances between a poll and AllowRebalance, a few microseconds here).
-// A second cluster for a live migration is a second groupConsumer with the
-// same handlers: the inbox deduplicates across them.
+// groupConsumer runs one consumer on one channel: the partitions, lanes,
+// batches, retries and dead letters of its handlers, fed by its source (a
+// Kafka consumer group, kafkaSource, or RabbitMQ's shard queues,
+// rabbitSource). A second channel for a live migration is a second
+// groupConsumer with the same handlers: the inbox deduplicates across them.
 type groupConsumer struct {
 	w        *Worker
 	name     string
 	handlers map[string]handling
-	cl       *kgo.Client   // Kafka; nil when rmq is set
-	rmq      *rabbitSource // RabbitMQ; nil on Kafka
+	src      source
 	log      *slog.Logger
 	joined   atomic.Bool
 	beat     atomic.Int64 // unix nanos of the commit loop's last run (see Worker.Healthy)
-	kafkaOK  atomic.Int64 // unix nanos of Kafka's last answer to a ping (see Worker.Ready)
+	brokerOK atomic.Int64 // unix nanos of the broker's last answer to a ping (see Worker.Ready)
 
 	mu    sync.Mutex                    // guards parts
 	parts map[topicPartition]*partition // the partitions the member owns
@@ -59,57 +53,51 @@ type groupConsumer struct {
 }
 
 func newGroupConsumer(w *Worker, name string, handlers map[string]handling, kafkaOpts []kgo.Opt) (*groupConsumer, error) {
-	g := &groupConsumer{
-		w:        w,
-		name:     name,
-		handlers: handlers,
-		log:      w.cfg.Logger.With(slog.String("consumer", name)),
-		parts:    make(map[topicPartition]*partition),
-	}
-	topics := make([]string, 0, len(handlers))
-	for t := range handlers {
-		topics = append(topics, t)
-	}
-	slices.Sort(topics)
-	start, reset := w.cfg.OffsetReset.offsets()
-	// A resumed partition joins the next fetch only after the one in flight
-	// returns, which with no new data takes FetchMaxWait: franz-go's 5s
-	// default would stall every pause/resume. 500ms is the Java client's
-	// default; KafkaOpts may still override it.
-	opts := append([]kgo.Opt{kgo.FetchMaxWait(500 * time.Millisecond)}, kafkaOpts...)
-	opts = append(opts,
-		kgo.ConsumerGroup(name),
-		kgo.ConsumeTopics(topics...),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.ConsumeStartOffset(start),
-		kgo.ConsumeResetOffset(reset),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.OnPartitionsAssigned(g.onAssigned),
-		kgo.OnPartitionsRevoked(g.onRevoked),
-		kgo.OnPartitionsLost(g.onLost),
-	)
-	cl, err := kgo.NewClient(opts...)
+	g := newConsumer(w, name, handlers)
+	src, err := newKafkaSource(g, kafkaOpts)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: kafka client for consumer %s: %w", name, err)
+		return nil, err
 	}
-	g.cl = cl
+	g.src = src
 	return g, nil
 }
 
 // newRabbitGroupConsumer is a consumer of RabbitMQ's shard queues: the same
 // partitions, lanes and dead letters as on Kafka, fed by rabbitSource.
 func newRabbitGroupConsumer(w *Worker, name string, handlers map[string]handling) *groupConsumer {
-	g := &groupConsumer{
+	g := newConsumer(w, name, handlers)
+	g.src = newRabbitSource(g, w.cfg.RabbitMQ)
+	return g
+}
+
+func newConsumer(w *Worker, name string, handlers map[string]handling) *groupConsumer {
+	return &groupConsumer{
 		w:        w,
 		name:     name,
 		handlers: handlers,
 		log:      w.cfg.Logger.With(slog.String("consumer", name)),
 		parts:    make(map[topicPartition]*partition),
 	}
-	g.rmq = newRabbitSource(g, w.cfg.RabbitMQ)
-	return g
+}
+
+// topics returns the topics the consumer has handlers for, sorted.
+func (g *groupConsumer) topics() []string {
+	topics := make([]string, 0, len(g.handlers))
+	for t := range g.handlers {
+		topics = append(topics, t)
+	}
+	slices.Sort(topics)
+	return topics
+}
+
+// kafka returns the Kafka client of a consumer on Kafka, nil on RabbitMQ.
+// Live migrations read and write Kafka (reports, quarantine, the
+// follower's channel): only a Kafka consumer reaches them.
+func (g *groupConsumer) kafka() *kgo.Client {
+	if k, ok := g.src.(*kafkaSource); ok {
+		return k.cl
+	}
+	return nil
 }
 
 // rabbitPartition starts the partition of a shard queue's new channel.
@@ -123,84 +111,36 @@ func (g *groupConsumer) rabbitPartition(topic string, shard int32, ch *amqp.Chan
 }
 
 // ping asks the broker whether it answers, for Ready.
-func (g *groupConsumer) ping(ctx context.Context) error {
-	if g.rmq != nil {
-		return g.rmq.ping()
-	}
-	return g.cl.Ping(ctx)
-}
+func (g *groupConsumer) ping(ctx context.Context) error { return g.src.ping(ctx) }
 
 // close releases the client of a consumer that never ran.
-func (g *groupConsumer) close() {
-	if g.cl != nil {
-		g.cl.Close()
-	}
-}
+func (g *groupConsumer) close() { g.src.close() }
 
 // produceDeadLetter writes out, the dead letter of rec, and waits for the
 // broker's acknowledgement.
 func (g *groupConsumer) produceDeadLetter(ctx context.Context, out, rec *kgo.Record) error {
-	if g.rmq != nil {
-		return g.rmq.pub.publish(ctx, out, rec)
-	}
-	return g.cl.ProduceSync(ctx, out).FirstErr()
+	return g.src.produceDeadLetter(ctx, out, rec)
 }
 
-// run polls until ctx ends, then drains, commits and leaves the group.
-func (g *groupConsumer) run(ctx context.Context) {
-	if g.rmq != nil {
-		g.rmq.run(ctx)
-		return
-	}
-	commitCtx, stopCommits := context.WithCancel(context.Background())
-	var committer sync.WaitGroup
+// run consumes until ctx ends, then drains, settles and lets go.
+func (g *groupConsumer) run(ctx context.Context) { g.src.run(ctx) }
+
+// consume runs a source: fetch until ctx ends, with loops (commits, acks,
+// lag) beside it, then the drain: every partition's work finishes and is
+// settled while the consumer still owns it, and only then do the loops
+// stop.
+func (g *groupConsumer) consume(ctx context.Context, fetch func(context.Context), loops ...func(context.Context)) {
+	loopCtx, stopLoops := context.WithCancel(context.Background())
+	var running sync.WaitGroup
 	g.beat.Store(time.Now().UnixNano())
-	committer.Go(func() { g.commitLoop(commitCtx) })
-
-	g.pollLoop(ctx)
-
+	for _, loop := range loops {
+		running.Go(func() { loop(loopCtx) })
+	}
+	fetch(ctx)
 	g.log.Info("draining")
 	g.release(g.takeAll(), true)
-	stopCommits()
-	committer.Wait()
-	// Leaving the group calls onRevoked once more, with nothing left to do.
-	g.cl.CloseAllowingRebalance()
-	g.log.Info("left the group")
-}
-
-func (g *groupConsumer) pollLoop(ctx context.Context) {
-	for {
-		fetches := g.cl.PollRecords(ctx, pollRecordsMax)
-		if ctx.Err() != nil || fetches.IsClientClosed() {
-			g.cl.AllowRebalance()
-			return
-		}
-		failed := false
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if errors.Is(err, context.Canceled) {
-				return
-			}
-			failed = true
-			g.log.Error("fetch failed", slog.String("topic", topic), slog.Int("partition", int(partition)),
-				slog.String("error", err.Error()))
-		})
-		now := time.Now()
-		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if len(fp.Records) == 0 {
-				return
-			}
-			g.partition(fp.Topic, fp.Partition).enqueue(fp.Records, fp.HighWatermark, now)
-		})
-		g.cl.AllowRebalance()
-		if failed && fetches.NumRecords() == 0 {
-			// A partition in a fatal state (OffsetResetNone without a
-			// commit) answers at once; do not spin on it.
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
+	stopLoops()
+	running.Wait()
 }
 
 // handles reports whether the consumer consumes topic.
@@ -217,7 +157,7 @@ func (g *groupConsumer) addTopic(topic string, h handling) {
 	g.mu.Lock()
 	g.handlers[topic] = h
 	g.mu.Unlock()
-	g.cl.AddConsumeTopics(topic)
+	g.src.addTopic(topic)
 }
 
 // stuck returns an error naming a partition that cannot move, nil if none.
@@ -229,10 +169,8 @@ func (g *groupConsumer) stuck() error {
 	}
 	g.mu.Unlock()
 	for _, p := range parts {
-		if why := p.stuckReason(); why != "" && g.rmq != nil {
-			return fmt.Errorf("consumer %s, RabbitMQ queue %s cannot move: %s", g.name, rabbitmq.QueueName(p.topic, int(p.id), g.name), why)
-		} else if why != "" {
-			return fmt.Errorf("consumer %s, %s partition %d cannot move: %s", g.name, p.topic, p.id, why)
+		if why := p.stuckReason(); why != "" {
+			return fmt.Errorf("consumer %s, %s cannot move: %s", g.name, g.src.where(p), why)
 		}
 	}
 	return nil
@@ -251,42 +189,6 @@ func (g *groupConsumer) partition(topic string, id int32) *partition {
 		g.parts[tp] = p
 	}
 	return p
-}
-
-func (g *groupConsumer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
-	g.joined.Store(true)
-	n := count(assigned)
-	g.w.metrics.assigned.WithLabelValues(g.name).Add(float64(n))
-	if n > 0 {
-		g.log.Info("partitions assigned", slog.Any("partitions", assigned))
-	}
-}
-
-// onRevoked stops the revoked partitions' work (waking retry backoffs),
-// waits for their transactions in flight, and commits what they finished
-// while the member still owns them.
-func (g *groupConsumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	n := count(revoked)
-	if n == 0 {
-		return
-	}
-	g.w.metrics.nRevoked.Add(int64(n))
-	g.w.metrics.assigned.WithLabelValues(g.name).Sub(float64(n))
-	g.log.Info("partitions revoked", slog.Any("partitions", revoked))
-	g.release(g.take(revoked), true)
-}
-
-// onLost stops the lost partitions' work without committing: another member
-// may own them already.
-func (g *groupConsumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	n := count(lost)
-	if n == 0 {
-		return
-	}
-	g.w.metrics.nLost.Add(int64(n))
-	g.w.metrics.assigned.WithLabelValues(g.name).Sub(float64(n))
-	g.log.Warn("partitions lost (group membership ended); their work stops uncommitted", slog.Any("partitions", lost))
-	g.release(g.take(lost), false)
 }
 
 // take removes partitions from the owned set, so that no later periodic
@@ -371,25 +273,6 @@ func waitDone(parts []*partition, d time.Duration) bool {
 	return true
 }
 
-func (g *groupConsumer) commitLoop(ctx context.Context) {
-	t := time.NewTicker(g.w.cfg.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if h := g.w.cfg.hooks.periodicCommit; h != nil {
-			h()
-		}
-		for _, p := range g.commitOwned(ctx) {
-			p.updateLag()
-		}
-		g.beat.Store(time.Now().UnixNano())
-	}
-}
-
 // commitOwned commits the finished offsets of the partitions the member
 // owns at this moment, and returns them. It reads the owned set under
 // commitMu, not before: a set read earlier may hold a partition revoked or
@@ -407,9 +290,9 @@ func (g *groupConsumer) commitOwned(ctx context.Context) []*partition {
 	return parts
 }
 
-// commit commits the finished offsets of parts that moved since their last
-// commit. A failure is logged and counted; the next commit carries the same
-// offsets again.
+// commit settles with the broker what parts finished since their last
+// commit (Kafka commits the offsets, RabbitMQ acknowledges the deliveries).
+// A failure is logged and counted; the next commit carries it again.
 func (g *groupConsumer) commit(ctx context.Context, parts []*partition) {
 	g.commitMu.Lock()
 	defer g.commitMu.Unlock()
@@ -417,37 +300,7 @@ func (g *groupConsumer) commit(ctx context.Context, parts []*partition) {
 }
 
 func (g *groupConsumer) commitLocked(ctx context.Context, parts []*partition) {
-	var recs []*kgo.Record
-	var moved []*partition
-	var points []kgo.EpochOffset
-	for _, p := range parts {
-		if p.rmq != nil {
-			g.rmq.ack(p)
-			continue
-		}
-		if at, ok := p.uncommitted(); ok {
-			// CommitRecords commits offset+1 of each record.
-			recs = append(recs, &kgo.Record{Topic: p.topic, Partition: p.id, LeaderEpoch: at.Epoch, Offset: at.Offset - 1})
-			moved = append(moved, p)
-			points = append(points, at)
-		}
-	}
-	if len(recs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
-	defer cancel()
-	if err := g.cl.CommitRecords(ctx, recs...); err != nil {
-		g.w.metrics.nCommitErrors.Add(1)
-		g.w.metrics.commitErrors.WithLabelValues(g.name).Inc()
-		if ctx.Err() == nil {
-			g.log.Warn("offset commit failed; the next commit retries it", slog.String("error", err.Error()))
-		}
-		return
-	}
-	for i, p := range moved {
-		p.committed(points[i])
-	}
+	g.src.settle(ctx, parts)
 }
 
 func count(tps map[string][]int32) int {

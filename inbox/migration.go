@@ -304,7 +304,7 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 	}
 	g.log = g.log.With(slog.String("migration", plan), slog.String("channel", "new"))
 	w.followers[k] = g
-	g.kafkaOK.Store(time.Now().UnixNano())
+	g.brokerOK.Store(time.Now().UnixNano())
 	gs := append(slices.Clone(*w.groups.Load()), g)
 	w.groups.Store(&gs)
 	w.runWG.Go(func() { g.run(w.runCtx) })

@@ -142,11 +142,11 @@ func TestTheNewChannelsGroupTakesTheWorkersKafkaSettings(t *testing.T) {
 		{"client id", kgo.ClientID, "ferry-item-4"},
 		{"fetch max wait", kgo.FetchMaxWait, 250 * time.Millisecond},
 	} {
-		if got := g.cl.OptValue(c.opt); got != c.want {
+		if got := g.kafka().OptValue(c.opt); got != c.want {
 			t.Errorf("the new channel's group has %s %v, want the worker's %v", c.name, got, c.want)
 		}
 	}
-	if seeds := g.cl.OptValue(kgo.SeedBrokers).([]string); len(seeds) != 1 || seeds[0] != secB.SASLSSLBrokers {
+	if seeds := g.kafka().OptValue(kgo.SeedBrokers).([]string); len(seeds) != 1 || seeds[0] != secB.SASLSSLBrokers {
 		t.Errorf("the new channel's group reaches %v, want B's %s", seeds, secB.SASLSSLBrokers)
 	}
 }

@@ -351,12 +351,12 @@ func (w *Worker) notePosition(k positionKey, pos int64, now positionMark, validF
 // worker does not follow it).
 func (w *Worker) channelClient(g *groupConsumer, plan string, side migration.Side) *kgo.Client {
 	if side == migration.OldSide {
-		return g.cl
+		return g.kafka()
 	}
 	w.routeMu.Lock()
 	defer w.routeMu.Unlock()
 	if f := w.followers[followKey{g.name, plan}]; f != nil {
-		return f.cl
+		return f.kafka()
 	}
 	return nil
 }

@@ -100,13 +100,13 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 		v, _ := json.Marshal(r) // numbers, strings and a time always marshal
 		recs[i] = &kgo.Record{Topic: migration.ReportTopic, Key: []byte(r.Key()), Value: v}
 	}
-	err = g.cl.ProduceSync(ctx, recs...).FirstErr()
+	err = g.kafka().ProduceSync(ctx, recs...).FirstErr()
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		// The first report of a cluster: a compacted topic keeps the newest
 		// report per plan and group.
-		_, cerr := kadm.NewClient(g.cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": new("compact")}, migration.ReportTopic)
+		_, cerr := kadm.NewClient(g.kafka()).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": new("compact")}, migration.ReportTopic)
 		if cerr == nil || errors.Is(cerr, kerr.TopicAlreadyExists) {
-			err = g.cl.ProduceSync(ctx, recs...).FirstErr()
+			err = g.kafka().ProduceSync(ctx, recs...).FirstErr()
 		}
 	}
 	return err

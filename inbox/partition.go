@@ -123,9 +123,8 @@ func (p *partition) enqueue(recs []*kgo.Record, highWatermark int64, now time.Ti
 		}
 	}
 	// RabbitMQ needs no pause: the prefetch bounds what a channel holds.
-	if !p.paused && p.rmq == nil && p.bufferedBytes >= p.w.cfg.MaxBufferedBytesPerPartition {
+	if !p.paused && p.bufferedBytes >= p.w.cfg.MaxBufferedBytesPerPartition && p.g.src.pause(p) {
 		p.paused = true
-		p.g.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.id}})
 		p.w.metrics.nPauses.Add(1)
 		p.w.metrics.pauses.WithLabelValues(p.g.name).Inc()
 	}
@@ -185,11 +184,9 @@ func (p *partition) finish(r *kgo.Record) {
 	p.bufferedBytes -= recordSize(r)
 	if p.paused && p.bufferedBytes <= p.w.cfg.MaxBufferedBytesPerPartition/2 && p.stopCtx.Err() == nil {
 		p.paused = false
-		p.g.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
+		p.g.src.resume(p)
 	}
-	if p.rmq != nil {
-		p.g.rmq.finished(p, r)
-	}
+	p.g.src.finished(p, r)
 }
 
 // stop makes the partition take no new work and wakes its sleeps.
@@ -238,7 +235,7 @@ func (p *partition) forget() {
 	p.mu.Lock()
 	if p.paused {
 		p.paused = false
-		p.g.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
+		p.g.src.resume(p)
 	}
 	p.mu.Unlock()
 	p.metrics.forget()

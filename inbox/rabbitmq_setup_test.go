@@ -278,11 +278,12 @@ func (b *rbundle) deadLetters(want int) []amqp.Delivery {
 // restart or a network cut would.
 func cutConnection(w *Worker) {
 	for _, g := range *w.groups.Load() {
-		g.rmq.connMu.Lock()
-		if c := g.rmq.conn; c != nil {
+		s := g.src.(*rabbitSource)
+		s.connMu.Lock()
+		if c := s.conn; c != nil {
 			_ = c.Close()
 		}
-		g.rmq.connMu.Unlock()
+		s.connMu.Unlock()
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -72,11 +71,7 @@ type rabbitSource struct {
 }
 
 func newRabbitSource(g *groupConsumer, cfg *RabbitMQConfig) *rabbitSource {
-	topics := make([]string, 0, len(g.handlers))
-	for t := range g.handlers {
-		topics = append(topics, t)
-	}
-	slices.Sort(topics)
+	topics := g.topics()
 	return &rabbitSource{
 		g: g, cfg: cfg, topics: topics, log: g.log,
 		pub:        &deadLetterPublisher{cfg: cfg, name: g.name},
@@ -102,8 +97,46 @@ func (s *rabbitSource) connection() (*amqp.Connection, error) {
 	return conn, nil
 }
 
+func (s *rabbitSource) broker() string { return "RabbitMQ" }
+
+func (s *rabbitSource) ready() error {
+	if q := s.notReady(); q != "" {
+		return fmt.Errorf("consumer %s is not registered on RabbitMQ queue %s yet", s.g.name, q)
+	}
+	return nil
+}
+
+func (s *rabbitSource) close() {}
+
+func (s *rabbitSource) produceDeadLetter(ctx context.Context, out, rec *kgo.Record) error {
+	return s.pub.publish(ctx, out, rec)
+}
+
+// addTopic is never called: a RabbitMQ consumer follows no live migration
+// yet (migrationUnsupported).
+func (s *rabbitSource) addTopic(topic string) {
+	s.log.Error("a RabbitMQ consumer cannot add a topic", slog.String("topic", topic))
+}
+
+func (s *rabbitSource) where(p *partition) string {
+	return "RabbitMQ queue " + rabbitmq.QueueName(p.topic, int(p.id), s.g.name)
+}
+
+// pause and resume do nothing: the prefetch bounds what a channel holds.
+func (s *rabbitSource) pause(*partition) bool { return false }
+func (s *rabbitSource) resume(*partition)     {}
+
+func (s *rabbitSource) migrates() bool { return false }
+
+// settle acknowledges each partition's deliveries up to its commit point.
+func (s *rabbitSource) settle(_ context.Context, parts []*partition) {
+	for _, p := range parts {
+		s.ack(p)
+	}
+}
+
 // ping reports whether the consuming connection is up.
-func (s *rabbitSource) ping() error {
+func (s *rabbitSource) ping(context.Context) error {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
 	if s.conn == nil || s.conn.IsClosed() {
@@ -116,24 +149,15 @@ func (s *rabbitSource) ping() error {
 // flight finishes, is acknowledged, and the channels close.
 func (s *rabbitSource) run(ctx context.Context) {
 	g := s.g
-	ackCtx, stopAcks := context.WithCancel(context.Background())
-	var acker sync.WaitGroup
-	g.beat.Store(time.Now().UnixNano())
-	acker.Go(func() { s.ackLoop(ackCtx) })
-	acker.Go(func() { s.lagLoop(ackCtx) })
-
-	var shards sync.WaitGroup
-	for _, topic := range s.topics {
-		for shard := range s.cfg.Shards {
-			shards.Go(func() { s.consumeShard(ctx, topic, shard) })
+	g.consume(ctx, func(ctx context.Context) {
+		var shards sync.WaitGroup
+		for _, topic := range s.topics {
+			for shard := range s.cfg.Shards {
+				shards.Go(func() { s.consumeShard(ctx, topic, shard) })
+			}
 		}
-	}
-	shards.Wait()
-
-	g.log.Info("draining")
-	g.release(g.takeAll(), true)
-	stopAcks()
-	acker.Wait()
+		shards.Wait()
+	}, s.ackLoop, s.lagLoop)
 	s.regMu.Lock()
 	g.w.metrics.assigned.WithLabelValues(g.name).Sub(float64(len(s.registered)))
 	for tp, ch := range s.registered {
@@ -424,9 +448,9 @@ func (g *groupConsumer) pending(topic string, shard int) int {
 	return p.tracker.Pending()
 }
 
-// ackBeforeApplying is the negative control's broken order: each delivery
-// is acknowledged before its transaction, so a crash in between loses it.
-func (p *partition) ackBeforeApplying(ds []*delivery) {
+// settleFirst is the negative control's broken order: each delivery is
+// acknowledged before its transaction, so a crash in between loses it.
+func (s *rabbitSource) settleFirst(p *partition, ds []*delivery) {
 	for _, d := range ds {
 		if err := p.rmq.Ack(uint64(d.rec.Offset), false); err != nil {
 			p.log.Warn("unsafe early ack failed", slog.String("error", err.Error()))

@@ -205,22 +205,14 @@ func (w *Worker) Ready() error {
 		return errors.New("worker is starting")
 	}
 	for _, g := range *gs {
-		if g.rmq != nil {
-			if q := g.rmq.notReady(); q != "" {
-				return fmt.Errorf("consumer %s is not registered on RabbitMQ queue %s yet", g.name, q)
-			}
-		} else if !g.joined.Load() {
-			return fmt.Errorf("consumer %s has not joined its group yet", g.name)
+		if err := g.src.ready(); err != nil {
+			return err
 		}
 		if err := g.stuck(); err != nil {
 			return err
 		}
-		if silent := time.Since(time.Unix(0, g.kafkaOK.Load())); silent > unreachableAfter {
-			broker := "Kafka"
-			if g.rmq != nil {
-				broker = "RabbitMQ"
-			}
-			return fmt.Errorf("consumer %s: %s has not answered for %s (unreachable?)", g.name, broker, silent.Round(time.Second))
+		if silent := time.Since(time.Unix(0, g.brokerOK.Load())); silent > unreachableAfter {
+			return fmt.Errorf("consumer %s: %s has not answered for %s (unreachable?)", g.name, g.src.broker(), silent.Round(time.Second))
 		}
 	}
 	if _, ok := w.cfg.DB.(pinger); ok {
@@ -261,7 +253,7 @@ func (w *Worker) reachability(ctx context.Context) {
 		for _, g := range *w.groups.Load() {
 			pctx, cancel := context.WithTimeout(ctx, pingInterval)
 			if g.ping(pctx) == nil {
-				g.kafkaOK.Store(time.Now().UnixNano())
+				g.brokerOK.Store(time.Now().UnixNano())
 			}
 			cancel()
 		}
@@ -372,7 +364,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	now := time.Now().UnixNano()
 	for _, g := range groups {
-		g.kafkaOK.Store(now)
+		g.brokerOK.Store(now)
 	}
 	w.dbOK.Store(now)
 	w.groups.Store(&groups)

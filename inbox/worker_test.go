@@ -451,7 +451,7 @@ func memberID(w *Worker) string {
 	if gs == nil || len(*gs) == 0 {
 		return ""
 	}
-	id, _ := (*gs)[0].cl.GroupMetadata()
+	id, _ := (*gs)[0].kafka().GroupMetadata()
 	return id
 }
 
