@@ -41,10 +41,23 @@ func TestFaultRabbitMQNegativeControlConfirmOnSendLoses(t *testing.T) {
 	if c := b.slotConfirmedLSN(t); c <= held {
 		t.Fatalf("confirmed_flush_lsn %s did not move: the control does not confirm on send", c)
 	}
+	sessions := r.Stats().Sessions
 	ferrytest.Stack(t, "rabbitmq-kill")
 	ferrytest.Stack(t, "rabbitmq-start")
 	clear()
-	time.Sleep(3 * time.Second) // the relay reconnects; it has nothing left to send
+	// The relay has nothing left to send (it confirmed everything on
+	// send): what the broker lost is lost. It is ready again once it saw
+	// its blocked connection die, with no stale block in Ready.
+	deadline = time.Now().Add(time.Minute)
+	for r.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready a minute after the broker's restart, with nothing to publish: %v", r.Ready())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := r.Stats().Sessions; s != sessions {
+		t.Logf("%d sessions before the broker's restart, %d after", sessions, s)
+	}
 	got := drainRabbit(t, topic)
 	lost := got.missing(append(before, during...))
 	if lost == 0 {

@@ -345,6 +345,11 @@ func (rc *rabbitConn) open() (*amqp.Connection, error) {
 // reads at once, so amqp091-go never drops an unblock.
 func (rc *rabbitConn) watchBlocks(blocks <-chan amqp.Blocking) {
 	for b := range blocks {
+		select {
+		case <-rc.dead:
+			continue // the block was this connection's; fail cleared it
+		default:
+		}
 		if b.Active {
 			reason := "RabbitMQ blocked the connection: " + b.Reason
 			rc.s.blocked.Store(&reason)
@@ -377,6 +382,10 @@ func (rc *rabbitConn) fail(err error) {
 	rc.failOnce.Do(func() {
 		rc.failErr = err
 		close(rc.dead)
+		// A block is a connection's: the next one tells its own. Kept, it
+		// would turn /readyz red with a stale reason for as long as the
+		// relay has nothing to publish and dials no new connection.
+		rc.s.blocked.Store(nil)
 		var failed []queuedRecord
 		for _, c := range rc.chans {
 			failed = append(failed, c.drain()...)
