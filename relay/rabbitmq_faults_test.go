@@ -86,7 +86,14 @@ func TestFaultRabbitMQConnectionsClosedWithPublishesUnconfirmed(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	ferrytest.RabbitMQCtl(t, "close_all_connections", "--global", "ferry fault test")
-	time.Sleep(time.Second)
+	// The close fails the session; the next one connects, still blocked.
+	deadline = time.Now().Add(30 * time.Second)
+	for r.Stats().Sessions < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions 30s after the broker closed the connection", r.Stats().Sessions)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	clear()
 	b.waitConfirmed(t, time.Minute)
 	got := drainRabbit(t, topic)
@@ -126,7 +133,7 @@ func TestFaultRabbitMQMemoryAlarmBlocksThenDrains(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second) // status updates go on; none may pass the block
+	b.waitStatusUpdates(t, 3) // status updates go on; none may pass the block
 	if c := b.slotConfirmedLSN(t); c > held {
 		t.Fatalf("confirmed_flush_lsn %s moved past %s while RabbitMQ confirmed nothing", c, held)
 	}
@@ -191,7 +198,7 @@ func TestFaultRabbitMQRelayKilledBeforeConfirm(t *testing.T) {
 	held := b.slotConfirmedLSN(t)
 	during := b.writeAggregates(t, "order", 10, 100, 20)
 	p.waitLog("rabbitmq blocks the relay's connection", 30*time.Second)
-	time.Sleep(time.Second)
+	b.waitStatusUpdates(t, 2) // the relay reports on, confirming nothing
 	p.signal(syscall.SIGKILL)
 	p.wait(10 * time.Second)
 	if c := b.slotConfirmedLSN(t); c > held {
@@ -282,7 +289,7 @@ func TestFaultRabbitMQPermissionRevokedMidStream(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	sessions := r.Stats().Sessions
-	time.Sleep(3 * time.Second)
+	b.waitStatusUpdates(t, 3)
 	if s := r.Stats().Sessions; s != sessions || s > 2 {
 		t.Errorf("sessions %d then %d: a refused write must be held, not looped", sessions, s)
 	}

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -179,6 +181,35 @@ func (b *bundle) slotConfirmedLSN(t *testing.T) pglogrepl.LSN {
 		t.Fatalf("confirmed_flush_lsn %q: %v", st.ConfirmedFlushLSN, err)
 	}
 	return lsn
+}
+
+// waitStatusUpdates waits until the walsender of the bundle's slot got n
+// more status updates from the relay (pg_stat_replication.reply_time moved
+// n times). A window that must show nothing happening (no confirmation, no
+// new session) is measured in the relay's own reports this way: a loaded
+// machine stretches it instead of cutting it short.
+func (b *bundle) waitStatusUpdates(t *testing.T, n int) {
+	t.Helper()
+	var last time.Time
+	seen := -1 // the first reading is the update before the window
+	deadline := time.Now().Add(time.Minute)
+	for seen < n {
+		var at *time.Time
+		err := b.db.Pool.QueryRow(b.ctx, `
+			SELECT r.reply_time FROM pg_stat_replication r
+			JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = $1`, b.slot).Scan(&at)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if at != nil && !at.Equal(last) {
+			last = *at
+			seen++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay sent %d of %d status updates in a minute", max(seen, 0), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // currentLSN is the server's current WAL position.
@@ -354,7 +385,7 @@ func TestRabbitMQMissingExchangeIsHeldWithoutALoop(t *testing.T) {
 		flowIDs, held = append(flowIDs, ids[0]), append(held, ids[1])
 	}
 	flow.wait(t, flowIDs, 30*time.Second, 0)
-	time.Sleep(3 * time.Second) // a loop would restart sessions meanwhile
+	b.waitStatusUpdates(t, 3) // a loop would restart sessions meanwhile
 	err := r.Ready()
 	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "exchange does not exist") {
 		t.Errorf("Ready = %v, want it to name the missing exchange %s", err, missing)
