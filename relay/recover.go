@@ -148,15 +148,11 @@ func (r *Relay) Recover(ctx context.Context, opts *RecoverOpts) (*RecoverResult,
 		return nil, fmt.Errorf("relay: recover: mark the recovery in ferry_relay_slot: %w", err)
 	}
 
-	sink := r.cfg.Sink
-	if sink == nil {
-		ks, err := newKafkaSink(r.producerOpts(), r.cfg.TopicConfigRefresh, log)
-		if err != nil {
-			return nil, fmt.Errorf("relay: kafka client: %w", err)
-		}
-		defer ks.Close()
-		sink = ks
+	sink, closeSink, err := r.newSink(log)
+	if err != nil {
+		return nil, err
 	}
+	defer closeSink()
 
 	// The new slot first: from its starting point on it keeps every
 	// transaction; the snapshot it exports sees exactly those before.
@@ -382,21 +378,21 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 	}
 	wg.Wait()
 	if failed != nil {
-		return fmt.Errorf("kafka: %w", failed)
+		return fmt.Errorf("%s: %w", r.brokerLower(), failed)
 	}
 	for _, f := range refused {
 		reason := f.reason
 		if _, err := q.OutboxQuarantineInsert(ctx, pool, quarantineParams(f.p, reason, f.err)); err != nil {
 			return fmt.Errorf("quarantine outbox row %s: %w", f.p.row.ID, err)
 		}
-		log.Warn("recovery: event quarantined: Kafka refuses it for good", slog.String("id", f.p.row.ID.String()),
+		log.Warn("recovery: event quarantined: "+r.broker()+" refuses it for good", slog.String("id", f.p.row.ID.String()),
 			slog.String("topic", f.p.rec.Topic), slog.String("reason", string(reason)), slog.String("error", f.err.Error()))
 		res.Quarantined++
 	}
 	return nil
 }
 
-// refusal is a row Kafka will never accept, on its way to quarantine.
+// refusal is a row the broker will never accept, on its way to quarantine.
 type refusal struct {
 	p      *inflight
 	reason QuarantineReason

@@ -223,20 +223,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 
-	sink := r.cfg.Sink
-	if sink == nil && r.cfg.RabbitMQ != nil {
-		rs := newRabbitMQSink(r.cfg.RabbitMQ, &r.cfg, r.metrics, log)
-		defer rs.Close()
-		sink = rs
+	sink, closeSink, err := r.newSink(log)
+	if err != nil {
+		return err
 	}
-	if sink == nil {
-		ks, err := newKafkaSink(r.producerOpts(), r.cfg.TopicConfigRefresh, log)
-		if err != nil {
-			return fmt.Errorf("relay: kafka client: %w", err)
-		}
-		defer ks.Close()
-		sink = ks
-	}
+	defer closeSink()
 	defer r.closeChannels()
 
 	runCtx, cancelRun := context.WithCancelCause(ctx)
@@ -429,4 +420,21 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// newSink returns the sink of the configured channel (Config.Sink when
+// set, else RabbitMQ's or Kafka's) and what closes it.
+func (r *Relay) newSink(log *slog.Logger) (Sink, func(), error) {
+	switch {
+	case r.cfg.Sink != nil:
+		return r.cfg.Sink, func() {}, nil
+	case r.cfg.RabbitMQ != nil:
+		rs := newRabbitMQSink(r.cfg.RabbitMQ, &r.cfg, r.metrics, log)
+		return rs, rs.Close, nil
+	}
+	ks, err := newKafkaSink(r.producerOpts(), r.cfg.TopicConfigRefresh, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("relay: kafka client: %w", err)
+	}
+	return ks, ks.Close, nil
 }

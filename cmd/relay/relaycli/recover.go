@@ -14,6 +14,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f := cli.NewFlags("relay recover", stderr)
 	var e engine
 	e.register(f)
+	e.rabbit = &rabbitFlags{} // the gap goes to the channel `relay run` publishes to
+	e.rabbit.register(f)
 	margin := f.PositiveDuration("recover-margin", relay.RecoverMarginDefault, "republish from this long before the last confirmed commit time")
 	var since cli.TimeValue
 	f.FlagSet.Var(&since, "since", "republish outbox rows created at or after this RFC 3339 time or duration ago (7d); needed when Ferry has no record of the slot")

@@ -68,7 +68,8 @@ type engine struct {
 	ceType      *string
 	traceEvents *bool
 	stopTracing func() // set by parse; see close
-	// rabbit is set on `relay run` only: RabbitMQ instead of Kafka.
+	// rabbit is set on `relay run` and `relay recover`: RabbitMQ instead
+	// of Kafka.
 	rabbit *rabbitFlags
 }
 
