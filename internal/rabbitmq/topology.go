@@ -183,18 +183,25 @@ func Missing(conn *amqp.Connection, t *Topology) ([]string, error) {
 }
 
 func queueExists(conn *amqp.Connection, q string) (bool, error) {
+	_, ok, err := Inspect(conn, q)
+	return ok, err
+}
+
+// Inspect declares queue q passively, on a channel of its own: its ready
+// messages and consumers, and whether it exists.
+func Inspect(conn *amqp.Connection, q string) (amqp.Queue, bool, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return false, fmt.Errorf("open a channel: %w", err)
+		return amqp.Queue{}, false, fmt.Errorf("open a channel: %w", err)
 	}
-	_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-		return false, nil
+		return amqp.Queue{}, false, nil
 	}
 	_ = ch.Close()
 	if err != nil {
-		return false, fmt.Errorf("queue %s: %w", q, err)
+		return amqp.Queue{}, false, fmt.Errorf("queue %s: %w", q, err)
 	}
-	return true, nil
+	return st, true, nil
 }

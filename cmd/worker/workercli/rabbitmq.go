@@ -99,6 +99,16 @@ func declareQueues(ctx context.Context, name string, r *rabbitFlags, register Re
 	return nil
 }
 
+// rabbitConnection is the engine's configuration of r for the commands
+// that only read (dlq, status): the connection and the shards.
+func rabbitConnection(r *cli.RabbitMQ) *inbox.RabbitMQConfig {
+	return &inbox.RabbitMQConfig{
+		URL: r.URL, Password: r.Password, Vhost: r.Vhost,
+		TLSCAFile: r.TLSCAFile, TLSCertFile: r.TLSCertFile, TLSKeyFile: r.TLSKeyFile, SkipVerify: r.TLSSkipVerify,
+		Shards: r.NShards(), Name: r.Name,
+	}
+}
+
 // noDB is the database of a worker that never runs.
 type noDB struct{}
 
@@ -112,11 +122,7 @@ func runRabbitDLQ(ctx context.Context, name, action string, d *dlqFlags, all boo
 	if err := d.rabbit.Validate(); err != nil {
 		return err
 	}
-	rcfg := &inbox.RabbitMQConfig{
-		URL: d.rabbit.URL, Password: d.rabbit.Password, Vhost: d.rabbit.Vhost,
-		TLSCAFile: d.rabbit.TLSCAFile, TLSCertFile: d.rabbit.TLSCertFile, TLSKeyFile: d.rabbit.TLSKeyFile, SkipVerify: d.rabbit.TLSSkipVerify,
-		Shards: d.rabbit.NShards(), Name: d.rabbit.Name,
-	}
+	rcfg := rabbitConnection(&d.rabbit)
 	if action == "list" {
 		dls, err := inbox.ListRabbitMQDeadLetters(ctx, rcfg, *d.topic, d.filter(), *d.idle)
 		if err != nil {

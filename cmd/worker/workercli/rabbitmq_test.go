@@ -111,7 +111,9 @@ func TestSchemaDeclaresRabbitMQQueues(t *testing.T) {
 // `run --rabbitmq-url` consumes what the relay publishes to the shard
 // queues `schema` declared, each message once, and exits 0 on SIGTERM (its
 // context ending) with the queues empty; a prefetch a quorum queue cannot
-// take is a usage error.
+// take is a usage error. `status --rabbitmq-url` shows the messages
+// waiting in a consumer's queues before, its inbox rows after, and the
+// queues a consumer never declared.
 func TestRunConsumesRabbitMQ(t *testing.T) {
 	url := rabbitEnv(t, "FERRY_TEST_RABBITMQ_URL")
 	password := rabbitEnv(t, "FERRY_TEST_RABBITMQ_PASSWORD")
@@ -168,6 +170,14 @@ func TestRunConsumesRabbitMQ(t *testing.T) {
 		}
 	}
 
+	statusArgs := []string{"status", "--database-url", db.URL, "--rabbitmq-url", url, "--rabbitmq-shards", "2",
+		"--topics", topic, "--consumers", consumer + ",never-declared"}
+	if code, _, stderr := run(ctx, nil, "status", "--database-url", db.URL, "--rabbitmq-url", url, "--consumers", consumer); code != 2 || !strings.Contains(stderr, "--topics is required") {
+		t.Errorf("status without --topics: exit %d\n%s", code, stderr)
+	}
+	waitStatus(ctx, t, statusArgs, consumer, fmt.Sprintf("declared 0 %d (%s %d) 0 -", n, topic, n))
+	waitStatus(ctx, t, statusArgs, "never-declared", "2 of 2 queues missing 0 - 0 -")
+
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan int, 1)
 	var stderr string
@@ -201,6 +211,7 @@ func TestRunConsumesRabbitMQ(t *testing.T) {
 	if strings.Contains(stderr, password) {
 		t.Error("the password appears in the logs")
 	}
+	waitStatus(ctx, t, statusArgs, consumer, fmt.Sprintf("declared 0 0 (%s 0) %d", topic, n))
 	for s := range 2 {
 		q, err := ch.QueueDeclarePassive(rabbitmq.QueueName(topic, s, consumer), true, false, false, false, nil)
 		if err != nil {
@@ -209,5 +220,32 @@ func TestRunConsumesRabbitMQ(t *testing.T) {
 		if q.Messages != 0 {
 			t.Errorf("queue %s holds %d messages after the stop", q.Name, q.Messages)
 		}
+	}
+}
+
+// waitStatus runs `status` until the row of consumer, without its
+// consumer name and its newest-applied time, reads want (a quorum queue
+// counts a message once its log committed it).
+func waitStatus(ctx context.Context, t *testing.T, args []string, consumer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, stdout, stderr := run(ctx, nil, args...)
+		var row string
+		for line := range strings.Lines(stdout) {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == consumer {
+				if !strings.HasSuffix(want, " -") && len(f) > 2 {
+					f = f[:len(f)-1] // the newest applied time
+				}
+				row = strings.Join(f[1:], " ")
+			}
+		}
+		if code == 0 && row == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status: exit %d, row of %s %q, want %q\n%s%s", code, consumer, row, want, stdout, stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

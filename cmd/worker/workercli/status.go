@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/cli"
 )
@@ -19,6 +21,9 @@ func runStatus(ctx context.Context, name string, args []string, stdout, stderr i
 	base.Register(f)
 	var kafka cli.Kafka
 	kafka.Register(f, "ferry-worker-status")
+	var rabbit cli.RabbitMQ
+	rabbit.Register(f, "ferry-worker-status")
+	topics := f.String("topics", "", "RabbitMQ: comma-separated topics the consumers consume (their shard queues are named after them); required with --rabbitmq-url")
 	consumers := f.String("consumers", "", "comma-separated consumers (consumer group names) to describe; required")
 	timeout := f.FlagSet.Duration("timeout", 30*time.Second, "give up after this long")
 	if _, err := base.Parse(f, args, stderr); err != nil {
@@ -28,9 +33,19 @@ func runStatus(ctx context.Context, name string, args []string, stdout, stderr i
 	if len(names) == 0 {
 		return cli.Usagef("--consumers is required: the consumers to describe, such as stock.reservation,order.status")
 	}
-	kopts, err := kafka.Opts(nil)
-	if err != nil {
-		return err
+	var kopts []kgo.Opt
+	if rabbit.Enabled() {
+		if err := rabbit.Validate(); err != nil {
+			return err
+		}
+		if len(splitList(*topics)) == 0 {
+			return cli.Usagef("--topics is required with --rabbitmq-url: the consumers' topics, such as outbox.event.order")
+		}
+	} else {
+		var err error
+		if kopts, err = kafka.Opts(nil); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -39,12 +54,21 @@ func runStatus(ctx context.Context, name string, args []string, stdout, stderr i
 		return err
 	}
 	defer pool.Close()
-	sts, err := inbox.Status(ctx, pool, kopts, names...)
+	var sts []inbox.ConsumerStatus
+	if rabbit.Enabled() {
+		sts, err = inbox.RabbitMQStatus(ctx, pool, rabbitConnection(&rabbit), splitList(*topics), names...)
+	} else {
+		sts, err = inbox.Status(ctx, pool, kopts, names...)
+	}
 	if err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "CONSUMER\tGROUP\tMEMBERS\tLAG\tINBOX ROWS\tNEWEST APPLIED")
+	group := "GROUP"
+	if rabbit.Enabled() {
+		group = "QUEUES"
+	}
+	fmt.Fprintln(w, "CONSUMER\t"+group+"\tMEMBERS\tLAG\tINBOX ROWS\tNEWEST APPLIED")
 	for _, st := range sts {
 		newest := "-"
 		if !st.NewestApplied.IsZero() {
