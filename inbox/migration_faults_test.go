@@ -36,6 +36,10 @@ import (
 // worker was killed: those events' shadows come first.
 func TestFaultNewClusterOutagesLeaveNoShadowMissing(t *testing.T) {
 	m := setupLiveMigrationFor(t, 9*time.Minute)
+	// At most some 300 events a second: unpaced, the load wrote 55,000
+	// events while Kafka B restarted twice, and the test spent minutes
+	// catching up on them.
+	m.writeEvery = 3 * time.Millisecond
 	cfg := m.config()
 	cfg.MigrationReportInterval = 200 * time.Millisecond
 	cfg.MigrationAllowedLateness = time.Second

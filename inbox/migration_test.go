@@ -44,6 +44,8 @@ type liveMigration struct {
 	// max(4, cores) connections) may be all held by transactions a test
 	// keeps open, and must not throttle the load.
 	app *pgxpool.Pool
+	// writeEvery paces writeUntil's load (0: as fast as it goes).
+	writeEvery time.Duration
 }
 
 func setupLiveMigration(t *testing.T) *liveMigration {
@@ -130,6 +132,9 @@ func (m *liveMigration) writeUntil(stop <-chan struct{}) <-chan error {
 				return
 			}
 			m.written.Add(1)
+			if m.writeEvery > 0 {
+				time.Sleep(m.writeEvery) // a pace, not a wait for anything
+			}
 		}
 	}()
 	return errs
