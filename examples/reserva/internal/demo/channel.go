@@ -31,7 +31,7 @@ type channel interface {
 	name() string
 	// prepare makes the topology the demo's events need before any is
 	// written, and notes what is on the broker already.
-	prepare(ctx context.Context) error
+	prepare(ctx context.Context) (stale int64, err error)
 	// records counts the records relayed to the two event topics since
 	// prepare.
 	records(ctx context.Context) (int64, error)
@@ -57,22 +57,22 @@ type kafkaChannel struct {
 
 func (k *kafkaChannel) name() string { return "Kafka" }
 
-func (k *kafkaChannel) prepare(ctx context.Context) error {
+func (k *kafkaChannel) prepare(ctx context.Context) (stale int64, err error) {
 	k.opts = []kgo.Opt{kgo.SeedBrokers(strings.Split(k.brokers, ",")...)}
 	cl, err := kgo.NewClient(k.opts...)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	topics := []string{reserva.TopicOrders, reserva.TopicStock, reserva.TopicOrders + ".dlq", reserva.TopicStock + ".dlq"}
 	res, err := adm.CreateTopics(ctx, 4, 1, nil, topics...)
 	if err != nil {
-		return fmt.Errorf("create topics: %w", err)
+		return 0, fmt.Errorf("create topics: %w", err)
 	}
 	for _, r := range res {
 		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+			return 0, fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
 		}
 	}
 	// The topics outlive the demo database: what an earlier run left
@@ -82,35 +82,49 @@ func (k *kafkaChannel) prepare(ctx context.Context) error {
 	// OrderPlaced takes this run's stock and an old StockReserved retries
 	// until it is dead-lettered. Each group starts where its topic ends.
 	for topic, group := range demoConsumers {
-		if err := skipToEnd(ctx, adm, group, topic); err != nil {
-			return err
+		n, err := skipToEnd(ctx, adm, group, topic)
+		if err != nil {
+			return stale, err
 		}
+		stale += n
 	}
 	k.start = 0
 	k.start, err = k.records(ctx)
-	return err
+	return stale, err
 }
 
 // skipToEndOn is skipToEnd on the cluster of kopts.
-func skipToEndOn(ctx context.Context, kopts []kgo.Opt, group, topic string) error {
+func skipToEndOn(ctx context.Context, kopts []kgo.Opt, group, topic string) (int64, error) {
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer cl.Close()
 	return skipToEnd(ctx, kadm.NewClient(cl), group, topic)
 }
 
-// skipToEnd commits group's offsets at the end of topic's partitions.
-// Kafka refuses the commit while members of the group are consuming: the
-// workers of another demo on the same cluster.
-func skipToEnd(ctx context.Context, adm *kadm.Client, group, topic string) error {
+// skipToEnd commits group's offsets at the end of topic's partitions and
+// returns how many records that skips (what the group would have read
+// from its commits, or from the start without one), 0 when Kafka could
+// not say. Kafka refuses the
+// commit while members of the group are consuming: the workers of another
+// demo on the same cluster.
+func skipToEnd(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
+	// The count is for the demo's output only: a cluster whose group
+	// coordinator is not loaded yet (a new stack) answers no lag, and the
+	// skip goes on without it.
+	var skipped int64
+	if lags, err := adm.Lag(ctx, group); err == nil && lags[group].DescribeErr == nil && lags[group].FetchErr == nil {
+		for _, l := range lags[group].Lag[topic] {
+			skipped += max(l.Lag, 0)
+		}
+	}
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return fmt.Errorf("end offsets of %s: %w", topic, err)
+		return 0, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
 	if err := ends.Error(); err != nil {
-		return fmt.Errorf("end offsets of %s: %w", topic, err)
+		return 0, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
 	offsets := kadm.Offsets{}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -121,9 +135,9 @@ func skipToEnd(ctx context.Context, adm *kadm.Client, group, topic string) error
 		err = resp.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("start consumer group %s at the end of %s (is another demo running on these brokers?): %w", group, topic, err)
+		return 0, fmt.Errorf("start consumer group %s at the end of %s (is another demo running on these brokers?): %w", group, topic, err)
 	}
-	return nil
+	return skipped, nil
 }
 
 // records counts the records on the two event topics.
@@ -183,45 +197,47 @@ func (r *rabbitChannel) conn() *rabbitmq.Conn {
 
 var rabbitNames = rabbitmq.Names{URL: "--rabbitmq-url", Password: "FERRY_TEST_RABBITMQ_PASSWORD or FERRY_RABBITMQ_PASSWORD"}
 
-func (r *rabbitChannel) prepare(ctx context.Context) error {
+func (r *rabbitChannel) prepare(ctx context.Context) (stale int64, err error) {
 	// Dialled first, so that a refusal names the demo's settings.
 	conn, err := r.conn().Dial(rabbitNames)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() { _ = conn.Close() }()
 	for _, topic := range demoTopics {
 		if _, err := inbox.DeclareRabbitMQ(ctx, &r.cfg, demoConsumers[topic], []string{topic}); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() { _ = ch.Close() }()
 	for _, topic := range demoTopics {
 		// The queues outlive the demo database: what an interrupted run
 		// left in them belongs to orders that no longer exist.
 		for s := range r.cfg.Shards {
-			if _, err := ch.QueuePurge(rabbitmq.QueueName(topic, s, demoConsumers[topic]), false); err != nil {
-				return fmt.Errorf("purge the queues of %s: %w", topic, err)
+			n, err := ch.QueuePurge(rabbitmq.QueueName(topic, s, demoConsumers[topic]), false)
+			if err != nil {
+				return 0, fmt.Errorf("purge the queues of %s: %w", topic, err)
 			}
+			stale += int64(n)
 		}
 		tap := tapPrefix + topic
 		if _, err := ch.QueueDelete(tap, false, false, false); err != nil {
-			return fmt.Errorf("delete %s: %w", tap, err)
+			return 0, fmt.Errorf("delete %s: %w", tap, err)
 		}
 		if _, err := ch.QueueDeclare(tap, true, false, false, false, amqp.Table{"x-queue-type": "stream"}); err != nil {
-			return fmt.Errorf("declare %s: %w", tap, err)
+			return 0, fmt.Errorf("declare %s: %w", tap, err)
 		}
 		for s := range r.cfg.Shards {
 			if err := ch.QueueBind(tap, rabbitmq.RoutingKey(s), topic, false, nil); err != nil {
-				return fmt.Errorf("bind %s to %s: %w", tap, topic, err)
+				return 0, fmt.Errorf("bind %s to %s: %w", tap, topic, err)
 			}
 		}
 	}
-	return nil
+	return stale, nil
 }
 
 // records reads the taps from their start.

@@ -198,10 +198,14 @@ func (d *demo) prepare(ctx context.Context) error {
 	if err := reserva.SeedStock(ctx, d.pool, skus); err != nil {
 		return err
 	}
-	if err := d.ch.prepare(ctx); err != nil {
+	stale, err := d.ch.prepare(ctx)
+	if err != nil {
 		return err
 	}
 	d.say("== database %s migrated (Ferry + reserva), stock seeded, slot %q ready; events go through %s", demoDatabase, "ferry", d.ch.name())
+	if stale > 0 {
+		d.say("   %d messages an earlier run left unconsumed on %s skipped: their orders are not in this database", stale, d.ch.name())
+	}
 	return nil
 }
 

@@ -263,15 +263,22 @@ func (m *migrationDemo) prepare(ctx context.Context) error {
 	}
 	// As in make demo: what an earlier run left on the topics is not this
 	// database's (see kafkaChannel.prepare).
+	var stale int64
 	for i, group := range []string{reserva.ConsumerStockReservation, reserva.ConsumerOrderStatus} {
-		if err := skipToEndOn(ctx, m.kopts, group, oldTopics[i]); err != nil {
+		n, err := skipToEndOn(ctx, m.kopts, group, oldTopics[i])
+		if err != nil {
 			return fmt.Errorf("cluster A: %w", err)
 		}
-		if err := skipToEndOn(ctx, m.koptB, group, newTopics[i]); err != nil {
+		nb, err := skipToEndOn(ctx, m.koptB, group, newTopics[i])
+		if err != nil {
 			return fmt.Errorf("cluster B: %w", err)
 		}
+		stale += n + nb
 	}
 	m.say("== database %s migrated (Ferry + reserva), stock seeded, slot %q ready", migrationDatabase, migrationSlot)
+	if stale > 0 {
+		m.say("   %d messages an earlier run left unconsumed on the clusters skipped: their orders are not in this database", stale)
+	}
 	m.say("   cluster A %s: %s (%d partitions each)", m.o.brokers, strings.Join(oldTopics, ", "), oldPartitions)
 	m.say("   cluster B %s: %s (%d partitions each), made before the move", m.mo.brokersB, strings.Join(newTopics, ", "), m.mo.newPartitions)
 	return nil
