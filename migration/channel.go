@@ -2,11 +2,14 @@ package migration
 
 import (
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/kafkaauth"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
 // KafkaOpts returns the franz-go options that reach the channel's cluster:
@@ -16,6 +19,9 @@ import (
 func (c Channel) KafkaOpts(side string, getenv func(string) string) ([]kgo.Opt, error) {
 	if err := c.validate(side); err != nil {
 		return nil, err
+	}
+	if c.KindOf() != Kafka {
+		return nil, fmt.Errorf("migration: %s channel is %s, not Kafka", side, c.KindOf())
 	}
 	if getenv == nil {
 		getenv = os.Getenv
@@ -39,4 +45,64 @@ func (c Channel) KafkaOpts(side string, getenv func(string) string) ([]kgo.Opt, 
 	}
 	opts = append(opts, kafkaauth.SASL(c.SASLMechanism, c.SASLUsername, pass))
 	return opts, nil
+}
+
+// RabbitMQConn returns how to reach a RabbitMQ channel: its URL, TLS files
+// and the password from the environment variable the channel names
+// (getenv; os.Getenv when nil), which is never part of an error.
+func (c Channel) RabbitMQConn(side string, getenv func(string) string) (rabbitmq.Conn, error) {
+	if err := c.validate(side); err != nil {
+		return rabbitmq.Conn{}, err
+	}
+	if c.KindOf() != RabbitMQ {
+		return rabbitmq.Conn{}, fmt.Errorf("migration: %s channel is %s, not RabbitMQ", side, c.KindOf())
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	conn := c.rabbitConn(getenv)
+	if c.PasswordEnv != "" && conn.Password == "" {
+		return rabbitmq.Conn{}, fmt.Errorf("migration: %s channel: the environment variable %s (password_env) is empty or unset",
+			side, c.PasswordEnv)
+	}
+	return conn, nil
+}
+
+// rabbitConn is the channel's connection, with the password read by getenv
+// (none when getenv is nil).
+func (c *Channel) rabbitConn(getenv func(string) string) rabbitmq.Conn {
+	conn := rabbitmq.Conn{URL: c.URL, TLS: kafkaauth.TLSFiles{CA: c.TLSCAFile, Cert: c.TLSCertFile, Key: c.TLSKeyFile}}
+	if getenv != nil && c.PasswordEnv != "" {
+		conn.Password = getenv(c.PasswordEnv)
+	}
+	return conn
+}
+
+// rabbitNames name a RabbitMQ channel's settings in errors.
+func (c *Channel) rabbitNames(side string) rabbitmq.Names {
+	return rabbitmq.Names{
+		URL: side + " channel url", Password: side + " channel password_env " + c.PasswordEnv, Vhost: side + " channel url's vhost",
+		CA: side + " channel tls_ca_file", CertKey: side + " channel tls_cert_file/tls_key_file",
+	}
+}
+
+// sameRabbitMQ reports whether two RabbitMQ URLs reach the same vhost of
+// the same broker, whoever logs in.
+func sameRabbitMQ(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	vhost := func(u *url.URL) string {
+		if u.Path == "" || u.Path == "/" {
+			return "/"
+		}
+		v, err := url.PathUnescape(strings.TrimPrefix(u.Path, "/"))
+		if err != nil {
+			return u.Path
+		}
+		return v
+	}
+	return strings.EqualFold(ua.Host, ub.Host) && vhost(ua) == vhost(ub)
 }

@@ -2,7 +2,10 @@ package migration_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -192,6 +195,46 @@ func TestOneMigrationAtATime(t *testing.T) {
 	}
 }
 
+// rabbitChannel is a valid RabbitMQ channel.
+func rabbitChannel() migration.Channel {
+	return migration.Channel{Kind: migration.RabbitMQ, URL: "amqp://ferry@mq:5672/", PasswordEnv: "FERRY_NEW_RABBITMQ_PASSWORD",
+		TopicTemplate: "outbox.event.{aggregate_type}", Shards: 16}
+}
+
+// Every combination of kinds makes a plan, read back as it was written;
+// a channel recorded without a kind (before channels had one) is Kafka.
+func TestPlansOfEitherKind(t *testing.T) {
+	t.Parallel()
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	c := &migration.Controller{DB: db.Pool}
+	kafka := plan("x").Old
+	for i, tc := range []struct{ old, new migration.Channel }{
+		{kafka, plan("x").New}, {kafka, rabbitChannel()}, {rabbitChannel(), kafka},
+		{rabbitChannel(), func() migration.Channel { ch := rabbitChannel(); ch.URL = "amqps://ferry@mq2:5671/prod"; return ch }()},
+	} {
+		p := plan(fmt.Sprintf("kinds-%d", i))
+		p.Old, p.New = tc.old, tc.new
+		if err := c.Create(ctx, p, "ops@test"); err != nil {
+			t.Fatalf("%s to %s: %v", tc.old.KindOf(), tc.new.KindOf(), err)
+		}
+		st, err := c.State(ctx, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(st.Plan.Old, p.Old) || !reflect.DeepEqual(st.Plan.New, p.New) {
+			t.Errorf("%s to %s: read back %+v -> %+v, want %+v -> %+v", tc.old.KindOf(), tc.new.KindOf(), st.Plan.Old, st.Plan.New, p.Old, p.New)
+		}
+	}
+	var legacy migration.Channel
+	if err := json.Unmarshal([]byte(`{"brokers":["a:9092"],"topic_template":"t.{aggregate_type}"}`), &legacy); err != nil {
+		t.Fatal(err)
+	}
+	if legacy.KindOf() != migration.Kafka {
+		t.Fatalf("a channel without a kind is %q, want kafka", legacy.KindOf())
+	}
+}
+
 // A plan is refused with the field at fault; a secret is never part of it.
 func TestPlanValidation(t *testing.T) {
 	t.Parallel()
@@ -215,6 +258,20 @@ func TestPlanValidation(t *testing.T) {
 		{func(p *migration.Plan) { p.Groups = nil }, "Groups"},
 		{func(p *migration.Plan) { p.New.SASLPasswordEnv = "hunter2!" }, "environment variable"},
 		{func(p *migration.Plan) { p.New.SASLMechanism = "GSSAPI" }, "SASL mechanism"},
+		{func(p *migration.Plan) { p.New.Kind = "nats" }, `new channel: kind "nats"`},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.Shards = 12 }, "new channel: shards: 12 is not a power of two"},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.Shards = 0 }, "new channel: shards: 0"},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.URL = "" }, "new channel url is empty"},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.URL = "http://mq:5672/" }, `new channel url: scheme "http"`},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.URL = "amqp://ferry:hunter2@mq:5672/" }, "carries a password"},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.PasswordEnv = "hunter2!" }, "password_env"},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.Brokers = []string{"b:9092"} }, "brokers and sasl_* are Kafka settings"},
+		{func(p *migration.Plan) { p.New.Shards = 16 }, "url, password_env and shards are RabbitMQ settings"},
+		{func(p *migration.Plan) { p.Old, p.New = rabbitChannel(), rabbitChannel() }, "the same"},
+		{func(p *migration.Plan) {
+			p.Old, p.New = rabbitChannel(), rabbitChannel()
+			p.New.URL = "amqp://other@MQ:5672/%2F"
+		}, "the same"},
 	} {
 		p := plan("move-3")
 		tc.mutate(&p)

@@ -7,16 +7,32 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/internal/topicname"
 )
 
-// Channel is one side of a migration: a Kafka cluster and the topic
-// template the relay fills ({aggregate_type}, {event_type}). The SASL
-// password is never stored: SASLPasswordEnv names the environment variable
-// that holds it wherever the channel is used.
+// Kind is the kind of broker a channel is.
+type Kind string
+
+// The kinds of channel. A Channel whose Kind is empty is Kafka: plans
+// recorded before channels had a kind keep their meaning.
+const (
+	Kafka    Kind = "kafka"
+	RabbitMQ Kind = "rabbitmq"
+)
+
+// Channel is one side of a migration: a Kafka cluster or a RabbitMQ
+// broker, and the topic template the relay fills ({aggregate_type},
+// {event_type}); on RabbitMQ each topic is an exchange. No password is
+// ever stored: SASLPasswordEnv (Kafka) or PasswordEnv (RabbitMQ) names the
+// environment variable that holds it wherever the channel is used, and a
+// fence carries the channel as it is here.
 type Channel struct {
-	Brokers         []string `json:"brokers"`
+	Kind Kind `json:"kind,omitempty"` // Kafka when empty
+
+	// Kafka.
+	Brokers         []string `json:"brokers,omitempty"`
 	TopicTemplate   string   `json:"topic_template"`
 	TLS             bool     `json:"tls,omitempty"`
 	TLSCAFile       string   `json:"tls_ca_file,omitempty"`
@@ -25,6 +41,31 @@ type Channel struct {
 	SASLMechanism   string   `json:"sasl_mechanism,omitempty"` // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 	SASLUsername    string   `json:"sasl_username,omitempty"`
 	SASLPasswordEnv string   `json:"sasl_password_env,omitempty"`
+
+	// RabbitMQ: URL is amqp://user@host:port/vhost or amqps://... without a
+	// password; Shards the shard count of every exchange (a power of two
+	// up to 128, the relay's and every worker's); the TLS files above
+	// serve amqps.
+	URL         string `json:"url,omitempty"`
+	PasswordEnv string `json:"password_env,omitempty"`
+	Shards      int    `json:"shards,omitempty"`
+}
+
+// KindOf is the channel's kind: Kafka when Kind is empty.
+func (c *Channel) KindOf() Kind {
+	if c.Kind == "" {
+		return Kafka
+	}
+	return c.Kind
+}
+
+// Where names the channel's broker without anything secret: the Kafka
+// seed brokers, or the RabbitMQ URL (which carries no password).
+func (c *Channel) Where() string {
+	if c.KindOf() == RabbitMQ {
+		return c.URL
+	}
+	return strings.Join(c.Brokers, ",")
 }
 
 // Plan is a migration: its name, the channel it leaves, the channel it goes
@@ -53,8 +94,8 @@ func (p *Plan) validate() error {
 	if err := p.New.validate("new"); err != nil {
 		return err
 	}
-	if slices.Equal(sorted(p.Old.Brokers), sorted(p.New.Brokers)) && p.Old.TopicTemplate == p.New.TopicTemplate {
-		return errors.New("migration: the old and the new channel are the same (same brokers, same topic template)")
+	if p.Old.same(&p.New) {
+		return errors.New("migration: the old and the new channel are the same (same broker, same topic template)")
 	}
 	if len(p.Groups) == 0 {
 		return errors.New("migration: Plan.Groups is empty: name the consumer groups that must follow")
@@ -68,17 +109,34 @@ func (p *Plan) validate() error {
 }
 
 func (c *Channel) validate(side string) error {
-	switch {
-	case len(c.Brokers) == 0:
-		return fmt.Errorf("migration: %s channel: no brokers", side)
-	case slices.Contains(c.Brokers, ""):
-		return fmt.Errorf("migration: %s channel: an empty broker address", side)
-	case c.TopicTemplate == "":
+	if c.TopicTemplate == "" {
 		return fmt.Errorf("migration: %s channel: no topic template", side)
 	}
 	// The relay fills it as it fills its own --topic-template: one check.
 	if err := topicname.CheckTemplate(c.TopicTemplate); err != nil {
 		return fmt.Errorf("migration: %s channel: topic template %w", side, err)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return fmt.Errorf("migration: %s channel: a TLS client certificate needs both the certificate and the key file", side)
+	}
+	switch c.Kind {
+	case "", Kafka:
+		return c.validateKafka(side)
+	case RabbitMQ:
+		return c.validateRabbitMQ(side)
+	}
+	return fmt.Errorf("migration: %s channel: kind %q: want %q or %q", side, c.Kind, Kafka, RabbitMQ)
+}
+
+func (c *Channel) validateKafka(side string) error {
+	switch {
+	case len(c.Brokers) == 0:
+		return fmt.Errorf("migration: %s channel: no brokers", side)
+	case slices.Contains(c.Brokers, ""):
+		return fmt.Errorf("migration: %s channel: an empty broker address", side)
+	case c.URL != "" || c.PasswordEnv != "" || c.Shards != 0:
+		return fmt.Errorf("migration: %s channel: url, password_env and shards are RabbitMQ settings, and the channel is Kafka "+
+			"(kind %q)", side, RabbitMQ)
 	}
 	switch c.SASLMechanism {
 	case "":
@@ -93,10 +151,37 @@ func (c *Channel) validate(side string) error {
 	default:
 		return fmt.Errorf("migration: %s channel: SASL mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", side, c.SASLMechanism)
 	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		return fmt.Errorf("migration: %s channel: a TLS client certificate needs both the certificate and the key file", side)
+	return nil
+}
+
+func (c *Channel) validateRabbitMQ(side string) error {
+	switch {
+	case len(c.Brokers) > 0 || c.SASLMechanism != "" || c.SASLUsername != "" || c.SASLPasswordEnv != "":
+		return fmt.Errorf("migration: %s channel: brokers and sasl_* are Kafka settings, and the channel is RabbitMQ", side)
+	case c.PasswordEnv != "" && !envName.MatchString(c.PasswordEnv):
+		return fmt.Errorf("migration: %s channel: password_env %q: want the name of the environment variable holding the "+
+			"password (never the password itself)", side, c.PasswordEnv)
+	}
+	if err := rabbitmq.CheckShards(c.Shards); err != nil {
+		return fmt.Errorf("migration: %s channel: shards: %w", side, err)
+	}
+	conn := c.rabbitConn(nil)
+	if err := conn.Check(c.rabbitNames(side)); err != nil {
+		return fmt.Errorf("migration: %w", err)
 	}
 	return nil
+}
+
+// same reports whether c and d are one channel: the same kind, broker and
+// topic template.
+func (c *Channel) same(d *Channel) bool {
+	if c.KindOf() != d.KindOf() || c.TopicTemplate != d.TopicTemplate {
+		return false
+	}
+	if c.KindOf() == RabbitMQ {
+		return sameRabbitMQ(c.URL, d.URL)
+	}
+	return slices.Equal(sorted(c.Brokers), sorted(d.Brokers))
 }
 
 func sorted(s []string) []string {
