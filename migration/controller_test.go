@@ -265,7 +265,8 @@ func TestPlanValidation(t *testing.T) {
 		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.URL = "http://mq:5672/" }, `new channel url: scheme "http"`},
 		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.URL = "amqp://ferry:hunter2@mq:5672/" }, "carries a password"},
 		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.PasswordEnv = "hunter2!" }, "password_env"},
-		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.Brokers = []string{"b:9092"} }, "brokers and sasl_* are Kafka settings"},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.Brokers = []string{"b:9092"} }, "brokers, tls and sasl_* are Kafka settings"},
+		{func(p *migration.Plan) { p.New = rabbitChannel(); p.New.TLS = true }, "uses TLS when its url is amqps://"},
 		{func(p *migration.Plan) { p.New.Shards = 16 }, "url, password_env and shards are RabbitMQ settings"},
 		{func(p *migration.Plan) { p.Old, p.New = rabbitChannel(), rabbitChannel() }, "the same"},
 		{func(p *migration.Plan) {

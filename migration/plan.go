@@ -156,8 +156,9 @@ func (c *Channel) validateKafka(side string) error {
 
 func (c *Channel) validateRabbitMQ(side string) error {
 	switch {
-	case len(c.Brokers) > 0 || c.SASLMechanism != "" || c.SASLUsername != "" || c.SASLPasswordEnv != "":
-		return fmt.Errorf("migration: %s channel: brokers and sasl_* are Kafka settings, and the channel is RabbitMQ", side)
+	case len(c.Brokers) > 0 || c.TLS || c.SASLMechanism != "" || c.SASLUsername != "" || c.SASLPasswordEnv != "":
+		return fmt.Errorf("migration: %s channel: brokers, tls and sasl_* are Kafka settings, and the channel is RabbitMQ "+
+			"(which uses TLS when its url is amqps://)", side)
 	case c.PasswordEnv != "" && !envName.MatchString(c.PasswordEnv):
 		return fmt.Errorf("migration: %s channel: password_env %q: want the name of the environment variable holding the "+
 			"password (never the password itself)", side, c.PasswordEnv)

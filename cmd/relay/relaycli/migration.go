@@ -3,17 +3,21 @@ package relaycli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ferryhq/ferry/internal/cli"
+	"github.com/ferryhq/ferry/internal/kafkaauth"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/internal/topicname"
 	"github.com/ferryhq/ferry/migration"
 )
@@ -40,13 +44,15 @@ const lastRequests = 5
 const migrationUsage = `Usage:
   relay migration create NAME --old-brokers H:P --old-topic-template T
                    --new-brokers H:P --new-topic-template T --groups G[,G...]
+  relay migration create NAME --old-kind rabbitmq --old-url amqp://U@H:P/V
+                   --old-password-env VAR --old-topic-template T ...
   relay migration list
   relay migration status NAME
   relay migration request NAME PHASE [--slices K]
   relay migration history NAME
 
-A live broker migration plan moves the outbox's events from an old Kafka
-channel to a new one, through OLD_ONLY, DUAL_WRITE, CUTOVER and
+A live broker migration plan moves the outbox's events from an old channel
+to a new one, each Kafka or RabbitMQ (--old-kind, --new-kind), through OLD_ONLY, DUAL_WRITE, CUTOVER and
 OLD_RETIRED; every request is recorded, accepted or rejected.
 "relay migration VERB -h" lists the flags of a verb.
 `
@@ -129,10 +135,13 @@ func whoami() string {
 }
 
 // channelFlags are the --old-* or --new-* settings of `relay migration
-// create`: one channel. They are registered on the FlagSet itself, so no
-// FERRY_* variable sets them: they belong to one plan, not to a binary.
+// create`: one channel, Kafka or RabbitMQ. They are registered on the
+// FlagSet itself, so no FERRY_* variable sets them: they belong to one
+// plan, not to a binary.
 type channelFlags struct {
 	side            string // "old" or "new"
+	fs              *flag.FlagSet
+	kind            string
 	brokers         string
 	topicTemplate   string
 	tls             bool
@@ -142,21 +151,32 @@ type channelFlags struct {
 	saslMechanism   string
 	saslUsername    string
 	saslPasswordEnv string
+	url             string
+	passwordEnv     string
+	shards          int
 }
 
 func (c *channelFlags) register(f *cli.Flags, side string) {
-	c.side = side
+	c.side, c.fs = side, f.FlagSet
 	fs := f.FlagSet
-	fs.StringVar(&c.brokers, side+"-brokers", "", "the "+side+" channel's seed brokers, host:port[,host:port] (required)")
-	fs.StringVar(&c.topicTemplate, side+"-topic-template", "", "the "+side+" channel's topic template, such as outbox.event.{aggregate_type} (required)")
-	fs.BoolVar(&c.tls, side+"-tls", false, "reach the "+side+" channel with TLS")
+	fs.StringVar(&c.kind, side+"-kind", string(migration.Kafka), "the "+side+" channel's broker: kafka or rabbitmq")
+	fs.StringVar(&c.brokers, side+"-brokers", "", "Kafka: the "+side+" channel's seed brokers, host:port[,host:port] (required)")
+	fs.StringVar(&c.topicTemplate, side+"-topic-template", "", "the "+side+" channel's topic template, such as outbox.event.{aggregate_type} "+
+		"(on RabbitMQ, the exchange's) (required)")
+	fs.BoolVar(&c.tls, side+"-tls", false, "Kafka: reach the "+side+" channel with TLS")
 	fs.StringVar(&c.tlsCAFile, side+"-tls-ca-file", "", "PEM file of CAs that sign the "+side+" brokers' certificates, on the relay's host")
 	fs.StringVar(&c.tlsCertFile, side+"-tls-cert-file", "", "PEM client certificate for mutual TLS with the "+side+" channel")
 	fs.StringVar(&c.tlsKeyFile, side+"-tls-key-file", "", "PEM client key for mutual TLS with the "+side+" channel")
-	fs.StringVar(&c.saslMechanism, side+"-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-	fs.StringVar(&c.saslUsername, side+"-sasl-username", "", "SASL user on the "+side+" channel")
-	fs.StringVar(&c.saslPasswordEnv, side+"-sasl-password-env", "", "the NAME of the environment variable holding the "+
+	fs.StringVar(&c.saslMechanism, side+"-sasl-mechanism", "", "Kafka: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	fs.StringVar(&c.saslUsername, side+"-sasl-username", "", "Kafka: SASL user on the "+side+" channel")
+	fs.StringVar(&c.saslPasswordEnv, side+"-sasl-password-env", "", "Kafka: the NAME of the environment variable holding the "+
 		side+" channel's SASL password wherever the plan is used; the password itself is never given nor stored")
+	fs.StringVar(&c.url, side+"-url", "", "RabbitMQ: the "+side+" channel's amqp://user@host:5672/vhost or amqps://... (TLS), "+
+		"without a password (required)")
+	fs.StringVar(&c.passwordEnv, side+"-password-env", "", "RabbitMQ: the NAME of the environment variable holding the "+
+		side+" channel's password wherever the plan is used; the password itself is never given nor stored")
+	fs.IntVar(&c.shards, side+"-shards", rabbitmq.ShardsDefault, "RabbitMQ: the "+side+" channel's shards per topic, "+
+		"its relay's and workers' --rabbitmq-shards")
 }
 
 // envName is a variable name, as migration.Plan wants for a password
@@ -164,55 +184,116 @@ func (c *channelFlags) register(f *cli.Flags, side string) {
 // refused by flag without being repeated.
 var envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 
+// flag is the name of one of the channel's flags.
+func (c *channelFlags) flag(name string) string { return "--" + c.side + "-" + name }
+
 // channel checks the settings by flag name and returns the channel.
 func (c *channelFlags) channel() (migration.Channel, error) {
-	flag := func(name string) string { return "--" + c.side + "-" + name }
-	ch := migration.Channel{Brokers: splitList(c.brokers), TopicTemplate: c.topicTemplate, TLS: c.tls,
-		TLSCAFile: c.tlsCAFile, TLSCertFile: c.tlsCertFile, TLSKeyFile: c.tlsKeyFile,
-		SASLMechanism: strings.ToUpper(c.saslMechanism), SASLUsername: c.saslUsername, SASLPasswordEnv: c.saslPasswordEnv}
-	if len(ch.Brokers) == 0 {
-		return ch, cli.Usagef("%s is required: host:port[,host:port]", flag("brokers"))
-	}
-	for _, b := range ch.Brokers {
-		if !strings.Contains(b, ":") {
-			return ch, cli.Usagef("%s: %q is not host:port", flag("brokers"), b)
-		}
-	}
+	ch := migration.Channel{TopicTemplate: c.topicTemplate,
+		TLSCAFile: c.tlsCAFile, TLSCertFile: c.tlsCertFile, TLSKeyFile: c.tlsKeyFile}
 	if ch.TopicTemplate == "" {
-		return ch, cli.Usagef("%s is required", flag("topic-template"))
+		return ch, cli.Usagef("%s is required", c.flag("topic-template"))
 	}
 	// The check relay.Config.TopicTemplate and migration.Plan make.
 	if err := topicname.CheckTemplate(ch.TopicTemplate); err != nil {
-		return ch, cli.Usagef("%s %w", flag("topic-template"), err)
-	}
-	if !ch.TLS && (ch.TLSCAFile != "" || ch.TLSCertFile != "" || ch.TLSKeyFile != "") {
-		return ch, cli.Usagef("%s settings need %s", flag("tls-*"), flag("tls"))
+		return ch, cli.Usagef("%s %w", c.flag("topic-template"), err)
 	}
 	if (ch.TLSCertFile == "") != (ch.TLSKeyFile == "") {
-		return ch, cli.Usagef("%s and %s go together", flag("tls-cert-file"), flag("tls-key-file"))
+		return ch, cli.Usagef("%s and %s go together", c.flag("tls-cert-file"), c.flag("tls-key-file"))
+	}
+	switch migration.Kind(strings.ToLower(c.kind)) {
+	case migration.Kafka:
+		return c.kafka(ch)
+	case migration.RabbitMQ:
+		return c.rabbitMQ(ch)
+	}
+	return ch, cli.Usagef("%s %q: want kafka or rabbitmq", c.flag("kind"), c.kind)
+}
+
+// given are those of names whose flags were set.
+func given(f *flag.FlagSet, names ...string) []string {
+	var out []string
+	f.Visit(func(fl *flag.Flag) {
+		if slices.Contains(names, fl.Name) {
+			out = append(out, "--"+fl.Name)
+		}
+	})
+	return out
+}
+
+// kafka completes a Kafka channel.
+func (c *channelFlags) kafka(ch migration.Channel) (migration.Channel, error) {
+	ch.Brokers, ch.TLS = splitList(c.brokers), c.tls
+	ch.SASLMechanism, ch.SASLUsername, ch.SASLPasswordEnv = strings.ToUpper(c.saslMechanism), c.saslUsername, c.saslPasswordEnv
+	if wrong := given(c.fs, c.side+"-url", c.side+"-password-env", c.side+"-shards"); len(wrong) > 0 {
+		return ch, cli.Usagef("%s: RabbitMQ settings, and the %s channel is Kafka (%s rabbitmq?)",
+			strings.Join(wrong, ", "), c.side, c.flag("kind"))
+	}
+	if len(ch.Brokers) == 0 {
+		return ch, cli.Usagef("%s is required: host:port[,host:port]", c.flag("brokers"))
+	}
+	for _, b := range ch.Brokers {
+		if !strings.Contains(b, ":") {
+			return ch, cli.Usagef("%s: %q is not host:port", c.flag("brokers"), b)
+		}
+	}
+	if !ch.TLS && (ch.TLSCAFile != "" || ch.TLSCertFile != "" || ch.TLSKeyFile != "") {
+		return ch, cli.Usagef("%s settings need %s", c.flag("tls-*"), c.flag("tls"))
 	}
 	switch ch.SASLMechanism {
 	case "":
 		if ch.SASLUsername != "" || ch.SASLPasswordEnv != "" {
-			return ch, cli.Usagef("%s and %s need %s", flag("sasl-username"), flag("sasl-password-env"), flag("sasl-mechanism"))
+			return ch, cli.Usagef("%s and %s need %s", c.flag("sasl-username"), c.flag("sasl-password-env"), c.flag("sasl-mechanism"))
 		}
 		return ch, nil
 	case cli.SASLPlain, cli.SASLScramSHA256, cli.SASLScramSHA512:
 	default:
-		return ch, cli.Usagef("%s %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", flag("sasl-mechanism"), c.saslMechanism)
+		return ch, cli.Usagef("%s %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.flag("sasl-mechanism"), c.saslMechanism)
 	}
 	switch {
 	case ch.SASLUsername == "":
-		return ch, cli.Usagef("%s %s needs %s", flag("sasl-mechanism"), ch.SASLMechanism, flag("sasl-username"))
+		return ch, cli.Usagef("%s %s needs %s", c.flag("sasl-mechanism"), ch.SASLMechanism, c.flag("sasl-username"))
 	case ch.SASLPasswordEnv == "":
 		return ch, cli.Usagef("%s %s needs %s: the name of the environment variable that holds the password",
-			flag("sasl-mechanism"), ch.SASLMechanism, flag("sasl-password-env"))
-	case !envName.MatchString(ch.SASLPasswordEnv):
-		// Never repeat the value: it may be the password itself.
-		return ch, cli.Usagef("%s takes the NAME of an environment variable (A-Z, 0-9, _, such as FERRY_%s_SASL_PASSWORD), "+
-			"never the password; the value given is not one", flag("sasl-password-env"), strings.ToUpper(c.side))
+			c.flag("sasl-mechanism"), ch.SASLMechanism, c.flag("sasl-password-env"))
 	}
-	return ch, nil
+	return ch, c.checkEnvName("sasl-password-env", ch.SASLPasswordEnv)
+}
+
+// rabbitMQ completes a RabbitMQ channel.
+func (c *channelFlags) rabbitMQ(ch migration.Channel) (migration.Channel, error) {
+	ch.Kind, ch.URL, ch.PasswordEnv, ch.Shards = migration.RabbitMQ, c.url, c.passwordEnv, c.shards
+	kafkaOnly := []string{c.side + "-brokers", c.side + "-tls", c.side + "-sasl-mechanism", c.side + "-sasl-username", c.side + "-sasl-password-env"}
+	if wrong := given(c.fs, kafkaOnly...); len(wrong) > 0 {
+		return ch, cli.Usagef("%s: Kafka settings, and the %s channel is RabbitMQ (which uses TLS when %s is amqps://)",
+			strings.Join(wrong, ", "), c.side, c.flag("url"))
+	}
+	if ch.URL == "" {
+		return ch, cli.Usagef("%s is required: amqp://user@host:5672/vhost or amqps://...", c.flag("url"))
+	}
+	conn := rabbitmq.Conn{URL: ch.URL, TLS: kafkaauth.TLSFiles{CA: ch.TLSCAFile, Cert: ch.TLSCertFile, Key: ch.TLSKeyFile}}
+	names := rabbitmq.Names{URL: c.flag("url"), Password: c.flag("password-env"), Vhost: c.flag("url") + "'s vhost",
+		CA: c.flag("tls-ca-file"), CertKey: c.flag("tls-cert-file") + " and " + c.flag("tls-key-file")}
+	if err := conn.Check(names); err != nil {
+		return ch, cli.Usagef("%s", err)
+	}
+	if err := rabbitmq.CheckShards(ch.Shards); err != nil {
+		return ch, cli.Usagef("%s: %s", c.flag("shards"), err)
+	}
+	if ch.PasswordEnv == "" {
+		return ch, nil
+	}
+	return ch, c.checkEnvName("password-env", ch.PasswordEnv)
+}
+
+// checkEnvName refuses a value of a --*-password-env flag that is not the
+// name of a variable, without repeating it: it may be the password itself.
+func (c *channelFlags) checkEnvName(name, value string) error {
+	if envName.MatchString(value) {
+		return nil
+	}
+	return cli.Usagef("%s takes the NAME of an environment variable (A-Z, 0-9, _, such as FERRY_%s_PASSWORD), "+
+		"never the password; the value given is not one", c.flag(name), strings.ToUpper(c.side))
 }
 
 // splitList splits a comma-separated list, leaving out empty items.
@@ -276,12 +357,16 @@ func migrationCreate(ctx context.Context, args []string, stdout, stderr io.Write
 // plan read it, on their hosts, so this is no error; but an unset variable
 // where the plan is made is most often a typo in its name.
 func (c *channelFlags) warnUnsetPassword(stderr io.Writer, plan string) {
-	if c.saslPasswordEnv == "" || os.Getenv(c.saslPasswordEnv) != "" {
+	name, env := "sasl-password-env", c.saslPasswordEnv
+	if c.passwordEnv != "" {
+		name, env = "password-env", c.passwordEnv
+	}
+	if env == "" || os.Getenv(env) != "" {
 		return
 	}
-	fmt.Fprintf(stderr, "warning: --%s-sasl-password-env: %s is not set here; every relay, worker and bridge that follows plan %s "+
+	fmt.Fprintf(stderr, "warning: %s: %s is not set here; every relay, worker and bridge that follows plan %s "+
 		"reads the %s channel's password from it, and cannot reach that channel without it (a typo in the name?)\n",
-		c.side, c.saslPasswordEnv, plan, c.side)
+		c.flag(name), env, plan, c.side)
 }
 
 func migrationList(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -153,9 +153,12 @@ func cells(names []string) string {
 	return strings.Join(out, ", ")
 }
 
-// channelLines describe a channel, a setting a line. The SASL password
-// shows as the name of its variable, which is all a plan holds.
+// channelLines describe a channel, a setting a line. A password shows as
+// the name of its variable, which is all a plan holds.
 func channelLines(ch migration.Channel) []string {
+	if ch.KindOf() == migration.RabbitMQ {
+		return rabbitChannelLines(ch)
+	}
 	lines := []string{
 		"brokers " + cli.Cell(strings.Join(ch.Brokers, ","), 200),
 		"topic template " + cli.Cell(ch.TopicTemplate, 200),
@@ -178,6 +181,29 @@ func channelLines(ch migration.Channel) []string {
 	return append(lines, tls, sasl)
 }
 
+// rabbitChannelLines describe a RabbitMQ channel.
+func rabbitChannelLines(ch migration.Channel) []string {
+	lines := []string{
+		"rabbitmq url " + cli.Cell(ch.URL, 200),
+		"exchange template " + cli.Cell(ch.TopicTemplate, 200) + fmt.Sprintf(", %d shards", ch.Shards),
+	}
+	tls := "tls off"
+	if strings.HasPrefix(ch.URL, "amqps:") {
+		tls = "tls on"
+	}
+	for _, file := range []struct{ name, path string }{
+		{"ca file", ch.TLSCAFile}, {"client cert", ch.TLSCertFile}, {"client key", ch.TLSKeyFile}} {
+		if file.path != "" {
+			tls += ", " + file.name + " " + cli.Cell(file.path, 200)
+		}
+	}
+	password := "no password"
+	if ch.PasswordEnv != "" {
+		password = "password from $" + cli.Cell(ch.PasswordEnv, 100)
+	}
+	return append(lines, tls, password)
+}
+
 // oldChannelSettings are status's flags for the old channel.
 type oldChannelSettings struct {
 	gate    gateFlags
@@ -191,7 +217,7 @@ type oldChannelSettings struct {
 // producers. What it cannot read it says, and returns nil: only a failure
 // to write the output is an error.
 func oldChannelStatus(ctx context.Context, stdout io.Writer, p migration.Plan, s oldChannelSettings) error {
-	fmt.Fprintf(stdout, "\nold channel %s (read within %s, --old-channel-timeout):\n", cli.Cell(strings.Join(p.Old.Brokers, ","), 200), s.timeout)
+	fmt.Fprintf(stdout, "\nold channel %s (read within %s, --old-channel-timeout):\n", cli.Cell(p.Old.Where(), 200), s.timeout)
 	if err := pingOld(ctx, p); err != nil {
 		fmt.Fprintf(stdout, "old channel not reached: %s\nthe groups' reports and the old channel's producers are not shown; "+
 			"the plan above is the database's\n", oldChannelError(err, s.timeout))

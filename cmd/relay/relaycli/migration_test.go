@@ -61,6 +61,57 @@ func createArgs(name, passEnv string, extra ...string) []string {
 		"--groups", "stock,billing"}, extra...)
 }
 
+// rabbitArgs create plan name from a RabbitMQ channel to a Kafka one.
+func rabbitArgs(name string) []string {
+	return []string{"create", name,
+		"--old-kind", "rabbitmq", "--old-url", "amqp://ferry@mq:5672/prod", "--old-password-env", "FERRY_OLD_RABBITMQ_PASSWORD",
+		"--old-topic-template", "outbox.event.{aggregate_type}",
+		"--new-brokers", "b:9092", "--new-topic-template", "outbox.event.{aggregate_type}", "--groups", "stock"}
+}
+
+// A plan between brokers of different kinds, from the command line:
+// stored as given, in either direction, with the default shard count
+// when none is given, and shown by status without a secret.
+func TestMigrationCreateTakesChannelsOfEitherKind(t *testing.T) {
+	const secret = "Rabbit-s3cret-4417"
+	t.Setenv("FERRY_OLD_RABBITMQ_PASSWORD", secret)
+	s := newMigrationSetup(t)
+	s.must(t, 0, rabbitArgs("from-rabbit")...)
+	s.must(t, 0, "create", "to-rabbit", "--old-brokers", "a:9092", "--old-topic-template", "outbox.event.{aggregate_type}",
+		"--new-kind", "RabbitMQ", "--new-url", "amqps://ferry@mq:5671/prod", "--new-tls-ca-file", "/etc/ferry/ca.pem",
+		"--new-password-env", "FERRY_NEW_RABBITMQ_PASSWORD", "--new-shards", "32",
+		"--new-topic-template", "outbox.event.{aggregate_type}", "--groups", "stock")
+	c := &migration.Controller{DB: s.db.Pool}
+	kafka := func(b string) migration.Channel {
+		return migration.Channel{Brokers: []string{b}, TopicTemplate: "outbox.event.{aggregate_type}"}
+	}
+	for name, want := range map[string][2]migration.Channel{
+		"from-rabbit": {{Kind: migration.RabbitMQ, URL: "amqp://ferry@mq:5672/prod", PasswordEnv: "FERRY_OLD_RABBITMQ_PASSWORD",
+			Shards: 16, TopicTemplate: "outbox.event.{aggregate_type}"}, kafka("b:9092")},
+		"to-rabbit": {kafka("a:9092"), {Kind: migration.RabbitMQ, URL: "amqps://ferry@mq:5671/prod", TLSCAFile: "/etc/ferry/ca.pem",
+			PasswordEnv: "FERRY_NEW_RABBITMQ_PASSWORD", Shards: 32, TopicTemplate: "outbox.event.{aggregate_type}"}},
+	} {
+		st, err := c.State(s.ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(st.Plan.Old, want[0]) || !reflect.DeepEqual(st.Plan.New, want[1]) {
+			t.Errorf("plan %s stored %+v -> %+v, want %+v -> %+v", name, st.Plan.Old, st.Plan.New, want[0], want[1])
+		}
+	}
+	out, _ := s.must(t, 0, "status", "to-rabbit", "--old-channel-timeout", "1s")
+	for _, line := range []string{"rabbitmq url amqps://ferry@mq:5671/prod", "exchange template outbox.event.{aggregate_type}, 32 shards",
+		"tls on, ca file /etc/ferry/ca.pem", "password from $FERRY_NEW_RABBITMQ_PASSWORD", "brokers a:9092"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("status of to-rabbit does not say %q:\n%s", line, out)
+		}
+	}
+	out, stderr := s.must(t, 0, "status", "from-rabbit", "--old-channel-timeout", "1s")
+	if strings.Contains(out+stderr, secret) || !strings.Contains(out, "password from $FERRY_OLD_RABBITMQ_PASSWORD") {
+		t.Errorf("status of from-rabbit shows the password, or not its variable:\n%s\n%s", out, stderr)
+	}
+}
+
 // tableRows are the lines of a table after its header, up to the first
 // empty line.
 func tableRows(t *testing.T, out, header string) []string {
@@ -251,9 +302,8 @@ func TestMigrationOutputEscapesStoredText(t *testing.T) {
 func TestMigrationCommandLineIsValidatedByName(t *testing.T) {
 	t.Parallel()
 	const secret = "Sasl-s3cret-5521!"
-	create := func(drop string, extra ...string) []string {
+	without := func(full []string, drop string, extra ...string) []string {
 		var args []string
-		full := createArgs("move-1", "NEW_PASS")
 		for i := 0; i < len(full); i++ {
 			if full[i] == drop {
 				i++ // and its value
@@ -263,6 +313,8 @@ func TestMigrationCommandLineIsValidatedByName(t *testing.T) {
 		}
 		return append(args, extra...)
 	}
+	create := func(drop string, extra ...string) []string { return without(createArgs("move-1", "NEW_PASS"), drop, extra...) }
+	rabbit := func(drop string, extra ...string) []string { return without(rabbitArgs("move-1"), drop, extra...) }
 	for _, c := range []struct {
 		args []string
 		want string
@@ -289,6 +341,17 @@ func TestMigrationCommandLineIsValidatedByName(t *testing.T) {
 		{create("", "--new-sasl-password", secret), "-new-sasl-password"},
 		{create("", "--old-sasl-password="+secret), "-old-sasl-password"},
 		{create("", "--by", ""), "--by"},
+		{create("", "--new-kind", "nats"), `--new-kind "nats": want kafka or rabbitmq`},
+		{create("", "--old-shards", "8"), "--old-shards: RabbitMQ settings, and the old channel is Kafka"},
+		{create("", "--new-url", "amqp://u@h:5672/"), "--new-url: RabbitMQ settings"},
+		{rabbit("--old-url"), "--old-url is required"},
+		{rabbit("", "--old-brokers", "a:9092"), "--old-brokers: Kafka settings, and the old channel is RabbitMQ"},
+		{rabbit("", "--old-tls"), "--old-tls: Kafka settings"},
+		{rabbit("", "--old-shards", "12"), "--old-shards: 12 is not a power of two"},
+		{rabbit("", "--old-url", "amqp://u:"+secret+"@h:5672/"), "--old-url carries a password: put it in --old-password-env"},
+		{rabbit("", "--old-url", "http://h:5672/"), `--old-url: scheme "http"`},
+		{rabbit("", "--old-tls-ca-file", "/ca.pem"), "need an amqps:// URL"},
+		{rabbit("", "--old-password-env", secret), "--old-password-env takes the NAME"},
 		{[]string{"request", "move-1"}, "needs NAME PHASE"},
 		{[]string{"request", "move-1", "SIDEWAYS"}, `PHASE "SIDEWAYS"`},
 		{[]string{"request", "move-1", "CUTOVER", "--slices", "many"}, "-slices"},
