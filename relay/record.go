@@ -2,10 +2,11 @@ package relay
 
 import (
 	"encoding/json"
-	"regexp"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/topicname"
 )
 
 // topicNamer fills the topic template, remembering each name it made. It
@@ -15,7 +16,7 @@ type topicNamer struct {
 	usesAggregate bool
 	usesEvent     bool
 	cache         map[string]namedTopic
-	re            *regexp.Regexp // parse's, made on first use
+	pattern       *topicname.Pattern // parse's, made on first use
 }
 
 type namedTopic struct {
@@ -70,30 +71,14 @@ func (n *topicNamer) topic(r *row) namedTopic {
 // the template (false when the template cannot have made it, or makes
 // dead-letter topics' names: never a migration's topic).
 func (n *topicNamer) parse(topic string) (*row, bool) {
-	if strings.HasSuffix(topic, ".dlq") || strings.HasPrefix(topic, "__") {
+	if n.pattern == nil {
+		n.pattern = topicname.NewPattern(n.template)
+	}
+	agg, evt, ok := n.pattern.Parse(topic)
+	if !ok {
 		return nil, false
 	}
-	if n.re == nil {
-		pat := regexp.QuoteMeta(n.template)
-		pat = strings.Replace(pat, regexp.QuoteMeta("{aggregate_type}"), "(?P<agg>.+?)", 1)
-		pat = strings.Replace(pat, regexp.QuoteMeta("{event_type}"), "(?P<evt>.+?)", 1)
-		n.re = regexp.MustCompile("^" + pat + "$")
-	}
-	m := n.re.FindStringSubmatch(topic)
-	if m == nil {
-		return nil, false
-	}
-	r := &row{}
-	if i := n.re.SubexpIndex("agg"); i > 0 {
-		r.AggregateType = []byte(m[i])
-	}
-	if i := n.re.SubexpIndex("evt"); i > 0 {
-		r.EventType = []byte(m[i])
-	}
-	if t := n.topic(r); t.name != topic { // a template that uses a placeholder twice, or an ambiguous split
-		return nil, false
-	}
-	return r, true
+	return &row{AggregateType: []byte(agg), EventType: []byte(evt)}, true
 }
 
 // covers reports whether every placeholder of this template is one o has

@@ -62,3 +62,56 @@ func Valid(s string) bool {
 	}
 	return true
 }
+
+// Fill is the topic tmpl names for an event of aggregateType and
+// eventType.
+func Fill(tmpl, aggregateType, eventType string) string {
+	return strings.NewReplacer(AggregateType, aggregateType, EventType, eventType).Replace(tmpl)
+}
+
+// Pattern reads a template backwards: the aggregate and event types of a
+// topic it named.
+type Pattern struct {
+	tmpl     string
+	re       *regexp.Regexp
+	agg, evt int // the groups' indexes in re; 0 when tmpl lacks the placeholder
+}
+
+// NewPattern is the pattern of tmpl, a template CheckTemplate accepts.
+func NewPattern(tmpl string) *Pattern {
+	pat := regexp.QuoteMeta(tmpl)
+	pat = strings.Replace(pat, regexp.QuoteMeta(AggregateType), "(?P<agg>.+?)", 1)
+	pat = strings.Replace(pat, regexp.QuoteMeta(EventType), "(?P<evt>.+?)", 1)
+	re := regexp.MustCompile("^" + pat + "$")
+	return &Pattern{tmpl: tmpl, re: re, agg: max(re.SubexpIndex("agg"), 0), evt: max(re.SubexpIndex("evt"), 0)}
+}
+
+// Parse returns the aggregate and event types whose topic is topic; false
+// when the template cannot have named it, names dead-letter topics' names
+// (never an event's), or names it in more than one way. A placeholder the
+// template lacks is returned empty.
+func (p *Pattern) Parse(topic string) (aggregateType, eventType string, ok bool) {
+	if strings.HasSuffix(topic, DeadLetterSuffix) || strings.HasPrefix(topic, "__") {
+		return "", "", false
+	}
+	m := p.re.FindStringSubmatch(topic)
+	if m == nil {
+		return "", "", false
+	}
+	if p.agg > 0 {
+		aggregateType = m[p.agg]
+	}
+	if p.evt > 0 {
+		eventType = m[p.evt]
+	}
+	if Fill(p.tmpl, aggregateType, eventType) != topic { // a placeholder used twice, or an ambiguous split
+		return "", "", false
+	}
+	return aggregateType, eventType, true
+}
+
+// Uses reports whether the template has the placeholder (AggregateType
+// or EventType).
+func (p *Pattern) Uses(placeholder string) bool {
+	return strings.Contains(p.tmpl, placeholder)
+}

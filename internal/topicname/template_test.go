@@ -33,3 +33,29 @@ func TestCheckTemplate(t *testing.T) {
 		}
 	}
 }
+
+// A pattern reads back the types Fill put in a topic, and refuses a topic
+// the template did not name, a dead-letter topic, and an ambiguous split.
+func TestPatternReadsBackWhatFillNamed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tmpl, topic string
+		agg, evt    string
+		ok          bool
+	}{
+		{"outbox.event.{aggregate_type}", "outbox.event.order", "order", "", true},
+		{"o.{aggregate_type}.{event_type}", "o.order.placed", "order", "placed", true},
+		{"{event_type}-v1", "placed-v1", "", "placed", true},
+		{"outbox.event.{aggregate_type}", "other.order", "", "", false},
+		{"outbox.{aggregate_type}", "outbox.order.dlq", "", "", false},
+		{"fixed", "fixed", "", "", true},
+	} {
+		agg, evt, ok := topicname.NewPattern(tc.tmpl).Parse(tc.topic)
+		if agg != tc.agg || evt != tc.evt || ok != tc.ok {
+			t.Errorf("%s parses %s as (%q, %q, %v), want (%q, %q, %v)", tc.tmpl, tc.topic, agg, evt, ok, tc.agg, tc.evt, tc.ok)
+		}
+		if ok && topicname.Fill(tc.tmpl, agg, evt) != tc.topic {
+			t.Errorf("%s fills (%q, %q) as %s, want %s", tc.tmpl, agg, evt, topicname.Fill(tc.tmpl, agg, evt), tc.topic)
+		}
+	}
+}
