@@ -171,7 +171,7 @@ func (s *rabbitmqSink) Produce(_ context.Context, rec *kgo.Record, promise func(
 // probeThenSend probes an exchange, then sends l's records in order (those
 // queued meanwhile included), or answers them all with the probe's error.
 func (s *rabbitmqSink) probeThenSend(rc *rabbitConn, topic string, l *learningTopic) {
-	err := rc.probe(topic)
+	err := rc.probe(context.Background(), topic)
 	s.learnMu.Lock()
 	if s.learning[topic] != l {
 		s.learnMu.Unlock()
@@ -421,9 +421,19 @@ func (rc *rabbitConn) learned(topic string) {
 	rc.knownMu.Unlock()
 }
 
-// enqueue hands q to its shard's channel; a dead connection fails it.
+// shardOf is the shard a record goes to: its aggregate's, or for a
+// migration fence the one it names (its partition).
+func (s *rabbitmqSink) shardOf(rec *kgo.Record) int {
+	if _, fence := rec.Context.(*fenceRecord); fence {
+		return int(rec.Partition)
+	}
+	return rabbitmq.Shard(rec.Key, s.shards)
+}
+
+// enqueue hands q to its shard's channel, behind every earlier record of
+// the shard; a dead connection fails it.
 func (rc *rabbitConn) enqueue(q queuedRecord) {
-	shard := rabbitmq.Shard(q.rec.Key, rc.s.shards)
+	shard := rc.s.shardOf(q.rec)
 	if !rc.chans[shard%len(rc.chans)].push(q) {
 		q.promise(q.rec, rc.failErr)
 	}
@@ -433,8 +443,10 @@ func (rc *rabbitConn) enqueue(q queuedRecord) {
 // relay may write to it. A missing exchange, or a refused write, closes the
 // probe channel (the next probe opens another); no publishing channel is
 // touched. Nothing is remembered of a refusal: the next record asks again.
-func (rc *rabbitConn) probe(topic string) error {
-	conn, err := rc.wait(context.Background())
+// A probe that outlives ctx gives its channel up, so that a late answer
+// is never taken for the next probe's.
+func (rc *rabbitConn) probe(ctx context.Context, topic string) error {
+	conn, err := rc.wait(ctx)
 	if err != nil {
 		return err
 	}
@@ -492,6 +504,10 @@ func (rc *rabbitConn) probe(topic string) error {
 		return fmt.Errorf("%w: probe of exchange %s", errRabbitClosed, topic)
 	case <-rc.dead:
 		return rc.failErr
+	case <-ctx.Done():
+		rc.probeCh = nil
+		go func() { _ = ch.Close() }() // may wait for a broker that does not answer
+		return ctx.Err()
 	}
 }
 
@@ -613,6 +629,9 @@ func (c *rabbitChannel) publishLoop() {
 			return
 		}
 		key, pub, err := rabbitmq.Publishing(q.rec, s.shards, user, s.maxBytes)
+		if _, fence := q.rec.Context.(*fenceRecord); fence {
+			key = rabbitmq.RoutingKey(int(q.rec.Partition))
+		}
 		if err != nil {
 			// Never sent: quarantined (permanentReason).
 			q.promise(q.rec, fmt.Errorf("rabbitmq exchange %s: %w", q.rec.Topic, err))
@@ -698,7 +717,7 @@ func (c *rabbitChannel) confirmLoop() {
 		case wasReturned:
 			s.m.returns.Inc()
 			p.promise(p.rec, fmt.Errorf("rabbitmq exchange %s, routing key %s: %w", p.rec.Topic,
-				rabbitmq.RoutingKey(rabbitmq.Shard(p.rec.Key, s.shards)), rabbitmq.ErrUnroutable))
+				rabbitmq.RoutingKey(s.shardOf(p.rec)), rabbitmq.ErrUnroutable))
 		default:
 			p.promise(p.rec, nil)
 		}

@@ -56,7 +56,7 @@ type Relay struct {
 	// A live migration's new channels: a Kafka client per plan, kept
 	// across sessions, and the streaming session's gate on it, for Ready.
 	outsMu  sync.Mutex
-	outs    map[string]*kafkaSink
+	outs    map[string]closingSink
 	newGate atomic.Pointer[topicGate]
 	// fenceWait says why a session waits to fence a topic, for Ready.
 	fenceWait atomic.Pointer[string]
@@ -118,7 +118,7 @@ func New(cfg *Config) (*Relay, error) {
 		namer:    newTopicNamer(c.TopicTemplate),
 		tracing:  newEventTracing(&c),
 		queries:  dbsqlc.New(),
-		outs:     map[string]*kafkaSink{},
+		outs:     map[string]closingSink{},
 	}
 	r.metrics = newMetrics(c.Registerer, r.Ready)
 	return r, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,7 +15,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/backoff"
@@ -56,7 +56,9 @@ type channelOut struct {
 	sink  Sink
 	namer *topicNamer
 	gate  *topicGate
-	admin *kadm.Client // partition counts for fences; nil for a Config.Sink
+	// layout counts the fences of a topic; nil for a Config.Sink, which
+	// no migration uses.
+	layout channelLayout
 
 	// A new channel given up by an abandon (releaseNew): its pending
 	// copies and fences, counted by the tracker until answered, and
@@ -240,9 +242,8 @@ func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string,
 		return err
 	}
 	p := st.Plan
-	if p.Old.TopicTemplate != s.cfg.TopicTemplate && h[len(h)-1].Phase != migration.OldRetired {
-		return fmt.Errorf("%w: migration plan %q leaves topic template %q, but the relay writes %q: the plan's old channel must be "+
-			"the relay's own (its --kafka-* settings and --topic-template)", ErrFatal, name, p.Old.TopicTemplate, s.cfg.TopicTemplate)
+	if err := s.r.ownChannel(&p, h[len(h)-1].Phase); err != nil {
+		return err
 	}
 	newOut, err := s.r.newChannel(s, p)
 	if err != nil {
@@ -259,30 +260,91 @@ func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string,
 	return nil
 }
 
+// ownChannel refuses plan p, whose step in effect is in phase, unless its
+// old channel is the relay's own: the same kind, topic template and (on
+// RabbitMQ) shards. Once the plan is retired the relay writes the new
+// channel only, and its own settings no longer matter.
+func (r *Relay) ownChannel(p *migration.Plan, phase migration.Phase) error {
+	if phase == migration.OldRetired {
+		return nil
+	}
+	own, flags := migration.Kafka, "--kafka-*"
+	if r.cfg.RabbitMQ != nil {
+		own, flags = migration.RabbitMQ, "--rabbitmq-*"
+	}
+	switch {
+	case p.Old.KindOf() != own:
+		return fmt.Errorf("%w: migration plan %q leaves a %s channel, but the relay writes %s: the plan's old channel must be "+
+			"the relay's own (its %s settings and --topic-template)", ErrFatal, p.Name, p.Old.KindOf(), own, flags)
+	case p.Old.TopicTemplate != r.cfg.TopicTemplate:
+		return fmt.Errorf("%w: migration plan %q leaves topic template %q, but the relay writes %q: the plan's old channel must be "+
+			"the relay's own (its %s settings and --topic-template)", ErrFatal, p.Name, p.Old.TopicTemplate, r.cfg.TopicTemplate, flags)
+	case own == migration.RabbitMQ && p.Old.Shards != r.cfg.RabbitMQ.Shards:
+		return fmt.Errorf("%w: migration plan %q leaves a RabbitMQ channel of %d shards, but the relay writes %d (--rabbitmq-shards): "+
+			"the fences of a shard must go where its events go", ErrFatal, p.Name, p.Old.Shards, r.cfg.RabbitMQ.Shards)
+	}
+	return nil
+}
+
+// closingSink is the sink of a migration's new channel, which the relay
+// keeps for the plan across sessions and closes at the end.
+type closingSink interface {
+	Sink
+	Close()
+}
+
 // newChannel returns the session's view of plan p's new channel, on a
-// Kafka client the relay keeps for the plan across sessions.
+// client the relay keeps for the plan across sessions.
 func (r *Relay) newChannel(s *session, p migration.Plan) (*channelOut, error) {
 	if r.cfg.Sink != nil {
-		return nil, fmt.Errorf("%w: migration plan %q is in effect, and a live migration needs the relay's own Kafka clients "+
+		return nil, fmt.Errorf("%w: migration plan %q is in effect, and a live migration needs the relay's own broker clients "+
 			"(Config.Sink is set)", ErrFatal, p.Name)
 	}
 	r.outsMu.Lock()
 	defer r.outsMu.Unlock()
-	ks := r.outs[p.Name]
-	if ks == nil {
-		opts, err := p.New.KafkaOpts("new", nil)
+	sink := r.outs[p.Name]
+	if sink == nil {
+		var err error
+		if sink, err = r.newChannelSink(p, s.log.With(slog.String("channel", "new"))); err != nil {
+			return nil, err
+		}
+		r.outs[p.Name] = sink
+	}
+	out := &channelOut{side: migration.NewSide, sink: sink, namer: newTopicNamer(p.New.TopicTemplate), layout: layoutOf(sink)}
+	out.gate = newTopicGate(s, out.sink)
+	return out, nil
+}
+
+// newChannelSink makes the sink of plan p's new channel. On RabbitMQ, the
+// plan's groups are the consumers whose shard queues must exist before an
+// exchange is written: a copy never reaches another group's queue while
+// one of theirs is missing.
+func (r *Relay) newChannelSink(p migration.Plan, log *slog.Logger) (closingSink, error) {
+	if p.New.KindOf() == migration.RabbitMQ {
+		conn, err := p.New.RabbitMQConn("new", nil)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrFatal, err)
 		}
-		ks, err = newKafkaSink(append(opts, r.producerOptsOwn()...), r.cfg.TopicConfigRefresh, s.log.With(slog.String("channel", "new")))
-		if err != nil {
-			return nil, fmt.Errorf("relay: kafka client of the new channel of plan %q: %w", p.Name, err)
+		rc := RabbitMQConfig{URL: conn.URL, Password: conn.Password, TLSCAFile: conn.TLS.CA, TLSCertFile: conn.TLS.Cert,
+			TLSKeyFile: conn.TLS.Key, Shards: p.New.Shards, Consumers: p.Groups}
+		if own := r.cfg.RabbitMQ; own != nil {
+			rc.Channels, rc.MaxMessageBytes = own.Channels, own.MaxMessageBytes
 		}
-		r.outs[p.Name] = ks
+		rc = rc.withDefaults()
+		if err := rc.validate(); err != nil {
+			return nil, fmt.Errorf("%w: the new channel of migration plan %q: %w", ErrFatal, p.Name, err)
+		}
+		return newRabbitMQSink(&rc, &r.cfg, r.metrics, log), nil
 	}
-	out := &channelOut{side: migration.NewSide, sink: ks, namer: newTopicNamer(p.New.TopicTemplate), admin: kadm.NewClient(ks.client())}
-	out.gate = newTopicGate(s, out.sink)
-	return out, nil
+	opts, err := p.New.KafkaOpts("new", nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFatal, err)
+	}
+	ks, err := newKafkaSink(append(opts, r.producerOptsOwn()...), r.cfg.TopicConfigRefresh, log)
+	if err != nil {
+		return nil, fmt.Errorf("relay: kafka client of the new channel of plan %q: %w", p.Name, err)
+	}
+	return ks, nil
 }
 
 // abandonPoll is how often a session in a migration looks for an abandon
@@ -562,17 +624,17 @@ func (s *session) fenceLookups(r *row, copies []route.Copy) []fenceKey {
 func (s *session) lookUpFences(ctx context.Context, keys []fenceKey) error {
 	rt := s.route
 	for _, key := range keys {
-		td, err := s.metadata(ctx, rt.outs[key.side], key.topic)
+		counts, err := s.metadata(ctx, rt.outs[key.side], key.topic)
 		if err != nil {
 			return err
 		}
-		d, ok := td[key.topic]
-		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+		n, ok := counts[key.topic]
+		if !ok {
 			rt.unknown[key] = time.Now()
 			continue
 		}
 		delete(rt.unknown, key)
-		rt.partitions[key] = len(d.Partitions)
+		rt.partitions[key] = n
 	}
 	return nil
 }
@@ -582,22 +644,35 @@ func (s *session) lookUpFences(ctx context.Context, keys []fenceKey) error {
 // partition's fence of the step exists even if no event of its topic
 // follows (the drain before OLD_RETIRED waits for them). A topic whose
 // peer the other template cannot name (it uses a placeholder this one
-// lacks) is fenced by its events only.
+// lacks) is fenced by its events only. A channel that cannot list its
+// topics (RabbitMQ) is fenced on the peers of the other channel's, and on
+// the topics this session fenced before; between two such channels, the
+// topics that no event of this session reached are fenced by their
+// events only.
 func (s *session) fenceAll(ctx context.Context, tx *txn) error {
 	rt := s.route
 	if rt == nil || rt.step().Phase == migration.OldRetired {
 		return nil
 	}
-	for _, side := range []migration.Side{migration.OldSide, migration.NewSide} {
-		out, peerOut := rt.outs[side], rt.outs[other(side)]
-		td, err := s.metadata(ctx, out)
+	sides := []migration.Side{migration.OldSide, migration.NewSide}
+	counts := map[migration.Side]map[string]int{}
+	for _, side := range sides {
+		c, err := s.metadata(ctx, rt.outs[side])
 		if err != nil {
 			return err
 		}
-		for _, topic := range td.Names() {
-			d := td[topic]
+		counts[side] = c
+	}
+	for _, side := range sides {
+		out, peerOut := rt.outs[side], rt.outs[other(side)]
+		if !out.layout.lists() {
+			if err := s.countPeers(ctx, side, counts); err != nil {
+				return err
+			}
+		}
+		for _, topic := range slices.Sorted(maps.Keys(counts[side])) {
 			r, ok := out.namer.parse(topic)
-			if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			if !ok {
 				continue
 			}
 			peer := peerOut.namer.topic(r)
@@ -607,9 +682,41 @@ func (s *session) fenceAll(ctx context.Context, tx *txn) error {
 			if e, ok := rt.fenced[fenceKey{side, topic}]; ok && e == rt.step().Epoch {
 				continue
 			}
-			s.writeFences(out, topic, peer.name, len(d.Partitions), tx)
+			s.writeFences(out, topic, peer.name, counts[side][topic], tx)
 		}
 	}
+	return nil
+}
+
+// countPeers adds to counts[side], for a channel that cannot list its
+// topics, those of its topics that exist among the peers of the other
+// channel's and the ones this session fenced before.
+func (s *session) countPeers(ctx context.Context, side migration.Side, counts map[migration.Side]map[string]int) error {
+	rt := s.route
+	out, peerOut := rt.outs[side], rt.outs[other(side)]
+	var names []string
+	for topic := range counts[other(side)] {
+		if r, ok := peerOut.namer.parse(topic); ok && out.namer.covers(peerOut.namer) {
+			if t := out.namer.topic(r); t.problem == "" {
+				names = append(names, t.name)
+			}
+		}
+	}
+	for key := range rt.fenced {
+		if key.side == side {
+			names = append(names, key.topic)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) == 0 {
+		return nil
+	}
+	found, err := s.metadata(ctx, out, names...)
+	if err != nil {
+		return err
+	}
+	maps.Copy(counts[side], found)
 	return nil
 }
 
@@ -638,12 +745,13 @@ func (s *session) writeFences(out *channelOut, topic, peer string, n int, tx *tx
 	s.r.metrics.fences.Add(float64(n))
 }
 
-// metadata returns the details of topics on out (every topic when none is
-// named). While the channel does not answer it retries in place, showing
-// why in Ready; it runs off the loop (a pending call), which reads no
-// further meanwhile but goes on sending status updates, so PostgreSQL keeps
-// the connection however long the channel takes.
-func (s *session) metadata(ctx context.Context, out *channelOut, topics ...string) (kadm.TopicDetails, error) {
+// metadata returns the partition (or shard) counts of topics on out that
+// exist (of every topic it lists when none is named; see channelLayout).
+// While the channel does not answer it retries in place, showing why in
+// Ready; it runs off the loop (a pending call), which reads no further
+// meanwhile but goes on sending status updates, so PostgreSQL keeps the
+// connection however long the channel takes.
+func (s *session) metadata(ctx context.Context, out *channelOut, topics ...string) (map[string]int, error) {
 	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 5 * time.Second}
 	defer s.r.fenceWait.Store(nil)
 	what := "its topics"
@@ -652,13 +760,13 @@ func (s *session) metadata(ctx context.Context, out *channelOut, topics ...strin
 	}
 	for {
 		if out.side == migration.NewSide && s.releaseNew() {
-			return kadm.TopicDetails{}, nil // nothing to fence there any more
+			return map[string]int{}, nil // nothing to fence there any more
 		}
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		td, err := out.admin.ListTopics(lctx, topics...)
+		counts, err := out.layout.counts(lctx, topics...)
 		cancel()
 		if err == nil {
-			return td, nil
+			return counts, nil
 		}
 		why := fmt.Sprintf("the %s channel does not answer a metadata request for %s, needed to fence it: %v", out.side, what, err)
 		if s.r.fenceWait.Swap(&why) == nil {
@@ -678,15 +786,15 @@ func (s *session) metadata(ctx context.Context, out *channelOut, topics ...strin
 	}
 }
 
-// fenceAcked is the promise of every fence: a fence Kafka refuses fails
-// the session, which writes it again.
+// fenceAcked is the promise of every fence: a fence the channel refuses
+// fails the session, which writes it again.
 func (s *session) fenceAcked(rec *kgo.Record, err error) {
 	f := rec.Context.(*fenceRecord)
 	if f.out.side == migration.NewSide && !f.out.settle(f) {
 		return // given up with its channel (releaseNew), acknowledged then
 	}
 	if err != nil {
-		s.fail(fmt.Errorf("kafka refused a migration fence for topic %s partition %d: %w", rec.Topic, rec.Partition, err))
+		s.fail(fmt.Errorf("the %s channel refused a migration fence for topic %s partition %d: %w", f.out.side, rec.Topic, rec.Partition, err))
 		return
 	}
 	s.tracker.ack(f.tx, f.size)

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/pgerr"
@@ -150,9 +149,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	s.promise = s.acknowledged
 	s.gate = newTopicGate(s, sink)
 	s.own = &channelOut{side: migration.OldSide, sink: sink, namer: r.namer, gate: s.gate}
-	if ks, ok := sink.(*kafkaSink); ok {
-		s.own.admin = kadm.NewClient(ks.client())
-	}
+	s.own.layout = layoutOf(sink)
 	r.lastAck.Store(time.Now().UnixNano())
 	r.gate.Store(s.gate)
 	defer r.gate.Store(nil)
