@@ -14,7 +14,7 @@ import (
 // check decides a request: the reason and whether it is accepted. The
 // phase machine:
 //
-//	OLD_ONLY   -> DUAL_WRITE
+//	OLD_ONLY   -> DUAL_WRITE (towards RabbitMQ: every group's shard queues declared there)
 //	DUAL_WRITE -> OLD_ONLY (abandon) | CUTOVER k (1 <= k <= 128; every group's shadow gate passed)
 //	CUTOVER k  -> CUTOVER k' (k < k' <= 128) | DUAL_WRITE (rollback)
 //	CUTOVER 128 -> OLD_RETIRED (a rollback drill recorded; every group drained)
@@ -35,6 +35,9 @@ func (c *Controller) check(ctx context.Context, tx pgx.Tx, st *State, to Phase, 
 			return "cannot read the other plans: " + err.Error(), false
 		} else if len(busy) > 0 {
 			return fmt.Sprintf("premature: plan %q is in %s; a relay follows one migration at a time", busy[0].Migration, busy[0].Phase), false
+		}
+		if why := queuesBeforeCopies(ctx, st.Plan, nil); why != "" {
+			return "premature: " + why, false
 		}
 		return "accepted: the relay writes both channels from this point of the commit order; the old copy is authoritative", true
 	case from == DualWrite && to == OldOnly:
