@@ -294,11 +294,7 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 	if w.runCtx == nil || w.runCtx.Err() != nil {
 		return nil // not running: Run starts the followers it finds in ferry_inbox_channel
 	}
-	opts, err := ch.KafkaOpts("new", os.Getenv)
-	if err != nil {
-		return fmt.Errorf("migration %s: cannot reach the new channel: %w", plan, err)
-	}
-	g, err := newGroupConsumer(w, consumer, map[string]handling{peer: h}, channelKafkaOpts(w.cfg.KafkaOpts, opts))
+	g, err := w.newFollower(consumer, plan, peer, h, ch)
 	if err != nil {
 		return err
 	}
@@ -308,8 +304,42 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 	gs := append(slices.Clone(*w.groups.Load()), g)
 	w.groups.Store(&gs)
 	w.runWG.Go(func() { g.run(w.runCtx) })
-	g.log.Info("live migration: consuming the new channel too", slog.Any("brokers", ch.Brokers), slog.String("topic", peer), slog.String("for", topic))
+	g.log.Info("live migration: consuming the new channel too", slog.String("kind", string(ch.KindOf())), slog.String("at", ch.Where()),
+		slog.String("topic", peer), slog.String("for", topic))
 	return nil
+}
+
+// newFollower is consumer's group on plan's new channel ch, consuming
+// peer with h: a Kafka consumer group on its cluster, or the consumer's
+// shard queues on its RabbitMQ broker (which the plan's DUAL_WRITE
+// required to exist; they are never declared here).
+func (w *Worker) newFollower(consumer, plan, peer string, h handling, ch migration.Channel) (*groupConsumer, error) {
+	handlers := map[string]handling{peer: h}
+	if ch.KindOf() == migration.RabbitMQ {
+		conn, err := ch.RabbitMQConn("new", os.Getenv)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: cannot reach the new channel: %w", plan, err)
+		}
+		rc := RabbitMQConfig{URL: conn.URL, Password: conn.Password, TLSCAFile: conn.TLS.CA, TLSCertFile: conn.TLS.Cert,
+			TLSKeyFile: conn.TLS.Key, Shards: ch.Shards, NoCreate: true, Name: "ferry-worker-" + plan}
+		if own := w.cfg.RabbitMQ; own != nil {
+			rc.Prefetch, rc.DeliveryLimit = own.Prefetch, own.DeliveryLimit
+		}
+		rc = rc.withDefaults()
+		if err := rc.validate(); err != nil {
+			return nil, fmt.Errorf("migration %s: the new channel: %w", plan, err)
+		}
+		g := newConsumer(w, consumer, handlers)
+		src := newRabbitSource(g, &rc)
+		src.follower = true
+		g.src = src
+		return g, nil
+	}
+	opts, err := ch.KafkaOpts("new", os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("migration %s: cannot reach the new channel: %w", plan, err)
+	}
+	return newGroupConsumer(w, consumer, handlers, channelKafkaOpts(w.cfg.KafkaOpts, opts))
 }
 
 // handlerOf returns consumer's handler of topic, with the middleware.

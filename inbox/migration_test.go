@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
@@ -56,6 +58,14 @@ func setupLiveMigration(t *testing.T) *liveMigration {
 // setupLiveMigrationFor is setupLiveMigration with a test of at most d.
 func setupLiveMigrationFor(t *testing.T, d time.Duration) *liveMigration {
 	t.Helper()
+	return setupLiveMigrationTo(t, d, migration.Kafka)
+}
+
+// setupLiveMigrationTo is setupLiveMigrationFor with a new channel of
+// kind: cluster B, or the stack's RabbitMQ (16 shards, the consumer's
+// queues declared).
+func setupLiveMigrationTo(t *testing.T, d time.Duration, kind migration.Kind) *liveMigration {
+	t.Helper()
 	ctx := ferrytest.Context(t, d)
 	db := ferrytest.NewMigratedDB(t)
 	if _, err := db.Pool.Exec(ctx, effectsTable); err != nil {
@@ -80,8 +90,15 @@ func setupLiveMigrationFor(t *testing.T, d time.Duration) *liveMigration {
 	m.app = app
 	ferrytest.CreateTopic(t, m.oldTopic, 3)
 	ferrytest.CreateTopic(t, m.oldTopic+DeadLetterSuffixDefault, 1)
-	ferrytest.CreateTopicB(t, m.newTopic, 4)
-	ferrytest.CreateTopicB(t, m.newTopic+DeadLetterSuffixDefault, 1)
+	newChannel := migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: newTemplate}
+	if kind == migration.RabbitMQ {
+		newChannel = migration.Channel{Kind: migration.RabbitMQ, URL: os.Getenv(ferrytest.EnvRabbitMQURL),
+			PasswordEnv: ferrytest.EnvRabbitMQPassword, TopicTemplate: newTemplate, Shards: rabbitmq.ShardsDefault}
+		declareRabbit(t, m.consumer, m.newTopic)
+	} else {
+		ferrytest.CreateTopicB(t, m.newTopic, 4)
+		ferrytest.CreateTopicB(t, m.newTopic+DeadLetterSuffixDefault, 1)
+	}
 
 	if err := relay.Setup(ctx, db.Pool, m.slot, "ferry", nil); err != nil {
 		t.Fatal(err)
@@ -102,7 +119,7 @@ func setupLiveMigrationFor(t *testing.T, d time.Duration) *liveMigration {
 	})
 	err = m.ctl.Create(ctx, migration.Plan{Name: "move",
 		Old:    migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: oldTemplate},
-		New:    migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: newTemplate},
+		New:    newChannel,
 		Groups: []string{m.consumer}}, "test")
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +215,23 @@ func (m *liveMigration) cutoverOnceTheGatePasses(ev *migration.KafkaEvidence, pl
 // channel's fences.
 func TestWorkerFollowsALiveMigrationOnceAndInOrder(t *testing.T) {
 	t.Parallel()
-	m := setupLiveMigration(t)
+	followsOnceAndInOrder(t, setupLiveMigration(t))
+}
+
+// The same, from Kafka to RabbitMQ: the worker, configured for Kafka
+// only, learns the RabbitMQ channel from the fences and consumes its
+// shard queues too; an authoritative copy on a shard queue waits for the
+// fences on every partition of the old topic, and a copy on the old topic
+// after the rollback for those on every shard queue.
+func TestWorkerFollowsALiveMigrationToRabbitMQOnceAndInOrder(t *testing.T) {
+	t.Parallel()
+	followsOnceAndInOrder(t, setupLiveMigrationTo(t, 4*time.Minute, migration.RabbitMQ))
+}
+
+// followsOnceAndInOrder runs the plan of m through every phase while
+// events flow, and checks each event applied once, in order per
+// aggregate, from both channels.
+func followsOnceAndInOrder(t *testing.T, m *liveMigration) {
 	cfg := m.config()
 	cfg.KeyConcurrency = 4
 	w, err := New(cfg)
@@ -942,4 +975,17 @@ func TestAShadowIsQuarantinedOnceTheGroupPassedALaterFence(t *testing.T) {
 	b.produceTo(migration.NewSide, &kgo.Record{Topic: newTopic, Partition: 0, Value: value,
 		Headers: []kgo.RecordHeader{{Key: route.HeaderFence, Value: []byte(fence.String())}}})
 	b.waitFor("m-lost quarantined", func() (bool, error) { return slices.Equal(b.quarantinedIDs(), []string{"m-lost"}), nil })
+}
+
+// declareRabbit declares consumer's topology of topic on the stack's
+// RabbitMQ, with the default shards, and removes it after the test.
+func declareRabbit(t *testing.T, consumer, topic string) {
+	t.Helper()
+	cfg := rabbitConfig(t)
+	cfg.Shards = rabbitmq.ShardsDefault
+	if _, err := DeclareRabbitMQ(ferrytest.Context(t, time.Minute), &cfg, consumer, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	b := &rbundle{rcfg: cfg, topic: topic, consumer: consumer}
+	t.Cleanup(b.deleteTopology)
 }

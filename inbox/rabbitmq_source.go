@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,10 +55,18 @@ const lagInterval = 5 * time.Second
 //     cancel activates the next consumer while this one still applies
 //     older messages).
 type rabbitSource struct {
-	g      *groupConsumer
-	cfg    *RabbitMQConfig
-	topics []string
-	log    *slog.Logger
+	g   *groupConsumer
+	cfg *RabbitMQConfig
+	log *slog.Logger
+	// follower: the consumer of a live migration's new channel, which
+	// follows its fences and stamps (see migrates).
+	follower bool
+
+	// runMu guards what addTopic needs to consume a topic while running.
+	runMu   sync.Mutex
+	runCtx  context.Context // set by run; nil before
+	stopped bool            // run is draining: no topic starts any more
+	shards  sync.WaitGroup  // the consumeShard goroutines
 
 	connMu sync.Mutex
 	conn   *amqp.Connection // the consuming connection; nil or closed: dial again
@@ -65,9 +74,10 @@ type rabbitSource struct {
 	pub *deadLetterPublisher
 
 	regMu      sync.Mutex
+	topics     []string                         // consumed; addTopic adds to them
 	registered map[topicPartition]*amqp.Channel // shard queues consumed now
-	total      int
-	kick       chan struct{} // a partition finished something: acknowledge it
+	total      int                              // len(topics) * shards
+	kick       chan struct{}                    // a partition finished something: acknowledge it
 }
 
 func newRabbitSource(g *groupConsumer, cfg *RabbitMQConfig) *rabbitSource {
@@ -112,10 +122,38 @@ func (s *rabbitSource) produceDeadLetter(ctx context.Context, out, rec *kgo.Reco
 	return s.pub.publish(ctx, out, rec)
 }
 
-// addTopic is never called: a RabbitMQ consumer follows no live migration
-// yet (migrationUnsupported).
+// addTopic consumes topic's shard queues too (a live migration's new
+// channel, as the worker learns its topics); once run drains, it only
+// counts the topic.
 func (s *rabbitSource) addTopic(topic string) {
-	s.log.Error("a RabbitMQ consumer cannot add a topic", slog.String("topic", topic))
+	s.regMu.Lock()
+	if slices.Contains(s.topics, topic) {
+		s.regMu.Unlock()
+		return
+	}
+	s.topics = append(s.topics, topic)
+	s.total += s.cfg.Shards
+	s.g.joined.Store(false)
+	s.regMu.Unlock()
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if s.runCtx != nil && !s.stopped {
+		s.startTopic(s.runCtx, topic)
+	}
+}
+
+// topicList is the topics consumed now.
+func (s *rabbitSource) topicList() []string {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	return slices.Clone(s.topics)
+}
+
+// startTopic consumes topic's shard queues until ctx ends; runMu is held.
+func (s *rabbitSource) startTopic(ctx context.Context, topic string) {
+	for shard := range s.cfg.Shards {
+		s.shards.Go(func() { s.consumeShard(ctx, topic, shard) })
+	}
 }
 
 func (s *rabbitSource) where(p *partition) string {
@@ -126,7 +164,11 @@ func (s *rabbitSource) where(p *partition) string {
 func (s *rabbitSource) pause(*partition) bool { return false }
 func (s *rabbitSource) resume(*partition)     {}
 
-func (s *rabbitSource) migrates() bool { return false }
+// migrates is true for the consumer of a live migration's new channel
+// only: a consumer whose own channel is RabbitMQ cannot publish the
+// reports, nor read the positions, that following one takes (they are
+// Kafka's for now), so it applies stamped copies as plain messages.
+func (s *rabbitSource) migrates() bool { return s.follower }
 
 // settle acknowledges each partition's deliveries up to its commit point.
 func (s *rabbitSource) settle(_ context.Context, parts []*partition) {
@@ -150,13 +192,17 @@ func (s *rabbitSource) ping(context.Context) error {
 func (s *rabbitSource) run(ctx context.Context) {
 	g := s.g
 	g.consume(ctx, func(ctx context.Context) {
-		var shards sync.WaitGroup
-		for _, topic := range s.topics {
-			for shard := range s.cfg.Shards {
-				shards.Go(func() { s.consumeShard(ctx, topic, shard) })
-			}
+		s.runMu.Lock()
+		s.runCtx = ctx
+		for _, topic := range s.topicList() {
+			s.startTopic(ctx, topic)
 		}
-		shards.Wait()
+		s.runMu.Unlock()
+		<-ctx.Done()
+		s.runMu.Lock()
+		s.stopped = true
+		s.runMu.Unlock()
+		s.shards.Wait()
 	}, s.ackLoop, s.lagLoop)
 	s.regMu.Lock()
 	g.w.metrics.assigned.WithLabelValues(g.name).Sub(float64(len(s.registered)))
@@ -401,7 +447,7 @@ func (s *rabbitSource) lagLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, topic := range s.topics {
+		for _, topic := range s.topicList() {
 			for shard := range s.cfg.Shards {
 				if ch == nil || ch.IsClosed() {
 					conn, err := s.connection()
