@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/outbox"
@@ -170,11 +171,20 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string) 
 	type authority struct {
 		topic      string
 		partitions int32
+		kind       migration.Kind // of the channel the authoritative copy is on
+	}
+	own := migration.Kafka
+	if w.cfg.RabbitMQ != nil {
+		own = migration.RabbitMQ
 	}
 	to := make(map[shadowTopic]authority, 2*len(routes))
 	for _, r := range routes {
-		to[shadowTopic{r.Plan, string(migration.NewSide), r.NewTopic}] = authority{r.OldTopic, r.OldPartitions}
-		to[shadowTopic{r.Plan, string(migration.OldSide), r.OldTopic}] = authority{r.NewTopic, r.NewPartitions}
+		var newChannel migration.Channel
+		if err := json.Unmarshal(r.NewChannel, &newChannel); err != nil {
+			return fmt.Errorf("migration %s: the new channel learned for %s: %w", r.Plan, r.OldTopic, err)
+		}
+		to[shadowTopic{r.Plan, string(migration.NewSide), r.NewTopic}] = authority{r.OldTopic, r.OldPartitions, own}
+		to[shadowTopic{r.Plan, string(migration.OldSide), r.OldTopic}] = authority{r.NewTopic, r.NewPartitions, newChannel.KindOf()}
 	}
 	located := dbsqlc.InboxShadowsLocateParams{Consumer: consumer}
 	for _, s := range rows {
@@ -185,12 +195,22 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string) 
 		located.MessageIds = append(located.MessageIds, s.MessageID)
 		located.Sides = append(located.Sides, s.Side)
 		located.Topics = append(located.Topics, a.topic)
-		located.Partitions = append(located.Partitions, keyPartition(s.RecordKey, a.partitions))
+		located.Partitions = append(located.Partitions, authPartition(a.kind, s.RecordKey, a.partitions))
 	}
 	if len(located.MessageIds) == 0 {
 		return nil
 	}
 	return w.queries.InboxShadowsLocate(ctx, tx, located)
+}
+
+// authPartition is the partition of a topic of n partitions on a channel
+// of kind that the relay writes a record with key to: on RabbitMQ, the
+// aggregate's shard.
+func authPartition(kind migration.Kind, key []byte, n int32) int32 {
+	if kind == migration.RabbitMQ {
+		return int32(rabbitmq.Shard(key, int(n)))
+	}
+	return keyPartition(key, n)
 }
 
 // keyPartition is the partition of a topic of n partitions the relay

@@ -989,3 +989,68 @@ func declareRabbit(t *testing.T, consumer, topic string) {
 	b := &rbundle{rcfg: cfg, topic: topic, consumer: consumer}
 	t.Cleanup(b.deleteTopology)
 }
+
+// A shadow copy's authoritative copy is located where the relay wrote it:
+// on a Kafka channel the partition its key hashes to (murmur2), on a
+// RabbitMQ channel its aggregate's shard. Located by the Kafka hash on a
+// RabbitMQ channel, a later fence passed on another shard would
+// quarantine an event whose copy is still on its way, and one passed on
+// its own shard would not.
+func TestShadowsAreLocatedOnTheAuthoritativeChannelsPartition(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []migration.Kind{migration.Kafka, migration.RabbitMQ} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 1)
+			ch := migration.Channel{Kind: kind, Brokers: []string{"b:9092"}, TopicTemplate: "new.{aggregate_type}"}
+			if kind == migration.RabbitMQ {
+				ch = migration.Channel{Kind: kind, URL: "amqp://u@mq:5672/", TopicTemplate: "new.{aggregate_type}", Shards: 16}
+			}
+			value, _ := json.Marshal(ch)
+			if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
+				VALUES ($1, 'move', 'old', $2, 'new.order', $3)`, b.consumer, b.topic, value); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_fence (consumer, plan, side, topic, partition, epoch, partitions)
+				VALUES ($1, 'move', 'new', 'new.order', 0, 1, 16)`, b.consumer); err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for i := range 32 {
+				keys = append(keys, fmt.Sprintf("agg-%d", i))
+			}
+			if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest,
+				received_at, topic, partition, record_offset, record_key)
+				SELECT $1, 'id-' || k, 'move', 'old', 'shadow', 1, '\x01', now(), $2, 0, 0, convert_to(k, 'UTF8') FROM unnest($3::text[]) k`,
+				b.consumer, b.topic, keys); err != nil {
+				t.Fatal(err)
+			}
+			w := b.newWorker(b.config(), effectHandler)
+			if err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error { return w.locateShadows(b.ctx, tx, b.consumer) }); err != nil {
+				t.Fatal(err)
+			}
+			differ := 0
+			for _, k := range keys {
+				var topic string
+				var got int32
+				if err := b.db.Pool.QueryRow(b.ctx, `SELECT auth_topic, auth_partition FROM ferry_inbox_copy WHERE consumer = $1 AND message_id = $2`,
+					b.consumer, "id-"+k).Scan(&topic, &got); err != nil {
+					t.Fatalf("%s: %v", k, err)
+				}
+				want := keyPartition([]byte(k), 16)
+				if kind == migration.RabbitMQ {
+					want = int32(rabbitmq.Shard([]byte(k), 16))
+				}
+				if keyPartition([]byte(k), 16) != int32(rabbitmq.Shard([]byte(k), 16)) {
+					differ++
+				}
+				if topic != "new.order" || got != want {
+					t.Errorf("%s located on %s partition %d, want new.order partition %d", k, topic, got, want)
+				}
+			}
+			if differ == 0 {
+				t.Fatal("no key whose Kafka partition and RabbitMQ shard differ: the test tells nothing")
+			}
+		})
+	}
+}

@@ -165,8 +165,8 @@ WHERE c.consumer = @consumer AND c.message_id = u.message_id AND c.side = u.side
 -- name: InboxChannelRoutes :many
 -- For each topic of an old channel a consumer learned a new channel from:
 -- the topic there, and each topic's partition count as the fences the
--- consumer passed say (0: none passed yet).
-SELECT ch.plan, ch.topic AS old_topic, ch.peer AS new_topic,
+-- consumer passed say (0: none passed yet), and the new channel.
+SELECT ch.plan, ch.topic AS old_topic, ch.peer AS new_topic, ch.channel AS new_channel,
     coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
               AND f.side = 'old' AND f.topic = ch.topic), 0)::int AS old_partitions,
     coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan

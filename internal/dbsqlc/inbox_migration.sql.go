@@ -45,7 +45,7 @@ func (q *Queries) InboxChannelLearn(ctx context.Context, db DBTX, arg InboxChann
 }
 
 const inboxChannelRoutes = `-- name: InboxChannelRoutes :many
-SELECT ch.plan, ch.topic AS old_topic, ch.peer AS new_topic,
+SELECT ch.plan, ch.topic AS old_topic, ch.peer AS new_topic, ch.channel AS new_channel,
     coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
               AND f.side = 'old' AND f.topic = ch.topic), 0)::int AS old_partitions,
     coalesce((SELECT max(f.partitions) FROM ferry_inbox_fence f WHERE f.consumer = ch.consumer AND f.plan = ch.plan
@@ -58,13 +58,14 @@ type InboxChannelRoutesRow struct {
 	Plan          string
 	OldTopic      string
 	NewTopic      string
+	NewChannel    json.RawMessage
 	OldPartitions int32
 	NewPartitions int32
 }
 
 // For each topic of an old channel a consumer learned a new channel from:
 // the topic there, and each topic's partition count as the fences the
-// consumer passed say (0: none passed yet).
+// consumer passed say (0: none passed yet), and the new channel.
 func (q *Queries) InboxChannelRoutes(ctx context.Context, db DBTX, consumer string) ([]*InboxChannelRoutesRow, error) {
 	rows, err := db.Query(ctx, inboxChannelRoutes, consumer)
 	if err != nil {
@@ -78,6 +79,7 @@ func (q *Queries) InboxChannelRoutes(ctx context.Context, db DBTX, consumer stri
 			&i.Plan,
 			&i.OldTopic,
 			&i.NewTopic,
+			&i.NewChannel,
 			&i.OldPartitions,
 			&i.NewPartitions,
 		); err != nil {
