@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -252,9 +253,12 @@ func (w *Worker) reachedPositions(ctx context.Context, g *groupConsumer, awaited
 		byChannel[channel{a.Plan, a.Side}] = append(byChannel[channel{a.Plan, a.Side}], a)
 	}
 	seen := map[positionKey]bool{}
+	unwatched := map[followKey]int64{}
+	defer w.noteUnwatched(g.name, unwatched)
 	for ch, parts := range byChannel {
 		cl := w.channelClient(g, ch.plan, migration.Side(ch.side))
 		if cl == nil {
+			unwatched[followKey{g.name, ch.plan}] += int64(len(parts))
 			continue
 		}
 		var topics []string
@@ -308,6 +312,26 @@ func (w *Worker) reachedPositions(ctx context.Context, g *groupConsumer, awaited
 	}
 	w.marksMu.Unlock()
 	return out
+}
+
+// noteUnwatched keeps the partitions of consumer's plans whose positions
+// the last quarantine pass could not read, for the reports.
+func (w *Worker) noteUnwatched(consumer string, counts map[followKey]int64) {
+	w.marksMu.Lock()
+	defer w.marksMu.Unlock()
+	for k := range w.unwatched {
+		if k.consumer == consumer {
+			delete(w.unwatched, k)
+		}
+	}
+	maps.Copy(w.unwatched, counts)
+}
+
+// unwatchedOf is noteUnwatched's count of consumer's plan.
+func (w *Worker) unwatchedOf(consumer, plan string) int64 {
+	w.marksMu.Lock()
+	defer w.marksMu.Unlock()
+	return w.unwatched[followKey{consumer, plan}]
 }
 
 // channelKey names a consumer's channel of a plan, for channelUp.

@@ -12,7 +12,7 @@ import (
 // an end read right then does not yet hold it.
 func TestAPositionCountsOnlyOnceItsClusterAnsweredForTheDelay(t *testing.T) {
 	t.Parallel()
-	w := &Worker{marks: map[positionKey]positionMark{}, channelUp: map[channelKey]time.Time{}}
+	w := &Worker{marks: map[positionKey]positionMark{}, channelUp: map[channelKey]time.Time{}, unwatched: map[followKey]int64{}}
 	w.cfg.MigrationQuarantineAfter = time.Minute
 	ch := channelKey{"c", "move", "old"}
 	k := positionKey{"c", "move", "old", "t", 0}

@@ -94,6 +94,7 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 	}
 	for i := range reports {
 		reports[i].OldDeadLetters = w.oldDeadLetters(ctx, g.name, since[i])
+		reports[i].Unwatched = w.unwatchedOf(g.name, reports[i].Plan)
 	}
 	recs := make([]*kgo.Record, len(reports))
 	for i, r := range reports {

@@ -1054,3 +1054,48 @@ func TestShadowsAreLocatedOnTheAuthoritativeChannelsPartition(t *testing.T) {
 		})
 	}
 }
+
+// A shadow whose authoritative copy is on a RabbitMQ channel, where the
+// quarantine cannot read the group's position, is never left behind
+// silently: once it waited longer than the quarantine waits, the group's
+// report counts its shard queue as unwatched and the drain refuses
+// OLD_RETIRED, saying what to do; once its event is applied, the count is
+// gone. Before, nothing counted it: with the copy lost in the last step's
+// epoch (no later fence to tell), OLD_RETIRED could pass without it.
+func TestAShadowAwaitingRabbitMQBlocksTheDrain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ch, _ := json.Marshal(migration.Channel{Kind: migration.RabbitMQ, URL: "amqp://u@127.0.0.1:1/", TopicTemplate: "new.{aggregate_type}", Shards: 16})
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
+		VALUES ($1, 'move', 'old', $2, 'new.order', $3)`, b.consumer, b.topic, ch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_fence (consumer, plan, side, topic, partition, epoch, partitions)
+		VALUES ($1, 'move', 'new', 'new.order', 0, 2, 16)`, b.consumer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest,
+		received_at, topic, partition, record_offset, record_key)
+		VALUES ($1, 'lost-1', 'move', 'old', 'shadow', 2, '\x01', now(), $2, 0, 0, 'agg-1')`, b.consumer, b.topic); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.MigrationReportInterval = 50 * time.Millisecond
+	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
+	b.start(b.newWorker(cfg, effectHandler))
+	ev := &migration.KafkaEvidence{MaxAge: time.Minute}
+	b.waitFor("the drain to refuse over the unwatched shadow", func() (bool, error) {
+		err := ev.Drained(b.ctx, b.movePlan(), b.consumer, 0)
+		return err != nil && strings.Contains(err.Error(), "on 1 partitions or shard queues its shadow copies wait"), nil
+	})
+	if n := b.count(`SELECT count(*) FROM ferry_inbox_quarantine`); n != 0 {
+		t.Fatalf("%d events quarantined: no position nor fence says the copy was lost", n)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO inbox (consumer, message_id) VALUES ($1, 'lost-1')`, b.consumer); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("the drain to stop counting the applied event", func() (bool, error) {
+		err := ev.Drained(b.ctx, b.movePlan(), b.consumer, 0)
+		return err == nil || !strings.Contains(err.Error(), "shadow copies wait"), nil
+	})
+}

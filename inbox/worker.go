@@ -54,8 +54,11 @@ type Worker struct {
 	shadows   *shadowWriter
 	// marks are the partition ends the migration quarantine watches the
 	// groups reach (migration_quarantine.go).
-	marksMu   sync.Mutex
-	marks     map[positionKey]positionMark
+	marksMu sync.Mutex
+	marks   map[positionKey]positionMark
+	// unwatched counts, per consumer and plan, the partitions a quarantine
+	// pass could not read the group's position on (Report.Unwatched).
+	unwatched map[followKey]int64
 	channelUp map[channelKey]time.Time
 	// deadLetterTail reads the own cluster's dead-letter topics during a
 	// live migration (reportLoop).
@@ -85,6 +88,7 @@ func New(cfg *Config) (*Worker, error) {
 		handlers:  make(map[string]map[string]handling),
 		followers: map[followKey]*groupConsumer{},
 		marks:     map[positionKey]positionMark{},
+		unwatched: map[followKey]int64{},
 		channelUp: map[channelKey]time.Time{},
 		passed:    map[fenceWait]int{},
 	}

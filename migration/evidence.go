@@ -82,6 +82,12 @@ type Report struct {
 	// consumed its partition past it), waiting in its quarantine to be
 	// replayed.
 	Quarantined int64 `json:"quarantined"`
+	// Unwatched counts the partitions (or shard queues) where shadow
+	// copies older than the quarantine's wait still wait for their
+	// authoritative copy on a channel whose group position the worker
+	// cannot read (RabbitMQ, or one it does not consume): neither applied
+	// nor quarantined, they must not be left behind by OLD_RETIRED.
+	Unwatched int64 `json:"unwatched,omitempty"`
 }
 
 // LateMark is one of Report.Late.
@@ -275,6 +281,11 @@ func (e *KafkaEvidence) Drained(ctx context.Context, p Plan, group string, epoch
 		return fmt.Errorf("%d messages it dead-lettered on the old channel since the migration began were never applied, and the old "+
 			"cluster takes them with it: redrive them once their cause is fixed (worker dlq redrive), or keep them elsewhere and "+
 			"accept up to that many (--max-old-dead-letters %d)", r.OldDeadLetters, r.OldDeadLetters)
+	case r.Unwatched > 0:
+		return fmt.Errorf("on %d partitions or shard queues its shadow copies wait, longer than its migration quarantine waits, for an "+
+			"authoritative copy on a channel whose position it cannot read (RabbitMQ): they may be lost there. Wait while it catches "+
+			"up; if they stay, step the plan back and forth (%s, then %s again): the fences of the later step show which were lost, "+
+			"and they go to the migration quarantine", r.Unwatched, DualWrite, Cutover)
 	case r.OldFenceEpoch < epoch:
 		return fmt.Errorf("it passed the old channel's fences up to epoch %d on every partition, not yet %d (from which every slice is on the new channel)",
 			r.OldFenceEpoch, epoch)
