@@ -69,19 +69,6 @@ func (p *partition) apply(batch []fetched) bool {
 			p.finish(f.rec)
 			continue
 		}
-		if !p.g.src.migrates() && (st != nil || fence != nil) {
-			// Live migrations are Kafka's only for now (their reports and
-			// quarantine read Kafka): a RabbitMQ worker must not follow a
-			// channel its fences name. A stamped copy is applied as a
-			// plain message (the inbox deduplicates by id); a fence, a
-			// control record with no effect, is finished.
-			p.migrationUnsupported()
-			if fence != nil {
-				p.finish(f.rec)
-				continue
-			}
-			st = nil
-		}
 		if fence != nil || (st != nil && st.Since > 0) {
 			// A fence waits for every earlier record of the partition, a
 			// copy for the other channel's fences: what the batch holds

@@ -80,8 +80,6 @@ func (k *kafkaSource) pause(p *partition) bool {
 	return true
 }
 
-func (k *kafkaSource) migrates() bool { return true }
-
 func (k *kafkaSource) resume(p *partition) {
 	k.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.id}})
 }

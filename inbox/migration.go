@@ -16,6 +16,8 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/kafkaauth"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
@@ -316,7 +318,8 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 func (w *Worker) newFollower(consumer, plan, peer string, h handling, ch migration.Channel) (*groupConsumer, error) {
 	handlers := map[string]handling{peer: h}
 	if ch.KindOf() == migration.RabbitMQ {
-		conn, err := ch.RabbitMQConn("new", os.Getenv)
+		conn, err := rabbitmq.PlanChannel{Side: "new", URL: ch.URL, PasswordEnv: ch.PasswordEnv,
+			TLS: kafkaauth.TLSFiles{CA: ch.TLSCAFile, Cert: ch.TLSCertFile, Key: ch.TLSKeyFile}}.Conn(os.Getenv)
 		if err != nil {
 			return nil, fmt.Errorf("migration %s: cannot reach the new channel: %w", plan, err)
 		}
@@ -330,9 +333,7 @@ func (w *Worker) newFollower(consumer, plan, peer string, h handling, ch migrati
 			return nil, fmt.Errorf("migration %s: the new channel: %w", plan, err)
 		}
 		g := newConsumer(w, consumer, handlers)
-		src := newRabbitSource(g, &rc)
-		src.follower = true
-		g.src = src
+		g.src = newRabbitSource(g, &rc)
 		return g, nil
 	}
 	opts, err := ch.KafkaOpts("new", os.Getenv)

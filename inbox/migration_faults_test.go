@@ -130,7 +130,7 @@ func TestFaultNewClusterOutagesLeaveNoShadowMissing(t *testing.T) {
 	// 10 times faster than real time: reports come every 200 ms, so the
 	// window's start moves in steps of a few seconds, finer than the lead
 	// of the shadows over the copies of the held old channel.
-	ev := &migration.KafkaEvidence{MaxP99Lateness: time.Hour, MaxAge: time.Minute}
+	ev := &migration.ReportEvidence{MaxP99Lateness: time.Hour, MaxAge: time.Minute}
 	plan := migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "unused"}}
 	var r, worst migration.Report
 	reports := 0

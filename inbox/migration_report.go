@@ -93,8 +93,11 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 		return err
 	}
 	for i := range reports {
-		reports[i].OldDeadLetters = w.oldDeadLetters(ctx, g.name, since[i])
+		reports[i].OldDeadLetters = w.oldDeadLetters(ctx, g, since[i])
 		reports[i].Unwatched = w.unwatchedOf(g.name, reports[i].Plan)
+	}
+	if rs, ok := g.src.(*rabbitSource); ok {
+		return rs.publishReports(ctx, reports)
 	}
 	recs := make([]*kgo.Record, len(reports))
 	for i, r := range reports {
@@ -116,9 +119,16 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 // oldDeadLetters counts the messages consumer dead-lettered on its own
 // cluster (the old channel) at or after since and never applied since; -1
 // when they cannot be counted now.
-func (w *Worker) oldDeadLetters(ctx context.Context, consumer string, since time.Time) int64 {
-	w.deadLetterTail.start(ctx)
-	ids, ok := w.deadLetterTail.deadLetters(ctx, consumer, since)
+func (w *Worker) oldDeadLetters(ctx context.Context, g *groupConsumer, since time.Time) int64 {
+	consumer := g.name
+	var ids []string
+	ok := false
+	if rs, isRabbit := g.src.(*rabbitSource); isRabbit {
+		ids, ok = rs.deadLetters(ctx, since)
+	} else {
+		w.deadLetterTail.start(ctx)
+		ids, ok = w.deadLetterTail.deadLetters(ctx, consumer, since)
+	}
 	if !ok {
 		return -1
 	}

@@ -48,6 +48,42 @@ type liveMigration struct {
 	app *pgxpool.Pool
 	// writeEvery paces writeUntil's load (0: as fast as it goes).
 	writeEvery time.Duration
+	// rabbitOld is the worker's RabbitMQ settings when the old channel is
+	// RabbitMQ (nil: it is Kafka).
+	rabbitOld  *RabbitMQConfig
+	oldChannel migration.Channel
+}
+
+// publishRabbitDeadLetter writes dl to its topic's dead-letter exchange
+// on the old RabbitMQ channel, as a worker does.
+func (m *liveMigration) publishRabbitDeadLetter(dl *kgo.Record) {
+	m.t.Helper()
+	topic := strings.TrimSuffix(dl.Topic, DeadLetterSuffixDefault)
+	b := &rbundle{t: m.t, ctx: m.ctx, rcfg: *m.rabbitOld, topic: topic}
+	d := b.rcfg.withDefaults()
+	conn, err := d.conn(" test").Dial(rabbitNames)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer conn.Close()
+	if b.pub, err = conn.Channel(); err != nil {
+		m.t.Fatal(err)
+	}
+	if err := b.pub.Confirm(false); err != nil {
+		m.t.Fatal(err)
+	}
+	rec := *dl
+	rec.Topic = topic + rabbitmq.DeadLetterExchangeSuffix
+	b.publish(&rec)
+}
+
+// workerConfig is config for a worker of the old channel.
+func (m *liveMigration) workerConfig() *Config {
+	cfg := m.config()
+	if m.rabbitOld != nil {
+		cfg.KafkaOpts, cfg.RabbitMQ = nil, m.rabbitOld
+	}
+	return cfg
 }
 
 func setupLiveMigration(t *testing.T) *liveMigration {
@@ -66,6 +102,14 @@ func setupLiveMigrationFor(t *testing.T, d time.Duration) *liveMigration {
 // queues declared).
 func setupLiveMigrationTo(t *testing.T, d time.Duration, kind migration.Kind) *liveMigration {
 	t.Helper()
+	return setupLiveMigrationKinds(t, d, migration.Kafka, kind)
+}
+
+// setupLiveMigrationKinds is setupLiveMigrationTo from an old channel of
+// oldKind: cluster A, or the stack's RabbitMQ, which the relay and the
+// worker (m.rabbitOld) then use as their own.
+func setupLiveMigrationKinds(t *testing.T, d time.Duration, oldKind, kind migration.Kind) *liveMigration {
+	t.Helper()
 	ctx := ferrytest.Context(t, d)
 	db := ferrytest.NewMigratedDB(t)
 	if _, err := db.Pool.Exec(ctx, effectsTable); err != nil {
@@ -82,14 +126,30 @@ func setupLiveMigrationTo(t *testing.T, d time.Duration, kind migration.Kind) *l
 		slot:     "ferry_" + suffix,
 	}
 	m.topic = m.oldTopic
+	relayCfg := relay.Config{DatabaseURL: db.URL, Slot: m.slot, TopicTemplate: oldTemplate, KafkaOpts: m.kopts, Logger: testLogger(t)}
+	oldChannel := migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: oldTemplate}
+	if oldKind == migration.RabbitMQ {
+		oldTemplate = "outbox.mig" + suffix + ".{aggregate_type}"
+		m.oldTopic, m.topic = "outbox.mig"+suffix+".order", "outbox.mig"+suffix+".order"
+		rc := rabbitConfig(t)
+		rc.Shards = rabbitmq.ShardsDefault
+		m.rabbitOld = &rc
+		relayCfg.KafkaOpts, relayCfg.TopicTemplate = nil, oldTemplate
+		relayCfg.RabbitMQ = &relay.RabbitMQConfig{URL: rc.URL, Password: rc.Password, Shards: rc.Shards}
+		oldChannel = migration.Channel{Kind: migration.RabbitMQ, URL: rc.URL, PasswordEnv: ferrytest.EnvRabbitMQPassword,
+			TopicTemplate: oldTemplate, Shards: rc.Shards}
+		declareRabbit(t, m.consumer, m.oldTopic)
+	}
 	app, err := pgxpool.New(ctx, db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(app.Close)
 	m.app = app
-	ferrytest.CreateTopic(t, m.oldTopic, 3)
-	ferrytest.CreateTopic(t, m.oldTopic+DeadLetterSuffixDefault, 1)
+	if oldKind == migration.Kafka {
+		ferrytest.CreateTopic(t, m.oldTopic, 3)
+		ferrytest.CreateTopic(t, m.oldTopic+DeadLetterSuffixDefault, 1)
+	}
 	newChannel := migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: newTemplate}
 	if kind == migration.RabbitMQ {
 		newChannel = migration.Channel{Kind: migration.RabbitMQ, URL: os.Getenv(ferrytest.EnvRabbitMQURL),
@@ -103,8 +163,7 @@ func setupLiveMigrationTo(t *testing.T, d time.Duration, kind migration.Kind) *l
 	if err := relay.Setup(ctx, db.Pool, m.slot, "ferry", nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(&relay.Config{DatabaseURL: db.URL, Slot: m.slot, TopicTemplate: oldTemplate,
-		KafkaOpts: m.kopts, Logger: testLogger(t)})
+	r, err := relay.New(&relayCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +176,9 @@ func setupLiveMigrationTo(t *testing.T, d time.Duration, kind migration.Kind) *l
 			t.Errorf("relay: %v", err)
 		}
 	})
+	m.oldChannel = oldChannel
 	err = m.ctl.Create(ctx, migration.Plan{Name: "move",
-		Old:    migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: oldTemplate},
+		Old:    oldChannel,
 		New:    newChannel,
 		Groups: []string{m.consumer}}, "test")
 	if err != nil {
@@ -178,7 +238,7 @@ func (m *liveMigration) request(to migration.Phase, slices int) {
 // request, which the controller then rightly refuses (a test on PostgreSQL
 // 17, beside the fault suite, failed so): it asks again while that is the
 // reason, and fails on any other.
-func (m *liveMigration) cutoverOnceTheGatePasses(ev *migration.KafkaEvidence, plan migration.Plan, slices int) {
+func (m *liveMigration) cutoverOnceTheGatePasses(ev *migration.ReportEvidence, plan migration.Plan, slices int) {
 	m.t.Helper()
 	last := ""
 	say := func(why string) { // what kept the gate closed, when it changes
@@ -218,6 +278,14 @@ func TestWorkerFollowsALiveMigrationOnceAndInOrder(t *testing.T) {
 	followsOnceAndInOrder(t, setupLiveMigration(t))
 }
 
+// The same, from RabbitMQ to Kafka: the worker, configured for RabbitMQ
+// only, learns the Kafka channel from the fences on its shard queues and
+// consumes the new topic in its group there.
+func TestWorkerFollowsALiveMigrationFromRabbitMQOnceAndInOrder(t *testing.T) {
+	t.Parallel()
+	followsOnceAndInOrder(t, setupLiveMigrationKinds(t, 4*time.Minute, migration.RabbitMQ, migration.Kafka))
+}
+
 // The same, from Kafka to RabbitMQ: the worker, configured for Kafka
 // only, learns the RabbitMQ channel from the fences and consumes its
 // shard queues too; an authoritative copy on a shard queue waits for the
@@ -232,7 +300,7 @@ func TestWorkerFollowsALiveMigrationToRabbitMQOnceAndInOrder(t *testing.T) {
 // events flow, and checks each event applied once, in order per
 // aggregate, from both channels.
 func followsOnceAndInOrder(t *testing.T, m *liveMigration) {
-	cfg := m.config()
+	cfg := m.workerConfig()
 	cfg.KeyConcurrency = 4
 	w, err := New(cfg)
 	if err != nil {
@@ -331,10 +399,21 @@ func heldCount(w *Worker, consumer string) float64 {
 // the group passed the fences from which every slice is on the new channel.
 func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
 	t.Parallel()
-	m := setupLiveMigration(t)
-	ev := &migration.KafkaEvidence{MaxP99Lateness: 10 * time.Second, MaxAge: time.Minute}
+	gatesOpenOnReports(t, setupLiveMigration(t))
+}
+
+// The same from a RabbitMQ old channel: the worker's reports go to the
+// report stream of its broker, its dead letters are read from its .dlq
+// stream, and the controller reads both there.
+func TestTheGatesOpenOnReportsThroughRabbitMQ(t *testing.T) {
+	t.Parallel()
+	gatesOpenOnReports(t, setupLiveMigrationKinds(t, 4*time.Minute, migration.RabbitMQ, migration.Kafka))
+}
+
+func gatesOpenOnReports(t *testing.T, m *liveMigration) {
+	ev := &migration.ReportEvidence{MaxP99Lateness: 10 * time.Second, MaxAge: time.Minute}
 	m.ctl.Evidence = ev
-	cfg := m.config()
+	cfg := m.workerConfig()
 	cfg.MigrationReportInterval = 100 * time.Millisecond
 	cfg.MigrationAllowedLateness = time.Second
 	// A copy late beyond the p99 bound closes the gate until it leaves the
@@ -353,7 +432,7 @@ func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
 		return insertEffect(ctx, tx, msg, msg.Topic)
 	})
 	m.start(w)
-	plan := migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "unused"}}
+	plan := migration.Plan{Name: "move", Old: m.oldChannel}
 
 	m.request(migration.DualWrite, 0)
 	d, err := m.ctl.Request(m.ctx, "move", migration.Cutover, 64, "test")
@@ -399,7 +478,9 @@ func TestTheGatesOpenOnTheWorkersReports(t *testing.T) {
 		{Key: outbox.HeaderID, Value: []byte("dead-1")}, {Key: HeaderDeadLetterConsumer, Value: []byte(m.consumer)},
 		{Key: HeaderDeadLetterFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
 		{Key: HeaderDeadLetterOriginalTopic, Value: []byte(m.oldTopic)}, {Key: HeaderDeadLetterOriginalPartition, Value: []byte("0")}}}
-	if err := ferrytest.Client(t).ProduceSync(m.ctx, dl).FirstErr(); err != nil {
+	if m.rabbitOld != nil {
+		m.publishRabbitDeadLetter(dl)
+	} else if err := ferrytest.Client(t).ProduceSync(m.ctx, dl).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	m.waitFor("the drain to refuse over the dead letter", func() (bool, error) {
@@ -647,7 +728,7 @@ func (b *bundle) movePlan() migration.Plan {
 
 // reportAt waits for the consumer's first report made at after or later,
 // as ev reads it, and returns it.
-func (b *bundle) reportAt(ev *migration.KafkaEvidence, after time.Time) migration.Report {
+func (b *bundle) reportAt(ev *migration.ReportEvidence, after time.Time) migration.Report {
 	b.t.Helper()
 	var r migration.Report
 	b.waitFor("a report made at "+after.Format(time.TimeOnly)+" or later", func() (bool, error) {
@@ -685,7 +766,7 @@ func TestAStallClosesTheGateOnlyForTheReportWindow(t *testing.T) {
 	b.copyRows(ids, as, ss)
 	b.start(w)
 
-	ev := &migration.KafkaEvidence{MaxP99Lateness: time.Second, MaxAge: time.Minute, Now: clock}
+	ev := &migration.ReportEvidence{MaxP99Lateness: time.Second, MaxAge: time.Minute, Now: clock}
 	gateAt := func(after time.Time) (migration.Report, error) {
 		t.Helper()
 		r := b.reportAt(ev, after)
@@ -735,7 +816,7 @@ func TestAShadowThatCameFirstIsNotMissing(t *testing.T) {
 	offset.Store(int64(at.Sub(base)))
 	b.start(w)
 
-	ev := &migration.KafkaEvidence{MaxP99Lateness: time.Minute, MaxAge: time.Minute, Now: clock}
+	ev := &migration.ReportEvidence{MaxP99Lateness: time.Minute, MaxAge: time.Minute, Now: clock}
 	r := b.reportAt(ev, at)
 	if r.Missing != 0 || r.Checked != 20 || r.P99Lateness != 10*time.Second {
 		t.Fatalf("report with every shadow 10 s before its authoritative copy, the window starting between them: %d missing, %d checked, "+
@@ -792,7 +873,7 @@ func TestNoShadowIsMissingAfterOldRetired(t *testing.T) {
 	if err := m.db.Pool.QueryRow(m.ctx, `SELECT max(received_at) FROM ferry_inbox_copy WHERE consumer = $1`, m.consumer).Scan(&last); err != nil {
 		t.Fatal(err)
 	}
-	ev := &migration.KafkaEvidence{MaxP99Lateness: time.Minute, MaxAge: time.Minute}
+	ev := &migration.ReportEvidence{MaxP99Lateness: time.Minute, MaxAge: time.Minute}
 	plan := migration.Plan{Name: "move", Old: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "unused"}}
 	var r migration.Report
 	m.waitFor("a report made when every copy is past its allowed lateness", func() (bool, error) {
@@ -1083,7 +1164,7 @@ func TestAShadowAwaitingRabbitMQBlocksTheDrain(t *testing.T) {
 	cfg.MigrationReportInterval = 50 * time.Millisecond
 	cfg.MigrationQuarantineAfter = 200 * time.Millisecond
 	b.start(b.newWorker(cfg, effectHandler))
-	ev := &migration.KafkaEvidence{MaxAge: time.Minute}
+	ev := &migration.ReportEvidence{MaxAge: time.Minute}
 	b.waitFor("the drain to refuse over the unwatched shadow", func() (bool, error) {
 		err := ev.Drained(b.ctx, b.movePlan(), b.consumer, 0)
 		return err != nil && strings.Contains(err.Error(), "on 1 partitions or shard queues its shadow copies wait"), nil

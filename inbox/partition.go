@@ -5,7 +5,6 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -34,8 +33,6 @@ type partition struct {
 	// requeued are the tags the negative control UnsafeRequeueRetries
 	// gave back to the broker (guarded by mu).
 	requeued map[int64]bool
-	// migrationWarned: migrationUnsupported logged once.
-	migrationWarned atomic.Bool
 
 	// stopCtx ends when the partition must take no new work (revoke, lost,
 	// shutdown); it wakes backoff sleeps and slot waits. workCtx ends later,

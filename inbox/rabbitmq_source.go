@@ -55,12 +55,10 @@ const lagInterval = 5 * time.Second
 //     cancel activates the next consumer while this one still applies
 //     older messages).
 type rabbitSource struct {
-	g   *groupConsumer
-	cfg *RabbitMQConfig
-	log *slog.Logger
-	// follower: the consumer of a live migration's new channel, which
-	// follows its fences and stamps (see migrates).
-	follower bool
+	g               *groupConsumer
+	cfg             *RabbitMQConfig
+	log             *slog.Logger
+	reportsDeclared bool // the report stream was declared (publishReports)
 
 	// runMu guards what addTopic needs to consume a topic while running.
 	runMu   sync.Mutex
@@ -163,12 +161,6 @@ func (s *rabbitSource) where(p *partition) string {
 // pause and resume do nothing: the prefetch bounds what a channel holds.
 func (s *rabbitSource) pause(*partition) bool { return false }
 func (s *rabbitSource) resume(*partition)     {}
-
-// migrates is true for the consumer of a live migration's new channel
-// only: a consumer whose own channel is RabbitMQ cannot publish the
-// reports, nor read the positions, that following one takes (they are
-// Kafka's for now), so it applies stamped copies as plain messages.
-func (s *rabbitSource) migrates() bool { return s.follower }
 
 // settle acknowledges each partition's deliveries up to its commit point.
 func (s *rabbitSource) settle(_ context.Context, parts []*partition) {
@@ -468,15 +460,6 @@ func (s *rabbitSource) lagLoop(ctx context.Context) {
 				s.g.w.metrics.lag.WithLabelValues(s.g.name, topic, strconv.Itoa(shard)).Set(float64(q.Messages + s.g.pending(topic, shard)))
 			}
 		}
-	}
-}
-
-// migrationUnsupported warns, once per partition, that a RabbitMQ worker
-// got a live migration's records.
-func (p *partition) migrationUnsupported() {
-	if p.migrationWarned.CompareAndSwap(false, true) {
-		p.log.Warn("live migration records (ferry.route stamps or fences) on RabbitMQ: live migrations are Kafka-only for now; " +
-			"stamped copies are applied as plain messages, fences skipped")
 	}
 }
 

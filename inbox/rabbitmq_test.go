@@ -15,11 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/rabbitmq"
-	"github.com/ferryhq/ferry/internal/route"
 )
 
 // TestRabbitExactlyOnceInOrder: every message reaches the handler once, in
@@ -718,36 +716,4 @@ func TestRabbitBrokerClosesConnections(t *testing.T) {
 		t.Errorf("%d messages left in the queues", n)
 	}
 	t.Logf("stats %+v", st)
-}
-
-// TestRabbitIgnoresMigrationRecords: live migrations are Kafka-only for
-// now; a RabbitMQ worker that gets a fence finishes it without following
-// the channel it names, and applies a stamped copy as a plain message.
-func TestRabbitIgnoresMigrationRecords(t *testing.T) {
-	t.Parallel()
-	b := setupRabbit(t, func(c *RabbitMQConfig) { c.Shards = 1 })
-	fence := b.record(b.consumer+"-fence", "k", 0)
-	fence.Headers = append(fence.Headers, kgo.RecordHeader{Key: route.HeaderFence,
-		Value: []byte(route.Fence{Plan: "p", Epoch: 1, Side: route.OldSide, Partitions: 1, Peer: "elsewhere"}.String())})
-	fence.Value = []byte(`{"brokers":["127.0.0.1:1"]}`)
-	stamped := b.record(b.consumer+"-stamped", "k", 1)
-	stamped.Headers = append(stamped.Headers, kgo.RecordHeader{Key: route.HeaderRoute,
-		Value: []byte(route.Stamp{Plan: "p", Epoch: 1, Slice: 3, Side: route.OldSide, Role: route.Authoritative, Since: 1, Peer: "elsewhere"}.String())})
-	b.publish(fence, stamped, b.record(b.consumer+"-plain", "k", 2))
-	w, _ := New(b.config())
-	w.Handle(b.consumer, b.topic, effectHandler)
-	stop := b.start(w)
-	b.waitEffects(2)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if n := b.effects(); n != 2 {
-		t.Errorf("%d effects, want 2 (the stamped and the plain message)", n)
-	}
-	if st := w.Stats(); st.DeadLettered != 0 {
-		t.Errorf("stats %+v", st)
-	}
-	if q := b.queued(); q != 0 {
-		t.Errorf("%d messages left in the queue", q)
-	}
 }

@@ -47,10 +47,6 @@ type source interface {
 	// not. resume starts it again.
 	pause(p *partition) bool
 	resume(p *partition)
-	// migrates reports whether the consumer follows live migrations on
-	// this source: their fences, reports and quarantine are Kafka's only
-	// for now.
-	migrates() bool
 	// where names p for an operator: "topic T partition N", "RabbitMQ
 	// queue Q".
 	where(p *partition) string

@@ -390,13 +390,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.Prune != nil {
 		wg.Go(func() { w.pruneLoop(ctx) })
 	}
-	if w.cfg.RabbitMQ == nil {
-		// Live migrations are Kafka's only, for now: their reports, dead
-		// letter tails and quarantine read Kafka.
-		w.followKnown()
-		wg.Go(func() { w.reportLoop(ctx, groups) })
-		wg.Go(func() { w.quarantineLoop(ctx, groups) })
-	}
+	w.followKnown()
+	wg.Go(func() { w.reportLoop(ctx, groups) })
+	wg.Go(func() { w.quarantineLoop(ctx, groups) })
 	w.cfg.Logger.Info("worker running", slog.Any("consumers", consumers),
 		slog.Int("concurrency", w.cfg.Concurrency), slog.Int("batch_size", w.cfg.BatchSize),
 		slog.Int("key_concurrency", w.cfg.KeyConcurrency), slog.String("offset_reset", string(w.cfg.OffsetReset)))

@@ -47,43 +47,11 @@ func (c Channel) KafkaOpts(side string, getenv func(string) string) ([]kgo.Opt, 
 	return opts, nil
 }
 
-// RabbitMQConn returns how to reach a RabbitMQ channel: its URL, TLS files
-// and the password from the environment variable the channel names
-// (getenv; os.Getenv when nil), which is never part of an error.
-func (c Channel) RabbitMQConn(side string, getenv func(string) string) (rabbitmq.Conn, error) {
-	if err := c.validate(side); err != nil {
-		return rabbitmq.Conn{}, err
-	}
-	if c.KindOf() != RabbitMQ {
-		return rabbitmq.Conn{}, fmt.Errorf("migration: %s channel is %s, not RabbitMQ", side, c.KindOf())
-	}
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	conn := c.rabbitConn(getenv)
-	if c.PasswordEnv != "" && conn.Password == "" {
-		return rabbitmq.Conn{}, fmt.Errorf("migration: %s channel: the environment variable %s (password_env) is empty or unset",
-			side, c.PasswordEnv)
-	}
-	return conn, nil
-}
-
-// rabbitConn is the channel's connection, with the password read by getenv
-// (none when getenv is nil).
-func (c *Channel) rabbitConn(getenv func(string) string) rabbitmq.Conn {
-	conn := rabbitmq.Conn{URL: c.URL, TLS: kafkaauth.TLSFiles{CA: c.TLSCAFile, Cert: c.TLSCertFile, Key: c.TLSKeyFile}}
-	if getenv != nil && c.PasswordEnv != "" {
-		conn.Password = getenv(c.PasswordEnv)
-	}
-	return conn
-}
-
-// rabbitNames name a RabbitMQ channel's settings in errors.
-func (c *Channel) rabbitNames(side string) rabbitmq.Names {
-	return rabbitmq.Names{
-		URL: side + " channel url", Password: side + " channel password_env " + c.PasswordEnv, Vhost: side + " channel url's vhost",
-		CA: side + " channel tls_ca_file", CertKey: side + " channel tls_cert_file/tls_key_file",
-	}
+// rabbitPlan is the channel as internal/rabbitmq reaches it; side names
+// its settings in errors.
+func (c *Channel) rabbitPlan(side string) rabbitmq.PlanChannel {
+	return rabbitmq.PlanChannel{Side: side, URL: c.URL, PasswordEnv: c.PasswordEnv,
+		TLS: kafkaauth.TLSFiles{CA: c.TLSCAFile, Cert: c.TLSCertFile, Key: c.TLSKeyFile}}
 }
 
 // sameRabbitMQ reports whether two RabbitMQ URLs reach the same vhost of

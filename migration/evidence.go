@@ -9,15 +9,28 @@ import (
 	"strings"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 )
 
 // ReportTopic is the topic, on a plan's old channel, where workers publish
 // their shadow reports (compacted: the newest report per plan and group is
-// what counts). Producer and consumers share no database: this is how the
-// controller learns what the consumers saw.
+// what counts); on a RabbitMQ old channel, a stream of that name that
+// keeps them for ReportStreamMaxAge. Producer and consumers share no
+// database: this is how the controller learns what the consumers saw.
 const ReportTopic = "ferry.migration.reports"
+
+// ReportStreamMaxAge is how long the report stream of a RabbitMQ old
+// channel keeps a report (its x-max-age).
+const ReportStreamMaxAge = "1D"
+
+// reportIdle is how long a reader of the report stream waits for one more
+// report before it takes the stream to be read: AMQP 0-9-1 tells a stream
+// reader no end.
+const reportIdle = time.Second
 
 // Report is what a consumer group saw of a plan's events of which a copy
 // arrived in the Window before At, each with both its copies wherever they
@@ -167,9 +180,9 @@ func (r Report) passesBy(maxP99 time.Duration) (time.Time, bool) {
 	return last.Add(r.Window), true
 }
 
-// KafkaEvidence is the controller's Evidence from the plan's old channel:
-// the consumer groups' newest reports (ReportTopic).
-type KafkaEvidence struct {
+// ReportEvidence is the controller's Evidence from the plan's old channel:
+// the consumer groups' newest reports (ReportTopic), on Kafka or RabbitMQ.
+type ReportEvidence struct {
 	// MaxP99Lateness bounds a report's p99 lateness.
 	MaxP99Lateness time.Duration
 	// MaxAge is how old the newest report may be.
@@ -185,19 +198,22 @@ type KafkaEvidence struct {
 	Now func() time.Time
 }
 
-func (e *KafkaEvidence) now() time.Time {
+func (e *ReportEvidence) now() time.Time {
 	if e.Now != nil {
 		return e.Now()
 	}
 	return time.Now()
 }
 
-func (e *KafkaEvidence) client(p Plan, opts ...kgo.Opt) (*kgo.Client, error) {
-	getenv := e.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
+func (e *ReportEvidence) getenv() func(string) string {
+	if e.Getenv != nil {
+		return e.Getenv
 	}
-	base, err := p.Old.KafkaOpts("old", getenv)
+	return os.Getenv
+}
+
+func (e *ReportEvidence) client(p Plan, opts ...kgo.Opt) (*kgo.Client, error) {
+	base, err := p.Old.KafkaOpts("old", e.getenv())
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +221,7 @@ func (e *KafkaEvidence) client(p Plan, opts ...kgo.Opt) (*kgo.Client, error) {
 }
 
 // ShadowGate reads the group's newest report and applies Report.Gate.
-func (e *KafkaEvidence) ShadowGate(ctx context.Context, p Plan, group string) error {
+func (e *ReportEvidence) ShadowGate(ctx context.Context, p Plan, group string) error {
 	reports, err := e.Reports(ctx, p)
 	if err != nil {
 		return err
@@ -221,7 +237,10 @@ func (e *KafkaEvidence) ShadowGate(ctx context.Context, p Plan, group string) er
 }
 
 // Reports returns the newest report of each group of plan p.
-func (e *KafkaEvidence) Reports(ctx context.Context, p Plan) (map[string]Report, error) {
+func (e *ReportEvidence) Reports(ctx context.Context, p Plan) (map[string]Report, error) {
+	if p.Old.KindOf() == RabbitMQ {
+		return e.rabbitReports(ctx, p)
+	}
 	cl, err := e.client(p, kgo.ConsumeTopics(ReportTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return nil, err
@@ -259,10 +278,51 @@ func (e *KafkaEvidence) Reports(ctx context.Context, p Plan) (map[string]Report,
 	return out, nil
 }
 
+// rabbitReports reads the report stream of a RabbitMQ old channel, from
+// well before the oldest report the gates take (twice MaxAge, at least 10
+// minutes): the newest report of each group in that time. AMQP tells a
+// stream reader no end, and workers append a report every few seconds: it
+// reads up to the first report published (by the publisher's clock) after
+// it began, or until none came for reportIdle.
+func (e *ReportEvidence) rabbitReports(ctx context.Context, p Plan) (map[string]Report, error) {
+	pc := p.Old.rabbitPlan("old")
+	conn, err := pc.Conn(e.getenv())
+	if err != nil {
+		return nil, fmt.Errorf("migration: %w", err)
+	}
+	amqpConn, err := conn.Dial(pc.Names())
+	if err != nil {
+		return nil, fmt.Errorf("read %s on the old channel: %w", ReportTopic, err)
+	}
+	defer func() { _ = amqpConn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
+	out := map[string]Report{}
+	if _, exists, err := rabbitmq.Inspect(amqpConn, ReportTopic); err != nil || !exists {
+		return out, err // no worker reported yet
+	}
+	began := time.Now()
+	from := e.now().Add(-max(2*e.MaxAge, 10*time.Minute))
+	err = rabbitmq.ReadStreamFrom(ctx, amqpConn, ReportTopic, from, reportIdle, func(d *amqp.Delivery) bool {
+		if d.Timestamp.After(began) {
+			return false // written after the reading began: the end as it was
+		}
+		var r Report
+		if json.Unmarshal(d.Body, &r) == nil && r.Plan == p.Name && d.MessageId == r.Key() {
+			if old, ok := out[r.Group]; !ok || r.At.After(old.At) {
+				out[r.Group] = r
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s on the old channel: %w", ReportTopic, err)
+	}
+	return out, nil
+}
+
 // Drained returns nil when the group's newest report says it passed the
 // fences of epoch (or later) on every partition of the old channel: it
 // applied every record the old channel was authoritative for.
-func (e *KafkaEvidence) Drained(ctx context.Context, p Plan, group string, epoch int) error {
+func (e *ReportEvidence) Drained(ctx context.Context, p Plan, group string, epoch int) error {
 	reports, err := e.Reports(ctx, p)
 	if err != nil {
 		return err

@@ -22,7 +22,7 @@ func ExampleController() {
 	}
 	defer pool.Close()
 
-	// Evidence (KafkaEvidence: the workers' reports) is asked for only
+	// Evidence (ReportEvidence: the workers' reports) is asked for only
 	// before CUTOVER and OLD_RETIRED, which this example does not reach.
 	c := &migration.Controller{DB: pool}
 	err = c.Create(ctx, migration.Plan{

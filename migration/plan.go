@@ -166,8 +166,9 @@ func (c *Channel) validateRabbitMQ(side string) error {
 	if err := rabbitmq.CheckShards(c.Shards); err != nil {
 		return fmt.Errorf("migration: %s channel: shards: %w", side, err)
 	}
-	conn := c.rabbitConn(nil)
-	if err := conn.Check(c.rabbitNames(side)); err != nil {
+	pc := c.rabbitPlan(side)
+	conn := rabbitmq.Conn{URL: pc.URL, TLS: pc.TLS}
+	if err := conn.Check(pc.Names()); err != nil {
 		return fmt.Errorf("migration: %w", err)
 	}
 	return nil

@@ -38,11 +38,12 @@ func queuesBeforeCopies(ctx context.Context, p Plan, getenv func(string) string)
 	if len(topics) == 0 {
 		return ""
 	}
-	conn, err := p.New.RabbitMQConn("new", getenv)
+	pc := p.New.rabbitPlan("new")
+	conn, err := pc.Conn(getenv)
 	if err != nil {
 		return "cannot check the groups' queues on the new channel: " + err.Error()
 	}
-	amqpConn, err := conn.Dial(p.New.rabbitNames("new"))
+	amqpConn, err := conn.Dial(pc.Names())
 	if err != nil {
 		return "cannot check the groups' queues on the new channel: " + err.Error()
 	}

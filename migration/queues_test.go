@@ -73,26 +73,3 @@ func TestDualWriteTowardsRabbitMQWaitsForTheGroupsQueues(t *testing.T) {
 		t.Fatalf("DUAL_WRITE with the group's queues declared: %+v, %v; want accepted", d, err)
 	}
 }
-
-// A plan from RabbitMQ goes no further than DUAL_WRITE while the gates
-// read a Kafka old channel only: CUTOVER is rejected, naming the old
-// channel's kind, and the rejection is recorded.
-func TestCutoverFromRabbitMQIsRejectedNamingTheKind(t *testing.T) {
-	t.Parallel()
-	ctx := ferrytest.Context(t, time.Minute)
-	db := ferrytest.NewMigratedDB(t)
-	p := migration.Plan{Name: "from-rabbit", Groups: []string{"stock"},
-		Old: migration.Channel{Kind: migration.RabbitMQ, URL: "amqp://ferry@127.0.0.1:1/", TopicTemplate: "outbox.event.{aggregate_type}", Shards: 16},
-		New: migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "outbox.event.{aggregate_type}"}}
-	c := &migration.Controller{DB: db.Pool, Evidence: &migration.KafkaEvidence{MaxP99Lateness: time.Second, MaxAge: time.Minute}}
-	if err := c.Create(ctx, p, "test"); err != nil {
-		t.Fatal(err)
-	}
-	if d, err := c.Request(ctx, p.Name, migration.DualWrite, 0, "test"); err != nil || !d.Accepted {
-		t.Fatalf("DUAL_WRITE from RabbitMQ: %+v, %v; want accepted", d, err)
-	}
-	d, err := c.Request(ctx, p.Name, migration.Cutover, 8, "test")
-	if err != nil || d.Accepted || !strings.Contains(d.Reason, "old channel is rabbitmq, not Kafka") {
-		t.Fatalf("CUTOVER from RabbitMQ: %+v, %v; want rejected naming the old channel's kind", d, err)
-	}
-}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/kafkaauth"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
@@ -321,9 +323,10 @@ func (r *Relay) newChannel(s *session, p migration.Plan) (*channelOut, error) {
 // one of theirs is missing.
 func (r *Relay) newChannelSink(p migration.Plan, log *slog.Logger) (closingSink, error) {
 	if p.New.KindOf() == migration.RabbitMQ {
-		conn, err := p.New.RabbitMQConn("new", nil)
+		conn, err := rabbitmq.PlanChannel{Side: "new", URL: p.New.URL, PasswordEnv: p.New.PasswordEnv,
+			TLS: kafkaauth.TLSFiles{CA: p.New.TLSCAFile, Cert: p.New.TLSCertFile, Key: p.New.TLSKeyFile}}.Conn(nil)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrFatal, err)
+			return nil, fmt.Errorf("%w: migration plan %q: %w", ErrFatal, p.Name, err)
 		}
 		rc := RabbitMQConfig{URL: conn.URL, Password: conn.Password, TLSCAFile: conn.TLS.CA, TLSCertFile: conn.TLS.Cert,
 			TLSKeyFile: conn.TLS.Key, Shards: p.New.Shards, Consumers: p.Groups}

@@ -108,7 +108,7 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 	// behind the other's: the delay between copies the gate accepts here.
 	// The suite's poison events stay dead letters on purpose (the checker
 	// accounts for them): the operator accepts them on the old channel.
-	ctl := &migration.Controller{DB: p.pool, Evidence: &migration.KafkaEvidence{MaxP99Lateness: 5 * time.Minute, MaxAge: time.Minute,
+	ctl := &migration.Controller{DB: p.pool, Evidence: &migration.ReportEvidence{MaxP99Lateness: 5 * time.Minute, MaxAge: time.Minute,
 		MaxOldDeadLetters: poisonAccepted}}
 	if err := ctl.Create(ctx, plan, "faults"); err != nil {
 		return nil, err

@@ -139,7 +139,7 @@ func RunLossyMigration(ctx context.Context, o Options, safe bool) (*Report, erro
 	}
 	ctl := &migration.Controller{DB: p.pool, Evidence: yesEvidence{}}
 	if safe {
-		ctl.Evidence = &migration.KafkaEvidence{MaxP99Lateness: time.Minute, MaxAge: 30 * time.Second, MaxOldDeadLetters: poisonAccepted}
+		ctl.Evidence = &migration.ReportEvidence{MaxP99Lateness: time.Minute, MaxAge: 30 * time.Second, MaxOldDeadLetters: poisonAccepted}
 	}
 	if err := ctl.Create(ctx, plan, "faults"); err != nil {
 		return nil, err

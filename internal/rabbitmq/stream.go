@@ -19,15 +19,36 @@ const StreamPrefetch = 256
 // end, so a quiet interval stands for it. A missing stream is an error that
 // names it.
 func ReadStream(ctx context.Context, conn *amqp.Connection, stream string, idle time.Duration, fn func(*amqp.Delivery) bool) error {
+	return ReadStreamFrom(ctx, conn, stream, "first", idle, fn)
+}
+
+// streamCloseWait bounds how long a stream reader waits for its channel's
+// close-ok: RabbitMQ 3.10 was seen never to answer the close of a channel
+// whose stream consumer was still being fed by a writer.
+const streamCloseWait = 2 * time.Second
+
+// ReadStreamFrom is ReadStream from offset: "first", or a time.Time (the
+// first chunk written at or after it, so a message or a few before may
+// come too). It waits at most streamCloseWait for its channel to close:
+// a stream others write to is best read on a connection of its own,
+// closed with a deadline.
+func ReadStreamFrom(ctx context.Context, conn *amqp.Connection, stream string, offset any, idle time.Duration, fn func(*amqp.Delivery) bool) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open a channel: %w", err)
 	}
-	defer func() { _ = ch.Close() }()
+	defer func() {
+		closed := make(chan struct{})
+		go func() { _ = ch.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(streamCloseWait):
+		}
+	}()
 	if err := ch.Qos(StreamPrefetch, 0, false); err != nil {
 		return fmt.Errorf("qos: %w", err)
 	}
-	ds, err := ch.ConsumeWithContext(ctx, stream, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+	ds, err := ch.ConsumeWithContext(ctx, stream, "", false, false, false, false, amqp.Table{"x-stream-offset": offset})
 	if err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {

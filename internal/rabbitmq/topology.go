@@ -100,6 +100,15 @@ func QueueArgs(topic string, deliveryLimit int) amqp.Table {
 	}
 }
 
+// DeclareStream declares a stream that keeps what it holds for maxAge
+// ("1D", "48h").
+func DeclareStream(ch Channel, name, maxAge string) error {
+	if _, err := ch.QueueDeclare(name, true, false, false, false, streamArgs(maxAge)); err != nil {
+		return fmt.Errorf("declare stream %s: %w", name, err)
+	}
+	return nil
+}
+
 func streamArgs(maxAge string) amqp.Table {
 	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeStream, amqp.StreamMaxAgeArg: maxAge}
 }

@@ -54,11 +54,11 @@ func (g gateFlags) check() error {
 }
 
 // evidence reads the groups' reports from a plan's old channel.
-func (g gateFlags) evidence() *migration.KafkaEvidence {
-	return &migration.KafkaEvidence{MaxP99Lateness: *g.maxLateness, MaxAge: *g.maxAge, MaxOldDeadLetters: int64(*g.maxDeadLetters)}
+func (g gateFlags) evidence() *migration.ReportEvidence {
+	return &migration.ReportEvidence{MaxP99Lateness: *g.maxLateness, MaxAge: *g.maxAge, MaxOldDeadLetters: int64(*g.maxDeadLetters)}
 }
 
-// verdict is what KafkaEvidence.ShadowGate answers for a group whose newest
+// verdict is what ReportEvidence.ShadowGate answers for a group whose newest
 // report is r (ok false: none), from the report status already read.
 func (g gateFlags) verdict(r migration.Report, ok bool, now time.Time) string {
 	switch {

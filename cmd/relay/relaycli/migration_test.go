@@ -313,7 +313,9 @@ func TestMigrationCommandLineIsValidatedByName(t *testing.T) {
 		}
 		return append(args, extra...)
 	}
-	create := func(drop string, extra ...string) []string { return without(createArgs("move-1", "NEW_PASS"), drop, extra...) }
+	create := func(drop string, extra ...string) []string {
+		return without(createArgs("move-1", "NEW_PASS"), drop, extra...)
+	}
 	rabbit := func(drop string, extra ...string) []string { return without(rabbitArgs("move-1"), drop, extra...) }
 	for _, c := range []struct {
 		args []string

@@ -150,7 +150,7 @@ func (m *migrationDemo) progress(ctx context.Context) {
 // showReports prints each group's newest shadow report, as the gates read
 // them from ferry.migration.reports on cluster A.
 func (m *migrationDemo) showReports(ctx context.Context, title string) error {
-	reports, err := (&migration.KafkaEvidence{}).Reports(ctx, m.planDef)
+	reports, err := (&migration.ReportEvidence{}).Reports(ctx, m.planDef)
 	if err != nil {
 		return err
 	}
