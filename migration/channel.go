@@ -1,10 +1,12 @@
 package migration
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -73,4 +75,42 @@ func sameRabbitMQ(a, b string) bool {
 		return v
 	}
 	return strings.EqualFold(ua.Host, ub.Host) && vhost(ua) == vhost(ub)
+}
+
+// Ping says whether the channel's broker answers within ctx: a Kafka
+// cluster's metadata, or a RabbitMQ connection opened and closed. side
+// ("old", "new") names the channel in errors; getenv reads its password
+// (os.Getenv when nil).
+func (c Channel) Ping(ctx context.Context, side string, getenv func(string) string) error {
+	if c.KindOf() == RabbitMQ {
+		pc := c.rabbitPlan(side)
+		conn, err := pc.Conn(getenv)
+		if err != nil {
+			return fmt.Errorf("migration: %w", err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			amqpConn, err := conn.Dial(pc.Names())
+			if err == nil {
+				err = amqpConn.CloseDeadline(time.Now().Add(5 * time.Second))
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	opts, err := c.KafkaOpts(side, getenv)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return cl.Ping(ctx)
 }

@@ -253,18 +253,7 @@ func oldChannelError(err error, timeout time.Duration) string {
 
 // pingOld says whether the old channel answers, so that an unreachable one
 // costs one wait and one line rather than one per reading.
-func pingOld(ctx context.Context, p migration.Plan) error {
-	opts, err := p.Old.KafkaOpts("old", nil)
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	return cl.Ping(ctx)
-}
+func pingOld(ctx context.Context, p migration.Plan) error { return p.Old.Ping(ctx, "old", nil) }
 
 // reportTable prints each group's newest report and the shadow gate's
 // verdict on it: the plan's groups in its order, then any other group that
@@ -342,6 +331,9 @@ func lagTable(ctx context.Context, stdout io.Writer, p migration.Plan) error {
 
 // channelLags sums each group's lag over the topics ch names.
 func channelLags(ctx context.Context, side string, ch migration.Channel, groups []string) (map[string]int64, error) {
+	if ch.KindOf() == migration.RabbitMQ {
+		return nil, fmt.Errorf("the lag on RabbitMQ is each shard queue's depth: worker status --rabbitmq-url %s --topics T --consumers C", ch.URL)
+	}
 	opts, err := ch.KafkaOpts(side, nil)
 	if err != nil {
 		return nil, err

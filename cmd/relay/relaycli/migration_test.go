@@ -658,3 +658,24 @@ func TestMigrationCreateWarnsOfAnUnsetPasswordVariable(t *testing.T) {
 		t.Errorf("create with a set password variable: stdout %q, stderr %q; want no warning and no secret", out, stderr)
 	}
 }
+
+// status reads a RabbitMQ old channel: it reaches the broker with the
+// password from the variable the plan names, and shows the groups'
+// reports from its report stream (none yet), saying where the lag of a
+// RabbitMQ channel is shown instead.
+func TestMigrationStatusReadsARabbitMQOldChannel(t *testing.T) {
+	t.Parallel()
+	s := newMigrationSetup(t)
+	s.must(t, 0, "create", "from-rabbit", "--old-kind", "rabbitmq", "--old-url", os.Getenv(ferrytest.EnvRabbitMQURL),
+		"--old-password-env", ferrytest.EnvRabbitMQPassword, "--old-topic-template", "outbox.event.{aggregate_type}",
+		"--new-brokers", strings.Join(ferrytest.Brokers(t), ","), "--new-topic-template", "outbox.event.{aggregate_type}", "--groups", "stock")
+	out, _ := s.must(t, 0, "status", "from-rabbit", "--old-channel-timeout", "20s")
+	for _, want := range []string{"reports on ferry.migration.reports", "stock", "the lag on RabbitMQ is each shard queue's depth"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "old channel not reached") || strings.Contains(out, os.Getenv(ferrytest.EnvRabbitMQPassword)) {
+		t.Errorf("status did not reach the old channel, or shows its password:\n%s", out)
+	}
+}
