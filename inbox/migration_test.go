@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
@@ -1178,5 +1180,70 @@ func TestAShadowAwaitingRabbitMQBlocksTheDrain(t *testing.T) {
 	b.waitFor("the drain to stop counting the applied event", func() (bool, error) {
 		err := ev.Drained(b.ctx, b.movePlan(), b.consumer, 0)
 		return err == nil || !strings.Contains(err.Error(), "shadow copies wait"), nil
+	})
+}
+
+// A producer that is not Ferry's on a RabbitMQ old channel is visible
+// before OLD_RETIRED: the worker counts what it consumes by the user id
+// the broker validated and reports it, and the controller's evidence sums
+// the reports of the window: the relay's user, and the other user that
+// published to the old exchange.
+func TestAForeignProducerOnRabbitMQIsSeen(t *testing.T) {
+	t.Parallel()
+	m := setupLiveMigrationKinds(t, 2*time.Minute, migration.RabbitMQ, migration.Kafka)
+	cfg := m.workerConfig()
+	cfg.MigrationReportInterval = 100 * time.Millisecond
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
+		return insertEffect(ctx, tx, msg, msg.Topic)
+	})
+	m.start(w)
+	m.request(migration.DualWrite, 0)
+	stop := make(chan struct{})
+	errs := m.writeUntil(stop)
+	m.afterMore(20)
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+
+	foreign, err := amqp.Dial(ferrytest.RabbitMQRelayURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Close()
+	ch, err := foreign.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := os.Getenv(ferrytest.EnvRabbitMQRelayUser)
+	rk, pub, err := rabbitmq.Publishing(&kgo.Record{Topic: m.oldTopic, Key: []byte("foreign-1"), Value: []byte("1"),
+		Headers: []kgo.RecordHeader{{Key: outbox.HeaderID, Value: []byte("foreign-msg-1")}}}, rabbitmq.ShardsDefault, user, rabbitmq.MaxMessageBytesDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(m.ctx, m.oldTopic, rk, true, false, pub); err != nil {
+		t.Fatal(err)
+	}
+	ev := &migration.ReportEvidence{MaxAge: time.Minute}
+	relayUser := ""
+	if u, err := url.Parse(m.rabbitOld.URL); err == nil {
+		relayUser = u.User.Username()
+	}
+	m.waitFor("both producers seen", func() (bool, error) {
+		seen, err := ev.SeenProducers(m.ctx, migration.Plan{Name: "move", Old: m.oldChannel}, time.Hour)
+		if err != nil {
+			return false, err
+		}
+		users := map[string]int64{}
+		for _, ps := range seen {
+			if ps.Topic == m.oldTopic {
+				users[ps.User] += ps.Records
+			}
+		}
+		return users[user] == 1 && users[relayUser] >= 20, nil
 	})
 }

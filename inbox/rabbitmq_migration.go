@@ -1,10 +1,12 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -23,8 +25,18 @@ import (
 const rabbitDeadLetterIdle = 500 * time.Millisecond
 
 // publishReports appends reports to the report stream, declaring it the
-// first time, and waits for the broker's confirms.
-func (s *rabbitSource) publishReports(ctx context.Context, reports []migration.Report) error {
+// first time, and waits for the broker's confirms. Each carries the
+// producers seen since the previous report.
+func (s *rabbitSource) publishReports(ctx context.Context, reports []migration.Report) (err error) {
+	seen := s.producers.take()
+	defer func() {
+		if err != nil {
+			s.producers.putBack(seen)
+		}
+	}()
+	for i := range reports {
+		reports[i].Producers = seen
+	}
 	conn, err := s.connection()
 	if err != nil {
 		return err
@@ -94,4 +106,57 @@ func (s *rabbitSource) deadLetters(ctx context.Context, since time.Time) (ids []
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids), true
+}
+
+// producerTally counts the deliveries of a RabbitMQ consumer's topics by
+// the user id the broker validated (the user the publishing connection
+// logged in as; "" for a publisher that set none), between two reports: how
+// a migration shows a producer on the old channel that is neither the
+// relay nor a bridge.
+type producerTally struct {
+	mu   sync.Mutex
+	seen map[topicUser]*migration.ProducerSeen
+}
+
+type topicUser struct{ topic, user string }
+
+// note adds a batch's deliveries of topic, by user.
+func (t *producerTally) note(topic string, users map[string]int64, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen == nil {
+		t.seen = map[topicUser]*migration.ProducerSeen{}
+	}
+	for user, n := range users {
+		k := topicUser{topic, user}
+		p := t.seen[k]
+		if p == nil {
+			p = &migration.ProducerSeen{Topic: topic, User: user}
+			t.seen[k] = p
+		}
+		p.Records += n
+		p.Last = at
+	}
+}
+
+// take returns what was counted since the last take, and starts again.
+func (t *producerTally) take() []migration.ProducerSeen {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]migration.ProducerSeen, 0, len(t.seen))
+	for _, p := range t.seen {
+		out = append(out, *p)
+	}
+	clear(t.seen)
+	slices.SortFunc(out, func(a, b migration.ProducerSeen) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.User, b.User))
+	})
+	return out
+}
+
+// putBack returns what a report could not publish, for the next one.
+func (t *producerTally) putBack(ps []migration.ProducerSeen) {
+	for _, p := range ps {
+		t.note(p.Topic, map[string]int64{p.User: p.Records}, p.Last)
+	}
 }

@@ -59,6 +59,7 @@ type rabbitSource struct {
 	cfg             *RabbitMQConfig
 	log             *slog.Logger
 	reportsDeclared bool // the report stream was declared (publishReports)
+	producers       producerTally
 
 	// runMu guards what addTopic needs to consume a topic while running.
 	runMu   sync.Mutex
@@ -292,11 +293,13 @@ func (s *rabbitSource) open(queue string) (*amqp.Channel, <-chan amqp.Delivery, 
 func (s *rabbitSource) consume(ctx context.Context, p *partition, topic string, shard int, deliveries <-chan amqp.Delivery) bool {
 	redelivered := s.g.w.metrics.redelivered.WithLabelValues(s.g.name, topic)
 	recs := make([]*kgo.Record, 0, rabbitDrainMax)
+	users := map[string]int64{} // the batch's deliveries by validated user id
 	take := func(d amqp.Delivery) {
 		if d.Redelivered {
 			redelivered.Inc()
 			s.g.w.metrics.nRedelivered.Add(1)
 		}
+		users[d.UserId]++
 		recs = append(recs, rabbitmq.Record(&d, topic, shard))
 	}
 	for {
@@ -320,6 +323,8 @@ func (s *rabbitSource) consume(ctx context.Context, p *partition, topic string, 
 					break more
 				}
 			}
+			s.producers.note(topic, users, time.Now())
+			clear(users)
 			p.enqueue(recs, 0, time.Now())
 			recs = recs[:0:0]
 		}

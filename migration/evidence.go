@@ -1,11 +1,13 @@
 package migration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,6 +103,21 @@ type Report struct {
 	// cannot read (RabbitMQ, or one it does not consume): neither applied
 	// nor quarantined, they must not be left behind by OLD_RETIRED.
 	Unwatched int64 `json:"unwatched,omitempty"`
+	// Producers are the producers the group's worker saw on the old
+	// channel since its previous report, on RabbitMQ (Kafka's are read
+	// from the topics themselves: Producers).
+	Producers []ProducerSeen `json:"producers,omitempty"`
+}
+
+// ProducerSeen is a producer a group saw on a RabbitMQ old channel: the
+// messages of a topic published by a user, which the broker validated
+// (the user the publishing connection logged in as; "" for a publisher
+// that set no user id, which the broker does not check).
+type ProducerSeen struct {
+	Topic   string    `json:"topic"`
+	User    string    `json:"user"`
+	Records int64     `json:"records"`
+	Last    time.Time `json:"last"`
 }
 
 // LateMark is one of Report.Late.
@@ -280,43 +297,85 @@ func (e *ReportEvidence) Reports(ctx context.Context, p Plan) (map[string]Report
 
 // rabbitReports reads the report stream of a RabbitMQ old channel, from
 // well before the oldest report the gates take (twice MaxAge, at least 10
-// minutes): the newest report of each group in that time. AMQP tells a
+// minutes): the newest report of each group in that time.
+func (e *ReportEvidence) rabbitReports(ctx context.Context, p Plan) (map[string]Report, error) {
+	out := map[string]Report{}
+	err := e.readReportStream(ctx, p, e.now().Add(-max(2*e.MaxAge, 10*time.Minute)), func(r Report) {
+		if old, ok := out[r.Group]; !ok || r.At.After(old.At) {
+			out[r.Group] = r
+		}
+	})
+	return out, err
+}
+
+// SeenProducers returns the producers the groups of plan p saw on its
+// RabbitMQ old channel in the window before now, by topic and user, with
+// their records and when the last one came, from every report in that
+// window (each instance of a group reports what it consumed). The report
+// stream keeps a day (ReportStreamMaxAge): a longer window reads that.
+func (e *ReportEvidence) SeenProducers(ctx context.Context, p Plan, window time.Duration) ([]ProducerSeen, error) {
+	if p.Old.KindOf() != RabbitMQ {
+		return nil, fmt.Errorf("migration: the old channel is %s: its producers are read from its topics (Producers)", p.Old.KindOf())
+	}
+	type key struct{ topic, user string }
+	sum := map[key]*ProducerSeen{}
+	err := e.readReportStream(ctx, p, e.now().Add(-window), func(r Report) {
+		for _, ps := range r.Producers {
+			k := key{ps.Topic, ps.User}
+			if sum[k] == nil {
+				sum[k] = &ProducerSeen{Topic: ps.Topic, User: ps.User}
+			}
+			sum[k].Records += ps.Records
+			if ps.Last.After(sum[k].Last) {
+				sum[k].Last = ps.Last
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ProducerSeen, 0, len(sum))
+	for _, ps := range sum {
+		out = append(out, *ps)
+	}
+	slices.SortFunc(out, func(a, b ProducerSeen) int { return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.User, b.User)) })
+	return out, nil
+}
+
+// readReportStream calls fn with each report of plan p on the report
+// stream of its RabbitMQ old channel written from about from. AMQP tells a
 // stream reader no end, and workers append a report every few seconds: it
 // reads up to the first report published (by the publisher's clock) after
 // it began, or until none came for reportIdle.
-func (e *ReportEvidence) rabbitReports(ctx context.Context, p Plan) (map[string]Report, error) {
+func (e *ReportEvidence) readReportStream(ctx context.Context, p Plan, from time.Time, fn func(Report)) error {
 	pc := p.Old.rabbitPlan("old")
 	conn, err := pc.Conn(e.getenv())
 	if err != nil {
-		return nil, fmt.Errorf("migration: %w", err)
+		return fmt.Errorf("migration: %w", err)
 	}
 	amqpConn, err := conn.Dial(pc.Names())
 	if err != nil {
-		return nil, fmt.Errorf("read %s on the old channel: %w", ReportTopic, err)
+		return fmt.Errorf("read %s on the old channel: %w", ReportTopic, err)
 	}
 	defer func() { _ = amqpConn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
-	out := map[string]Report{}
 	if _, exists, err := rabbitmq.Inspect(amqpConn, ReportTopic); err != nil || !exists {
-		return out, err // no worker reported yet
+		return err // no worker reported yet
 	}
 	began := time.Now()
-	from := e.now().Add(-max(2*e.MaxAge, 10*time.Minute))
 	err = rabbitmq.ReadStreamFrom(ctx, amqpConn, ReportTopic, from, reportIdle, func(d *amqp.Delivery) bool {
 		if d.Timestamp.After(began) {
 			return false // written after the reading began: the end as it was
 		}
 		var r Report
 		if json.Unmarshal(d.Body, &r) == nil && r.Plan == p.Name && d.MessageId == r.Key() {
-			if old, ok := out[r.Group]; !ok || r.At.After(old.At) {
-				out[r.Group] = r
-			}
+			fn(r)
 		}
 		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read %s on the old channel: %w", ReportTopic, err)
+		return fmt.Errorf("read %s on the old channel: %w", ReportTopic, err)
 	}
-	return out, nil
+	return nil
 }
 
 // Drained returns nil when the group's newest report says it passed the

@@ -232,6 +232,14 @@ func oldChannelStatus(ctx context.Context, stdout io.Writer, p migration.Plan, s
 	if err := lagTable(ctx, stdout, p); err != nil {
 		return err
 	}
+	if p.Old.KindOf() == migration.RabbitMQ {
+		seen, err := s.gate.evidence().SeenProducers(ctx, p, s.window)
+		if err != nil {
+			fmt.Fprintf(stdout, "\nproducers not read: %s\n", oldChannelError(err, s.timeout))
+			return nil
+		}
+		return seenProducersTable(stdout, seen, s.window)
+	}
 	groups := append(slices.Clone(p.Groups), bridge.GroupPrefix+p.Name)
 	res, err := migration.Producers(ctx, p, &migration.ProducersOpts{Topics: s.topics, Groups: groups, Window: s.window})
 	if err != nil {
@@ -395,6 +403,33 @@ func delay(d time.Duration) time.Duration {
 		return d.Round(time.Microsecond)
 	}
 	return d.Round(time.Millisecond)
+}
+
+// seenProducersTable prints the producers the groups saw on a RabbitMQ old
+// channel, by the user id the broker validated, and what to do with them.
+func seenProducersTable(stdout io.Writer, seen []migration.ProducerSeen, window time.Duration) error {
+	fmt.Fprintf(stdout, "\nproducers on the old channel the groups consumed from in the last %s (--producers-window; "+
+		"the report stream keeps a day), by the user RabbitMQ validated:\n", window)
+	if len(seen) == 0 {
+		_, err := fmt.Fprintln(stdout, "none reported yet (a worker of a group reports what it consumed once it follows the plan)")
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TOPIC\tUSER\tRECORDS\tLAST_SEEN")
+	for _, ps := range seen {
+		user := cli.Cell(ps.User, 100)
+		if ps.User == "" {
+			user = "(none)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", cli.Cell(ps.Topic, 200), user, ps.Records, ps.Last.Format(timeFormat))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(stdout, "\nThe user is the one the publishing connection logged in as: the broker refuses a message whose user id is another. "+
+		"(none) published without a user id, which nothing validates.\nA user that is not the relay's must move to the new channel "+
+		"before OLD_RETIRED.\n")
+	return err
 }
 
 // producerTables print the old channel's distinct producers per topic,
