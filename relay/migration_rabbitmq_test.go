@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
@@ -54,18 +53,12 @@ func TestDualWriteToRabbitMQFencesEveryShard(t *testing.T) {
 	r := m.start(t, m.cfg)
 
 	m.writeBatch(t, 20)
-	for _, step := range []struct {
-		phase  migration.Phase
-		slices int
-	}{
-		{migration.DualWrite, 0},
-		{migration.Cutover, 64},
-		{migration.DualWrite, 0}, // rollback
-		{migration.Cutover, migration.Slices},
-	} {
-		m.request(t, step.phase, step.slices)
-		m.writeBatch(t, 40)
-	}
+	m.walk(t, 40,
+		stepTo{migration.DualWrite, 0},
+		stepTo{migration.Cutover, 64},
+		stepTo{migration.DualWrite, 0}, // rollback
+		stepTo{migration.Cutover, migration.Slices},
+	)
 	m.waitConfirmedPast(t, r, m.walPosition(t), "the last event")
 
 	wantOld, wantNew := m.expected()
@@ -117,27 +110,11 @@ func TestDualWriteToRabbitMQWaitsForEveryGroupsQueues(t *testing.T) {
 	if err := rabbitmq.Declare(ch, billing); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteQueues(t, m.newTopic, "billing") })
+	t.Cleanup(func() { deleteTopology(t, "billing", false, m.newTopic) })
 	m.waitConfirmedPast(t, r, end, "the copies held for billing's queues")
 	waitReady(t, r, "")
 	if got := drainRabbit(t, m.newTopic); got.missing(ids) > 0 {
 		t.Fatalf("%d of %d copies missing from group test's queues once billing's were declared", got.missing(ids), len(ids))
-	}
-}
-
-// deleteQueues deletes consumer's shard queues of topic.
-func deleteQueues(t *testing.T, topic, consumer string) {
-	conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	for s := range rabbitmq.ShardsDefault {
-		_, _ = ch.QueueDelete(rabbitmq.QueueName(topic, s, consumer), false, false, false)
 	}
 }
 
@@ -169,17 +146,11 @@ func TestDualWriteFromRabbitMQFencesEveryShard(t *testing.T) {
 	r := m.start(t, m.cfg)
 
 	m.writeBatch(t, 20)
-	for _, step := range []struct {
-		phase  migration.Phase
-		slices int
-	}{
-		{migration.DualWrite, 0},
-		{migration.Cutover, 32},
-		{migration.Cutover, migration.Slices},
-	} {
-		m.request(t, step.phase, step.slices)
-		m.writeBatch(t, 40)
-	}
+	m.walk(t, 40,
+		stepTo{migration.DualWrite, 0},
+		stepTo{migration.Cutover, 32},
+		stepTo{migration.Cutover, migration.Slices},
+	)
 	m.waitConfirmedPast(t, r, m.walPosition(t), "the last event")
 
 	wantOld, wantNew := m.expected()

@@ -97,6 +97,22 @@ func (m *migrationBundle) writeBatch(t *testing.T, n int) []string {
 	return ids
 }
 
+// stepTo is a step walk asks for.
+type stepTo struct {
+	phase  migration.Phase
+	slices int
+}
+
+// walk asks for each step in turn, each accepted, and writes n events
+// (writeBatch) after each.
+func (m *migrationBundle) walk(t *testing.T, n int, steps ...stepTo) {
+	t.Helper()
+	for _, st := range steps {
+		m.request(t, st.phase, st.slices)
+		m.writeBatch(t, n)
+	}
+}
+
 // writeTx commits n events of 16 aggregates in one transaction, and
 // remembers the history in effect at its commit.
 func (m *migrationBundle) writeTx(t *testing.T, n int) []string {
@@ -312,21 +328,15 @@ func TestRelayRoutesEveryEventByTheStepInEffectAtItsCommit(t *testing.T) {
 	m.start(t, m.cfg)
 
 	m.writeBatch(t, 20)
-	for _, step := range []struct {
-		phase  migration.Phase
-		slices int
-	}{
-		{migration.DualWrite, 0},
-		{migration.Cutover, 6},
-		{migration.Cutover, 64},
-		{migration.DualWrite, 0}, // rollback
-		{migration.Cutover, 32},
-		{migration.Cutover, migration.Slices},
-		{migration.OldRetired, 0},
-	} {
-		m.request(t, step.phase, step.slices)
-		m.writeBatch(t, 40)
-	}
+	m.walk(t, 40,
+		stepTo{migration.DualWrite, 0},
+		stepTo{migration.Cutover, 6},
+		stepTo{migration.Cutover, 64},
+		stepTo{migration.DualWrite, 0}, // rollback
+		stepTo{migration.Cutover, 32},
+		stepTo{migration.Cutover, migration.Slices},
+		stepTo{migration.OldRetired, 0},
+	)
 
 	wantOld, wantNew := m.expected()
 	oldRecs := readAll(t, ferrytest.Client(t, kgo.ConsumeTopics(m.oldTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())), wantOld, time.Minute)

@@ -70,25 +70,31 @@ func declare(t testing.TB, topics ...string) {
 	if err := rabbitmq.Declare(ch, &rabbitmq.Topology{Consumer: "test", Topics: topics, Shards: rabbitmq.ShardsDefault}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
-		if err != nil {
-			return
+	t.Cleanup(func() { deleteTopology(t, "test", true, topics...) })
+}
+
+// deleteTopology deletes consumer's shard queues of topics and, with
+// exchanges, the topics' exchanges and dead-letter stream.
+func deleteTopology(t testing.TB, consumer string, exchanges bool, topics ...string) {
+	conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	for _, topic := range topics {
+		for s := range rabbitmq.ShardsDefault {
+			_, _ = ch.QueueDelete(rabbitmq.QueueName(topic, s, consumer), false, false, false)
 		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		for _, topic := range topics {
-			for s := range rabbitmq.ShardsDefault {
-				_, _ = ch.QueueDelete(rabbitmq.QueueName(topic, s, "test"), false, false, false)
-			}
+		if exchanges {
 			_, _ = ch.QueueDelete(topic+rabbitmq.DeadLetterStreamSuffix, false, false, false)
 			_ = ch.ExchangeDelete(topic, false, false)
 			_ = ch.ExchangeDelete(topic+rabbitmq.DeadLetterExchangeSuffix, false, false)
 		}
-	})
+	}
 }
 
 // rabbitConsumer reads every shard queue of consumer "test" of topics,
