@@ -298,6 +298,23 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
+// fetchOffsets reads group's committed offsets, waiting out (within ctx)
+// the errors of a coordinator that is not ready yet, as on a cluster that
+// just started or moved the group.
+func fetchOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		offs, err := adm.FetchOffsets(ctx, group)
+		if err == nil || !kerr.IsRetriable(err) {
+			return offs, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
 // committedTopics are the topics in which groups committed offsets on the
 // old cluster, less those Producers leaves out.
 func committedTopics(ctx context.Context, adm *kadm.Client, p Plan, groups []string) ([]string, error) {
@@ -305,7 +322,7 @@ func committedTopics(ctx context.Context, adm *kadm.Client, p Plan, groups []str
 	oldT, newT := newTopicPattern(p.Old.TopicTemplate), newTopicPattern(p.New.TopicTemplate)
 	var out []string
 	for _, g := range groups {
-		offs, err := adm.FetchOffsets(ctx, g)
+		offs, err := fetchOffsets(ctx, adm, g)
 		if err != nil {
 			return nil, fmt.Errorf("migration: old channel: committed offsets of group %s: %w", g, err)
 		}
