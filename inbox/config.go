@@ -210,7 +210,9 @@ type Config struct {
 	// IDFromPayloadHash, when true, gives a record without an id header the
 	// id "sha256:" + the hex SHA-256 of its key and value, instead of
 	// dead-lettering it. Two different records with the same key and value
-	// are then one message. Defaults to false.
+	// are then one message. A RabbitMQ message without an id header or a
+	// message id gets the SHA-256 of its exchange, routing key and body
+	// (the id the migration bridge gives its copy). Defaults to false.
 	IDFromPayloadHash bool
 
 	// Prune, when set, makes Run delete expired inbox rows every

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/rabbitmq"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // HeaderDeadLetterOriginalQueue is set on the dead letters of a RabbitMQ
@@ -300,7 +301,12 @@ func (s *rabbitSource) consume(ctx context.Context, p *partition, topic string, 
 			s.g.w.metrics.nRedelivered.Add(1)
 		}
 		users[d.UserId]++
-		recs = append(recs, rabbitmq.Record(&d, topic, shard))
+		rec := rabbitmq.Record(&d, topic, shard)
+		if s.g.w.cfg.IDFromPayloadHash && !rabbitmq.HasID(rec) {
+			// The id the migration bridge gives its copy too.
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: outbox.HeaderID, Value: []byte(rabbitmq.DerivedID(&d))})
+		}
+		recs = append(recs, rec)
 	}
 	for {
 		select {

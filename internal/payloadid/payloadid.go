@@ -27,3 +27,22 @@ func Of(key, value []byte) string {
 	h.Write(value)
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
+
+// OfMessage is the id of an AMQP message that carries none: "sha256:" and
+// the hex SHA-256 of the exchange and the routing key, each after its
+// length (8 bytes, big-endian), and the body. A worker reading the message
+// from RabbitMQ and the bridge copying it to another channel both derive
+// it, from what every delivery of the message has in common (never the
+// delivery tag or the redelivered flag).
+func OfMessage(exchange, routingKey string, body []byte) string {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(exchange)))
+	h.Write(n[:])
+	h.Write([]byte(exchange))
+	binary.BigEndian.PutUint64(n[:], uint64(len(routingKey)))
+	h.Write(n[:])
+	h.Write([]byte(routingKey))
+	h.Write(body)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}

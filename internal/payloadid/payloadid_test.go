@@ -31,3 +31,17 @@ func hexSum(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+func TestOfMessageIsPinned(t *testing.T) {
+	t.Parallel()
+	want := "sha256:" + hexSum("\x00\x00\x00\x00\x00\x00\x00\x06orders\x00\x00\x00\x00\x00\x00\x00\x03007{}")
+	if got := OfMessage("orders", "007", []byte("{}")); got != want {
+		t.Fatalf("OfMessage = %s, want %s", got, want)
+	}
+	if OfMessage("ab", "c", nil) == OfMessage("a", "bc", nil) {
+		t.Fatal("moving a byte from the exchange to the routing key keeps the id")
+	}
+	if OfMessage("a", "b", []byte("c")) == OfMessage("a", "bc", nil) {
+		t.Fatal("moving a byte from the routing key to the body keeps the id")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferryhq/ferry/internal/payloadid"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -125,6 +126,24 @@ func Record(d *amqp.Delivery, topic string, shard int) *kgo.Record {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: outbox.HeaderID, Value: []byte(d.MessageId)})
 	}
 	return r
+}
+
+// DerivedID is the id of a delivered message that carries none (no id
+// header, no message id): payloadid.OfMessage of its exchange, routing key
+// and body. Workers (inbox.Config.IDFromPayloadHash) and the migration
+// bridge derive it alike.
+func DerivedID(d *amqp.Delivery) string {
+	return payloadid.OfMessage(d.Exchange, d.RoutingKey, d.Body)
+}
+
+// HasID reports whether a record of a delivery (Record) carries an id.
+func HasID(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == outbox.HeaderID {
+			return true
+		}
+	}
+	return false
 }
 
 // headerValue renders an AMQP field as bytes: strings and byte arrays as
