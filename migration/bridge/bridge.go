@@ -49,6 +49,7 @@ type Bridge struct {
 	consumed  atomic.Int64
 	published atomic.Int64
 	derived   atomic.Int64
+	skipped   atomic.Int64
 	commits   atomic.Int64
 }
 
@@ -63,6 +64,7 @@ type Stats struct {
 	Published  int64           // copies the new cluster acknowledged
 	DerivedIDs int64           // copies whose id was derived from the key and value
 	Commits    int64           // offset commits the old cluster accepted
+	Skipped    int64           // Ferry's own messages on a RabbitMQ old channel (fences, stamped events): not copied
 
 	// MissingTopics are the topics of Config.Topics the old cluster did
 	// not have at the last check (Config.TopicCheckInterval).
@@ -118,6 +120,7 @@ func (b *Bridge) Stats() Stats {
 		Published:  b.published.Load(),
 		DerivedIDs: b.derived.Load(),
 		Commits:    b.commits.Load(),
+		Skipped:    b.skipped.Load(),
 	}
 	if w := b.watch.Load(); w != nil {
 		step, _ := w.current()
@@ -157,11 +160,18 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil || st == nil {
 		return err
 	}
-	oldOpts, err := st.Plan.Old.KafkaOpts(string(migration.OldSide), b.cfg.Getenv)
+	if st.Plan.New.KindOf() != migration.Kafka {
+		return fmt.Errorf("bridge: plan %q: its new channel is %s: this release bridges to a Kafka new channel only",
+			b.cfg.Plan, st.Plan.New.KindOf())
+	}
+	newOpts, err := st.Plan.New.KafkaOpts(string(migration.NewSide), b.cfg.Getenv)
 	if err != nil {
 		return fmt.Errorf("bridge: plan %q: %w", b.cfg.Plan, err)
 	}
-	newOpts, err := st.Plan.New.KafkaOpts(string(migration.NewSide), b.cfg.Getenv)
+	if st.Plan.Old.KindOf() == migration.RabbitMQ {
+		return b.runFromRabbitMQ(ctx, st, newOpts)
+	}
+	oldOpts, err := st.Plan.Old.KafkaOpts(string(migration.OldSide), b.cfg.Getenv)
 	if err != nil {
 		return fmt.Errorf("bridge: plan %q: %w", b.cfg.Plan, err)
 	}
