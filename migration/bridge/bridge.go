@@ -77,14 +77,21 @@ type Stats struct {
 // it: it stops, and commits nothing of the record's partition from it
 // on. Fix the cause and start the bridge again; it resumes at this record.
 type RefusedError struct {
-	Topic     string // on the old channel
-	Partition int32
-	Offset    int64
-	NewTopic  string
-	Err       error
+	Topic     string // on the old channel (a RabbitMQ exchange)
+	Partition int32  // a RabbitMQ shard
+	Offset    int64  // a RabbitMQ delivery tag
+	// Queue is the bridge's queue on a RabbitMQ old channel; "" on Kafka.
+	Queue    string
+	NewTopic string
+	Err      error
 }
 
 func (e *RefusedError) Error() string {
+	if e.Queue != "" {
+		return fmt.Sprintf("bridge: the new cluster refused the copy of a message of exchange %s from the bridge's queue %s (to topic %s): %v; "+
+			"it and the queue's later messages stay unacknowledged there: fix the cause and start the bridge again",
+			e.Topic, e.Queue, e.NewTopic, e.Err)
+	}
 	return fmt.Sprintf("bridge: the new cluster refused the copy of %s partition %d offset %d (to topic %s): %v; "+
 		"nothing of that partition from this offset on is committed: fix the cause and start the bridge again",
 		e.Topic, e.Partition, e.Offset, e.NewTopic, e.Err)

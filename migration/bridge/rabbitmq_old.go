@@ -308,6 +308,9 @@ func (b *Bridge) copyFromRabbitMQ(ctx context.Context, watch *stepWatch, old *ra
 	refused, lost := s.refused, s.lost
 	s.mu.Unlock()
 	// Closing, not cancelling: what is unacknowledged goes back first.
+	// RabbitMQ 3.10 may drop acks a quorum queue has not applied when
+	// their channel closes: those messages are delivered and copied
+	// again, with the same ids.
 	for _, q := range queues {
 		if q.ch != nil {
 			_ = q.ch.Close()
@@ -388,7 +391,7 @@ func (s *rabbitSession) send(q *rabbitQueue, d *amqp.Delivery) {
 	}
 	s.producer.Produce(context.Background(), out, func(_ *kgo.Record, err error) {
 		if err != nil {
-			s.refuse(&RefusedError{Topic: q.exchange, Partition: int32(q.shard), Offset: tag, NewTopic: out.Topic, Err: err})
+			s.refuse(&RefusedError{Topic: q.exchange, Partition: int32(q.shard), Offset: tag, Queue: q.name, NewTopic: out.Topic, Err: err})
 			return
 		}
 		s.b.published.Add(1)

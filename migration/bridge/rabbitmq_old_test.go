@@ -1,0 +1,312 @@
+package bridge_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/payloadid"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
+	"github.com/ferryhq/ferry/internal/route"
+	"github.com/ferryhq/ferry/migration"
+	"github.com/ferryhq/ferry/migration/bridge"
+	"github.com/ferryhq/ferry/outbox"
+)
+
+const rabbitShards = 4
+
+// rabbitBundle is a bundle whose plan's old channel is the stack's
+// RabbitMQ: the bridge reads one exchange of it (b.oldTopic).
+type rabbitBundle struct {
+	*bundle
+	conn *amqp.Connection
+	pub  *amqp.Channel
+}
+
+func setupFromRabbitMQ(t *testing.T, newPartitions int32) *rabbitBundle {
+	t.Helper()
+	ctx := ferrytest.Context(t, 2*time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	b := &bundle{t: t, ctx: ctx, ctl: &migration.Controller{DB: db.Pool, Evidence: passing{}},
+		plan: "bridge-" + ferrytest.Suffix(), logs: &ferrytest.Buffer{}}
+	b.oldTopic = "outbox.bridge" + ferrytest.Suffix() + ".order"
+	b.newTopic = ferrytest.TopicB(t, newPartitions)
+	url := os.Getenv(ferrytest.EnvRabbitMQURL)
+	ferrytest.RabbitMQURL(t) // fails without the stack's RabbitMQ
+	p := migration.Plan{
+		Name: b.plan,
+		Old: migration.Channel{Kind: migration.RabbitMQ, URL: url, PasswordEnv: ferrytest.EnvRabbitMQPassword,
+			TopicTemplate: "outbox.bridge.{aggregate_type}", Shards: rabbitShards},
+		New:    migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: "outbox.event.{aggregate_type}"},
+		Groups: []string{"stock"},
+	}
+	if err := b.ctl.Create(ctx, p, "test"); err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = bridge.Config{
+		Plan: b.plan, DB: db.Pool, Topics: []string{b.oldTopic}, TopicMap: map[string]string{b.oldTopic: b.newTopic},
+		StepInterval: 50 * time.Millisecond,
+		Logger:       slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rabbitBundle{bundle: b, conn: conn, pub: ch}
+	t.Cleanup(rb.cleanup)
+	return rb
+}
+
+// cleanup deletes the bridge's queues and the exchange.
+func (b *rabbitBundle) cleanup() {
+	defer b.conn.Close()
+	ch, err := b.conn.Channel()
+	if err != nil {
+		return
+	}
+	for s := range rabbitShards {
+		_, _ = ch.QueueDelete(b.queue(s), false, false, false)
+	}
+	_, _ = ch.QueueDelete(b.oldTopic+rabbitmq.DeadLetterStreamSuffix, false, false, false)
+	_ = ch.ExchangeDelete(b.oldTopic+rabbitmq.DeadLetterExchangeSuffix, false, false)
+	_ = ch.ExchangeDelete(b.oldTopic, false, false)
+}
+
+func (b *rabbitBundle) queue(shard int) string {
+	return rabbitmq.QueueName(b.oldTopic, shard, bridge.GroupPrefix+b.plan)
+}
+
+// held is how many messages the bridge's queues hold, ready: with no
+// bridge running, every message not acknowledged.
+func (b *rabbitBundle) held() int {
+	b.t.Helper()
+	n := 0
+	for s := range rabbitShards {
+		q, ok, err := rabbitmq.Inspect(b.conn, b.queue(s))
+		if err != nil || !ok {
+			b.t.Fatalf("queue %s: exists %v, %v", b.queue(s), ok, err)
+		}
+		n += q.Messages
+	}
+	return n
+}
+
+// publish sends a foreign producer's messages to the exchange, each on
+// its key's shard, and waits for the broker's confirms. idOf gives each
+// message's id: a message id ("m:..."), an id header ("h:...") or none.
+func (b *rabbitBundle) publish(recs []*kgo.Record, idOf func(i int) string) {
+	b.t.Helper()
+	for i, r := range recs {
+		p := amqp.Publishing{Headers: amqp.Table{outbox.HeaderAggregateID: string(r.Key)}, Body: r.Value, DeliveryMode: amqp.Persistent}
+		switch id := idOf(i); {
+		case strings.HasPrefix(id, "m:"):
+			p.MessageId = id
+		case strings.HasPrefix(id, "h:"):
+			p.Headers[outbox.HeaderID] = id
+		}
+		dc, err := b.pub.PublishWithDeferredConfirm(b.oldTopic, rabbitmq.RoutingKey(rabbitmq.Shard(r.Key, rabbitShards)), true, false, p)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if !dc.Wait() {
+			b.t.Fatalf("message %d nacked", i)
+		}
+	}
+}
+
+// noIDs gives no message an id.
+func noIDs(int) string { return "" }
+
+// Started while the plan is OLD_ONLY, the bridge declares its queues and
+// copies nothing; from DUAL_WRITE on it copies each message with its id
+// (message id, id header, or derived from exchange, routing key and body,
+// the id a worker derives from the original), the aggregate as key, in
+// each key's order, stamped authoritative and waiting for the old
+// channel's fences of the session's epoch on the exchange.
+func TestFromRabbitMQCopiesEachMessageWithItsID(t *testing.T) {
+	t.Parallel()
+	b := setupFromRabbitMQ(t, 3)
+	r := b.start(b.cfg)
+	b.waitFor("the bridge's queues", func() bool { return r.Ready() == nil })
+	const keys, perKey = 6, 30
+	recs := keyed(keys, perKey)
+	idOf := func(i int) string {
+		switch i % 3 {
+		case 0:
+			return "m:" + strconv.Itoa(i)
+		case 1:
+			return "h:" + strconv.Itoa(i)
+		}
+		return ""
+	}
+	b.publish(recs, idOf)
+	if got := b.held(); got != keys*perKey {
+		t.Fatalf("the bridge's queues hold %d messages while OLD_ONLY, want all %d", got, keys*perKey)
+	}
+	epoch := b.request(migration.DualWrite, 0)
+	got := b.readB(keys * perKey)
+	if dups := inKeyOrder(t, got, keys, perKey); dups != 0 {
+		t.Errorf("%d duplicates in a run without failures", dups)
+	}
+	want := map[string]string{} // key/value -> id
+	for i, rec := range recs {
+		id := idOf(i) // the message id or the id header, as published
+		if id == "" {
+			id = payloadid.OfMessage(b.oldTopic, rabbitmq.RoutingKey(rabbitmq.Shard(rec.Key, rabbitShards)), rec.Value)
+		}
+		want[string(rec.Key)+"/"+string(rec.Value)] = id
+	}
+	for _, rec := range got {
+		if ids, w := header(rec, outbox.HeaderID), want[string(rec.Key)+"/"+string(rec.Value)]; len(ids) != 1 || ids[0] != w {
+			t.Fatalf("copy of %s/%s: ids %q, want %q", rec.Key, rec.Value, ids, w)
+		}
+		st := stamp(t, rec)
+		if st.Role != route.Authoritative || st.Side != migration.NewSide || st.Since != epoch || st.Peer != b.oldTopic || st.Epoch != epoch {
+			t.Fatalf("copy of %s: stamp %+v, want authoritative on the new side since epoch %d, peer %s", rec.Key, st, epoch, b.oldTopic)
+		}
+		for _, h := range rec.Headers {
+			if strings.HasPrefix(h.Key, "x-") || h.Key == rabbitmq.HeaderCreatedAt {
+				t.Fatalf("copy of %s carries the broker's header %s", rec.Key, h.Key)
+			}
+		}
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.DerivedIDs != keys*perKey/3 {
+		t.Errorf("%d derived ids, want %d", st.DerivedIDs, keys*perKey/3)
+	}
+}
+
+// A copy the new cluster refuses for good stops the bridge with a
+// RefusedError naming the queue; the message and every later one of its
+// queue stay unacknowledged there.
+func TestFromRabbitMQARefusedCopyStaysInItsQueue(t *testing.T) {
+	t.Parallel()
+	b := setupFromRabbitMQ(t, 1)
+	limit := "1024"
+	small := "bridge.small." + ferrytest.Suffix()
+	adm := ferrytest.AdminB(t)
+	if res, err := adm.CreateTopic(b.ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, small); err != nil || res.Err != nil {
+		t.Fatalf("create %s on B: %v %v", small, err, res.Err)
+	}
+	t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), small) })
+	b.newTopic = small
+	cfg := b.cfg
+	cfg.TopicMap = map[string]string{b.oldTopic: small}
+	r := b.start(cfg)
+	b.waitFor("the bridge's queues", func() bool { return r.Ready() == nil })
+	b.request(migration.DualWrite, 0)
+
+	const before = 5
+	b.publish(keyed(1, before), noIDs)
+	b.waitFor("the small copies published", func() bool { return r.Stats().Published == before })
+	big := make([]byte, 4096) // random: compression cannot bring it under the limit
+	_, _ = rand.Read(big)
+	b.publish([]*kgo.Record{{Key: []byte("key-0"), Value: big}, {Key: []byte("key-0"), Value: []byte("after")}}, noIDs)
+
+	var err error
+	select {
+	case err = <-r.done:
+		r.done <- err
+	case <-b.ctx.Done():
+		t.Fatal("the bridge did not stop at the refused copy")
+	}
+	var refused *bridge.RefusedError
+	queue := b.queue(rabbitmq.Shard([]byte("key-0"), rabbitShards))
+	if !errors.As(err, &refused) || refused.Topic != b.oldTopic || refused.Queue != queue || refused.NewTopic != small {
+		t.Fatalf("Run: %v, want a RefusedError for queue %s", err, queue)
+	}
+	if !strings.Contains(err.Error(), queue) {
+		t.Errorf("error %q does not name the queue %s", err, queue)
+	}
+	// At least: RabbitMQ may also return messages whose acks were sent
+	// just before the channel closed.
+	if n := b.held(); n < 2 {
+		t.Fatalf("the bridge's queues hold %d messages, want the refused one and the one after it", n)
+	}
+}
+
+// Stopped in the middle of a stream and started again, the bridge copies
+// every message: what it had not acknowledged is delivered again, and
+// copied again with the same id.
+func TestFromRabbitMQStoppedMidStreamLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setupFromRabbitMQ(t, 3)
+	b.request(migration.DualWrite, 0)
+	// Refused: the plan left OLD_ONLY before the bridge's queues existed.
+	first, err := bridge.New(&b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Run(b.ctx); !errors.Is(err, bridge.ErrLateQueues) || !strings.Contains(err.Error(), "OLD_ONLY") {
+		t.Fatalf("Run after DUAL_WRITE without the bridge's queues: %v, want ErrLateQueues saying what to do", err)
+	}
+	ch, err := b.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclarePassive(b.queue(0), true, false, false, false, nil); err == nil {
+		t.Fatal("a bridge refused for late queues declared them anyway")
+	}
+	b.request(migration.OldOnly, 0)
+	slow := b.cfg
+	slow.MaxInFlightRecords = 16 // so that it is stopped mid-stream
+	r := b.start(slow)
+	b.waitFor("the bridge's queues", func() bool { return r.Ready() == nil })
+	const keys, perKey = 8, 250
+	b.publish(keyed(keys, perKey), noIDs)
+	b.request(migration.DualWrite, 0)
+	b.waitFor("some copies published", func() bool { return r.Stats().Published >= 300 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	stopped := r.Stats().Published
+	again := b.start(b.cfg)
+	recs := b.readDistinct(keys * perKey)
+	if err := again.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	dups := inKeyOrder(t, recs, keys, perKey)
+	t.Logf("stopped after %d copies; %d copies in all, %d duplicates", stopped, len(recs), dups)
+	if stopped >= keys*perKey {
+		t.Fatalf("the first bridge copied all %d before it stopped: nothing tested", keys*perKey)
+	}
+}
+
+// readDistinct reads the new topic from its start until it has n distinct
+// keys and values, and returns every record read, in partition order.
+func (b *rabbitBundle) readDistinct(n int) []*kgo.Record {
+	b.t.Helper()
+	cl := ferrytest.ClientB(b.t, kgo.ConsumeTopics(b.newTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]bool{}
+	var out []*kgo.Record
+	for len(seen) < n {
+		f := cl.PollFetches(b.ctx)
+		if b.ctx.Err() != nil {
+			b.t.Fatalf("read %d distinct of %d records on B\nlogs:\n%s", len(seen), n, b.logs.String())
+		}
+		for _, r := range f.Records() {
+			seen[string(r.Key)+"/"+string(r.Value)] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
