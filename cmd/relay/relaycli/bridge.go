@@ -50,12 +50,12 @@ func runBridge(ctx context.Context, args []string, _, stderr io.Writer) error {
 	var base cli.Base
 	base.Register(f)
 	plan := f.String("plan", "", "the migration plan whose old channel is copied to its new one (required)")
-	topics := f.String("topics", "", "the old channel's topics to copy, comma-separated (or --topic-regex)")
-	regex := f.String("topic-regex", "", "also copy every topic of the old cluster whose whole name matches this regular expression")
+	topics := f.String("topics", "", "the old channel's topics to copy, comma-separated (or --topic-regex); on a RabbitMQ old channel, its exchanges")
+	regex := f.String("topic-regex", "", "also copy every topic of the old cluster whose whole name matches this regular expression (Kafka only)")
 	tmap := topicMap{m: map[string]string{}}
 	f.Var(&tmap, "topic-map", "old=new: copy topic old to topic new; repeatable, or comma-separated")
 	template := f.String("copy-topic-template", bridge.TopicTemplateDefault, "the new topic of each old topic --topic-map does not name; {topic} is the old name")
-	group := f.String("group", "", "the bridge's consumer group on the old cluster (default "+bridge.GroupPrefix+"<plan>)")
+	group := f.String("group", "", "the bridge's consumer group on the old cluster, or the consumer of its queues on RabbitMQ (default "+bridge.GroupPrefix+"<plan>)")
 	idHeader := f.String("id-header", outbox.HeaderID, "the header that holds a record's id on the old channel; copies carry it as "+outbox.HeaderID)
 	idFrom := f.String("id-from", string(bridge.IDFromDefault), "header: the id header, else an id derived from key and value; payload: always derived from key and value")
 	reset := f.String("offset-reset", string(bridge.OffsetResetDefault), "where a partition the group never committed starts: earliest or latest")

@@ -108,7 +108,7 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 	offsetReset := f.String("offset-reset", string(inbox.OffsetResetDefault), "where a partition without a committed offset starts: earliest, latest or none")
 	// FERRY_DLQ_SUFFIX="" is the empty suffix, which is refused below, not unset.
 	dlqSuffix := f.StringEmptyIsValue("dlq-suffix", inbox.DeadLetterSuffixDefault, "dead-letter topic = topic + this suffix")
-	hashIDs := f.Bool("id-from-payload-hash", false, "give records without an id header the SHA-256 of key and value as id, instead of dead-lettering them")
+	hashIDs := f.Bool("id-from-payload-hash", false, "give records without an id header the SHA-256 of key and value as id (a RabbitMQ message without an id header or message id: of exchange, routing key and body), instead of dead-lettering them")
 	sessionTimeout := f.PositiveDuration("kafka-session-timeout", SessionTimeoutDefault, "how long the group waits for a member that stopped heartbeating (a crashed worker) before giving its partitions to others; the broker allows 6s to 5m by default")
 	var p pruneFlags
 	p.register(f, true)
