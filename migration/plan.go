@@ -186,6 +186,19 @@ func (c *Channel) same(d *Channel) bool {
 	return slices.Equal(sorted(c.Brokers), sorted(d.Brokers))
 }
 
+// SameBroker reports whether c and d reach one broker: Kafka channels
+// with the same bootstrap brokers, RabbitMQ channels on the same host and
+// vhost (whoever logs in). Channels of different kinds never do.
+func (c Channel) SameBroker(d Channel) bool {
+	if c.KindOf() != d.KindOf() {
+		return false
+	}
+	if c.KindOf() == RabbitMQ {
+		return sameRabbitMQ(c.URL, d.URL)
+	}
+	return slices.Equal(sorted(c.Brokers), sorted(d.Brokers))
+}
+
 func sorted(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/backoff"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/internal/route"
 	"github.com/ferryhq/ferry/migration"
 )
@@ -44,7 +45,8 @@ type Bridge struct {
 	sameCluster bool
 
 	watch     atomic.Pointer[stepWatch]
-	topics    atomic.Pointer[topicWatch] // nil without Config.Topics
+	publisher atomic.Pointer[rabbitPublisher] // the last to a RabbitMQ new channel
+	topics    atomic.Pointer[topicWatch]      // nil without Config.Topics
 	waiting   atomic.Bool
 	consumed  atomic.Int64
 	published atomic.Int64
@@ -150,6 +152,11 @@ func (b *Bridge) Ready() error {
 	if b.watch.Load() == nil {
 		return errors.New("bridge: not following the plan yet")
 	}
+	if p := b.publisher.Load(); p != nil {
+		if hold := p.Hold(); hold != "" {
+			return errors.New("bridge: " + hold)
+		}
+	}
 	if tw := b.topics.Load(); tw != nil {
 		return tw.state.Load().problem()
 	}
@@ -167,23 +174,20 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil || st == nil {
 		return err
 	}
-	if st.Plan.New.KindOf() != migration.Kafka {
-		return fmt.Errorf("bridge: plan %q: its new channel is %s: this release bridges to a Kafka new channel only",
-			b.cfg.Plan, st.Plan.New.KindOf())
-	}
-	newOpts, err := st.Plan.New.KafkaOpts(string(migration.NewSide), b.cfg.Getenv)
+	newPub, err := b.publisherFor(st.Plan)
 	if err != nil {
-		return fmt.Errorf("bridge: plan %q: %w", b.cfg.Plan, err)
+		return err
 	}
+	if err := b.checkLoop(st.Plan); err != nil {
+		return err
+	}
+	b.copier.keyHeader = st.Plan.New.KindOf() == migration.RabbitMQ
 	if st.Plan.Old.KindOf() == migration.RabbitMQ {
-		return b.runFromRabbitMQ(ctx, st, newOpts)
+		return b.runFromRabbitMQ(ctx, st, newPub)
 	}
 	oldOpts, err := st.Plan.Old.KafkaOpts(string(migration.OldSide), b.cfg.Getenv)
 	if err != nil {
 		return fmt.Errorf("bridge: plan %q: %w", b.cfg.Plan, err)
-	}
-	if err := b.checkLoop(st.Plan); err != nil {
-		return err
 	}
 	var topics *topicWatch
 	if len(b.cfg.Topics) > 0 {
@@ -210,6 +214,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		slog.Any("topics", b.cfg.Topics), slog.String("topic_regex", b.cfg.TopicRegex),
 		slog.Any("old_brokers", st.Plan.Old.Brokers), slog.Any("new_brokers", st.Plan.New.Brokers),
 		slog.String("phase", string(st.Phase)), slog.Int("epoch", st.Epoch))
+	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 10 * time.Second}
 	for {
 		step, changed := watch.current()
 		if step.Phase == migration.OldOnly {
@@ -225,12 +230,56 @@ func (b *Bridge) Run(ctx context.Context) error {
 			continue
 		}
 		b.waiting.Store(false)
-		if err := b.copyWhileActive(ctx, watch, oldOpts, newOpts); err != nil {
+		lost, err := b.copyWhileActive(ctx, watch, oldOpts, newPub)
+		if err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
+		if lost == nil {
+			retry.Reset()
+			continue
+		}
+		if !b.waitLost(ctx, &retry, lost) {
+			return nil
+		}
+	}
+}
+
+// publisherFor returns how a session reaches the plan's new channel.
+func (b *Bridge) publisherFor(p migration.Plan) (func() (publisher, error), error) {
+	if p.New.KindOf() == migration.RabbitMQ {
+		pc := rabbitmq.PlanChannel{Side: string(migration.NewSide), URL: p.New.URL, PasswordEnv: p.New.PasswordEnv}
+		if _, err := pc.Conn(b.cfg.Getenv); err != nil {
+			return nil, fmt.Errorf("bridge: plan %q: %w", b.cfg.Plan, err)
+		}
+		return func() (publisher, error) { return b.newRabbitPublisher(p) }, nil
+	}
+	newOpts, err := p.New.KafkaOpts(string(migration.NewSide), b.cfg.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: plan %q: %w", b.cfg.Plan, err)
+	}
+	return func() (publisher, error) {
+		cl, err := kgo.NewClient(b.producerOpts(newOpts)...)
+		if err != nil {
+			return nil, fmt.Errorf("bridge: new channel's client: %w", err)
+		}
+		return cl, nil
+	}, nil
+}
+
+// waitLost logs a session lost to its channel and waits before the next;
+// false when ctx ended.
+func (b *Bridge) waitLost(ctx context.Context, retry *backoff.Sequence, lost error) bool {
+	wait := retry.Next()
+	b.log.Warn("lost a channel; what was not acknowledged is copied again", slog.String("error", lost.Error()),
+		slog.Duration("retry_in", wait))
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(wait):
+		return true
 	}
 }
 
@@ -261,7 +310,11 @@ func (b *Bridge) readPlan(ctx context.Context) (*migration.State, error) {
 // checkLoop refuses to copy a topic onto one the bridge reads, which on
 // one cluster would copy every record forever.
 func (b *Bridge) checkLoop(p migration.Plan) error {
-	b.sameCluster = sameBrokers(p.Old.Brokers, p.New.Brokers)
+	if p.Old.KindOf() == migration.Kafka {
+		b.sameCluster = p.New.KindOf() == migration.Kafka && sameBrokers(p.Old.Brokers, p.New.Brokers)
+	} else {
+		b.sameCluster = p.Old.SameBroker(p.New)
+	}
 	if !b.sameCluster {
 		return nil
 	}
@@ -312,7 +365,7 @@ type session struct {
 	b        *Bridge
 	watch    *stepWatch
 	consumer *kgo.Client
-	producer *kgo.Client
+	producer publisher
 	stopPoll context.CancelFunc
 
 	mu       sync.Mutex
@@ -321,29 +374,34 @@ type session struct {
 	inflight int
 	stopping bool  // answers are the producer's close: not refusals
 	refused  error // the first refusal
+	lost     error // the new channel lost (errLost): the session ends, the next copies again
 
 	// commitMu orders the commits: a periodic commit never lands after
 	// the final commit of a revoke. It is taken before mu.
 	commitMu sync.Mutex
 }
 
-// copyWhileActive copies until ctx ends, a record is refused, or the step
-// goes back to OLD_ONLY; then it waits for the acknowledgements in flight
-// (Config.ShutdownTimeout), commits and leaves the group. What it read
-// and did not commit is read again by the next session.
-func (b *Bridge) copyWhileActive(ctx context.Context, watch *stepWatch, oldOpts, newOpts []kgo.Opt) error {
+// copyWhileActive copies until ctx ends, a record is refused (the error),
+// the new channel is lost (lost), or the step goes back to OLD_ONLY; then
+// it waits for the acknowledgements in flight (Config.ShutdownTimeout),
+// commits and leaves the group. What it read and did not commit is read
+// again by the next session.
+func (b *Bridge) copyWhileActive(ctx context.Context, watch *stepWatch, oldOpts []kgo.Opt, newPub func() (publisher, error)) (lost, err error) {
 	s := &session{b: b, watch: watch, parts: map[topicPartition]*commitTracker{}}
 	s.answered = sync.NewCond(&s.mu)
 
-	producer, err := kgo.NewClient(b.producerOpts(newOpts)...)
+	producer, err := newPub()
+	if errors.Is(err, errLost) {
+		return err, nil
+	}
 	if err != nil {
-		return fmt.Errorf("bridge: new channel's client: %w", err)
+		return nil, err
 	}
 	s.producer = producer
 	consumer, err := kgo.NewClient(b.consumerOpts(oldOpts, s)...)
 	if err != nil {
 		producer.Close()
-		return fmt.Errorf("bridge: old channel's client: %w", err)
+		return nil, fmt.Errorf("bridge: old channel's client: %w", err)
 	}
 	s.consumer = consumer
 
@@ -368,14 +426,14 @@ func (b *Bridge) copyWhileActive(ctx context.Context, watch *stepWatch, oldOpts,
 	s.commit(s.takeAll())
 	s.mu.Lock()
 	s.stopping = true
-	refused := s.refused
+	refused, lost := s.refused, s.lost
 	s.mu.Unlock()
 	consumer.CloseAllowingRebalance()
 	producer.Close()
-	if refused == nil && ctx.Err() == nil {
+	if refused == nil && lost == nil && ctx.Err() == nil {
 		b.log.Info("the plan went back to OLD_ONLY: the bridge left its group; what it had not copied is read again later")
 	}
-	return refused
+	return lost, refused
 }
 
 // producerOpts are the new channel's options plus the bridge's own:
@@ -567,7 +625,12 @@ func (s *session) answer(t *commitTracker, r *kgo.Record, newTopic string, err e
 		return
 	}
 	t.refuse()
-	if s.stopping || s.refused != nil {
+	if s.stopping || s.refused != nil || s.lost != nil {
+		return
+	}
+	if errors.Is(err, errLost) {
+		s.lost = err
+		s.stopPoll()
 		return
 	}
 	s.refused = &RefusedError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, NewTopic: newTopic, Err: err}

@@ -16,6 +16,10 @@ type copier struct {
 	fromPayload bool
 	topicMap    map[string]string
 	template    string
+	// keyHeader: the new channel is RabbitMQ, whose messages carry no key:
+	// a record's key travels in the outbox.HeaderAggregateID header, as
+	// Ferry's relay writes it, when the record has none.
+	keyHeader bool
 }
 
 // copyOf returns the copy of r under step, and whether its id was derived
@@ -47,6 +51,9 @@ func (c *copier) copyOf(r *kgo.Record, step route.Step) (out *kgo.Record, derive
 	}
 	if !keepIDs {
 		headers = append(headers, kgo.RecordHeader{Key: outbox.HeaderID, Value: id})
+	}
+	if c.keyHeader && len(r.Key) > 0 && !hasHeader(r.Headers, outbox.HeaderAggregateID) {
+		headers = append(headers, kgo.RecordHeader{Key: outbox.HeaderAggregateID, Value: r.Key})
 	}
 	// Since and Peer stay empty: the bridge writes no fences (see the
 	// package doc).
@@ -96,4 +103,13 @@ func newRole(step route.Step, aggregateID []byte) (route.Role, bool) {
 		}
 	}
 	return "", false
+}
+
+func hasHeader(headers []kgo.RecordHeader, key string) bool {
+	for _, h := range headers {
+		if h.Key == key {
+			return true
+		}
+	}
+	return false
 }

@@ -132,7 +132,7 @@ func (o *rabbitOld) declare(ctx context.Context, b *Bridge, phase migration.Phas
 
 // runFromRabbitMQ is Run for a RabbitMQ old channel.
 // The bridge is Ready once its queues exist.
-func (b *Bridge) runFromRabbitMQ(ctx context.Context, st *migration.State, newOpts []kgo.Opt) error {
+func (b *Bridge) runFromRabbitMQ(ctx context.Context, st *migration.State, newPub func() (publisher, error)) error {
 	old, err := b.rabbitOld(st.Plan)
 	if err != nil {
 		return err
@@ -155,7 +155,7 @@ func (b *Bridge) runFromRabbitMQ(ctx context.Context, st *migration.State, newOp
 		if !b.awaitCopying(ctx, watch) {
 			return nil
 		}
-		lost, err := b.copyFromRabbitMQ(ctx, watch, old, newOpts)
+		lost, err := b.copyFromRabbitMQ(ctx, watch, old, newPub)
 		if err != nil {
 			return err
 		}
@@ -166,13 +166,8 @@ func (b *Bridge) runFromRabbitMQ(ctx context.Context, st *migration.State, newOp
 			retry.Reset()
 			continue
 		}
-		wait := retry.Next()
-		b.log.Warn("lost the old RabbitMQ channel; what was not acknowledged is copied again", slog.String("error", lost.Error()),
-			slog.Duration("retry_in", wait))
-		select {
-		case <-ctx.Done():
+		if !b.waitLost(ctx, &retry, lost) {
 			return nil
-		case <-time.After(wait):
 		}
 	}
 }
@@ -201,7 +196,7 @@ func (b *Bridge) awaitCopying(ctx context.Context, watch *stepWatch) bool {
 type rabbitSession struct {
 	b        *Bridge
 	watch    *stepWatch
-	producer *kgo.Client
+	producer publisher
 	since    int // the copies' Stamp.Since
 
 	mu       sync.Mutex
@@ -233,7 +228,7 @@ func sinceOf(step route.Step) int {
 
 // copyFromRabbitMQ copies until ctx ends, the step goes back to OLD_ONLY, a
 // copy is refused (the error) or the old channel is lost (lost).
-func (b *Bridge) copyFromRabbitMQ(ctx context.Context, watch *stepWatch, old *rabbitOld, newOpts []kgo.Opt) (lost, err error) {
+func (b *Bridge) copyFromRabbitMQ(ctx context.Context, watch *stepWatch, old *rabbitOld, newPub func() (publisher, error)) (lost, err error) {
 	step, _ := watch.current()
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -248,9 +243,12 @@ func (b *Bridge) copyFromRabbitMQ(ctx context.Context, watch *stepWatch, old *ra
 	}
 	defer conn.Close()
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
-	producer, err := kgo.NewClient(b.producerOpts(newOpts)...)
+	producer, err := newPub()
+	if errors.Is(err, errLost) {
+		return err, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("bridge: new channel's client: %w", err)
+		return nil, err
 	}
 	s.producer = producer
 	defer producer.Close()
@@ -390,6 +388,11 @@ func (s *rabbitSession) send(q *rabbitQueue, d *amqp.Delivery) {
 		s.b.derived.Add(1)
 	}
 	s.producer.Produce(context.Background(), out, func(_ *kgo.Record, err error) {
+		if errors.Is(err, errLost) {
+			s.inflightDone()
+			s.fail(err)
+			return
+		}
 		if err != nil {
 			s.refuse(&RefusedError{Topic: q.exchange, Partition: int32(q.shard), Offset: tag, Queue: q.name, NewTopic: out.Topic, Err: err})
 			return
@@ -415,6 +418,14 @@ func (s *rabbitSession) finish(q *rabbitQueue, tag int64, sent bool) {
 		s.inflight--
 		s.answered.Broadcast()
 	}
+}
+
+// inflightDone counts an answer that finished nothing.
+func (s *rabbitSession) inflightDone() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	s.answered.Broadcast()
 }
 
 func (s *rabbitSession) refuse(err *RefusedError) {

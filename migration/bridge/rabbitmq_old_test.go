@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -309,4 +310,153 @@ func (b *rabbitBundle) readDistinct(n int) []*kgo.Record {
 		}
 	}
 	return out
+}
+
+// toRabbitBundle is a bundle whose plan's new channel is the stack's
+// RabbitMQ: the bridge copies b.oldTopic on cluster A to the exchange
+// b.newTopic, for the group "stock".
+type toRabbitBundle struct {
+	*bundle
+	conn *amqp.Connection
+}
+
+func setupToRabbitMQ(t *testing.T) *toRabbitBundle {
+	t.Helper()
+	ctx := ferrytest.Context(t, 2*time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	b := &bundle{t: t, ctx: ctx, ctl: &migration.Controller{DB: db.Pool, Evidence: passing{}},
+		plan: "bridge-" + ferrytest.Suffix(), oldTopic: ferrytest.Topic(t, 3), logs: &ferrytest.Buffer{}}
+	b.newTopic = "outbox.bridge" + ferrytest.Suffix() + ".order"
+	url := os.Getenv(ferrytest.EnvRabbitMQURL)
+	conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := migration.Plan{
+		Name: b.plan,
+		Old:  migration.Channel{Brokers: ferrytest.Brokers(t), TopicTemplate: "outbox.event.{aggregate_type}"},
+		New: migration.Channel{Kind: migration.RabbitMQ, URL: url, PasswordEnv: ferrytest.EnvRabbitMQPassword,
+			TopicTemplate: "outbox.bridge.{aggregate_type}", Shards: rabbitShards},
+		Groups: []string{"stock"},
+	}
+	if err := b.ctl.Create(ctx, p, "test"); err != nil {
+		t.Fatal(err)
+	}
+	b.cfg = bridge.Config{
+		Plan: b.plan, DB: db.Pool, Topics: []string{b.oldTopic}, TopicMap: map[string]string{b.oldTopic: b.newTopic},
+		StepInterval: 50 * time.Millisecond, CommitInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	rb := &toRabbitBundle{bundle: b, conn: conn}
+	t.Cleanup(func() {
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		for s := range rabbitShards {
+			_, _ = ch.QueueDelete(rabbitmq.QueueName(b.newTopic, s, "stock"), false, false, false)
+		}
+		_, _ = ch.QueueDelete(b.newTopic+rabbitmq.DeadLetterStreamSuffix, false, false, false)
+		_ = ch.ExchangeDelete(b.newTopic+rabbitmq.DeadLetterExchangeSuffix, false, false)
+		_ = ch.ExchangeDelete(b.newTopic, false, false)
+	})
+	return rb
+}
+
+// declare makes the group's shard queues on the new broker.
+func (b *toRabbitBundle) declare() {
+	b.t.Helper()
+	ch, err := b.conn.Channel()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := rabbitmq.Declare(ch, &rabbitmq.Topology{Consumer: "stock", Topics: []string{b.newTopic}, Shards: rabbitShards}); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// take consumes n messages from the group's shard queues, each queue's
+// in its order, as records (rabbitmq.Record).
+func (b *toRabbitBundle) take(n int) []*kgo.Record {
+	b.t.Helper()
+	ch, err := b.conn.Channel()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer ch.Close()
+	deliveries := make([]<-chan amqp.Delivery, rabbitShards)
+	for s := range rabbitShards {
+		if deliveries[s], err = ch.Consume(rabbitmq.QueueName(b.newTopic, s, "stock"), "", true, false, false, false, nil); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+	var out []*kgo.Record
+	b.waitFor(fmt.Sprintf("%d copies in the group's queues", n), func() bool {
+		for s, c := range deliveries {
+			for more := true; more; {
+				select {
+				case d := <-c:
+					out = append(out, rabbitmq.Record(&d, b.newTopic, s))
+				default:
+					more = false
+				}
+			}
+		}
+		return len(out) >= n
+	})
+	return out
+}
+
+// From Kafka to RabbitMQ: while the plan's group has no queue on the new
+// broker, the bridge holds its copies, says so in Ready, and commits no
+// offset; once the queues exist, each record arrives in its key's shard
+// queue in order, with its id (or the one derived from key and value),
+// stamped authoritative, and the offsets are committed behind RabbitMQ's
+// confirms.
+func TestToRabbitMQHoldsUntilTheGroupsQueuesThenCopiesBehindConfirms(t *testing.T) {
+	t.Parallel()
+	b := setupToRabbitMQ(t)
+	b.request(migration.DualWrite, 0)
+	const keys, perKey = 6, 40
+	recs := keyed(keys, perKey)
+	for i, r := range recs {
+		if i%2 == 0 {
+			r.Headers = []kgo.RecordHeader{{Key: outbox.HeaderID, Value: []byte("id-" + strconv.Itoa(i))}}
+		}
+	}
+	b.produce(recs...)
+	r := b.start(b.cfg)
+	b.waitFor("the bridge to say it waits for the group's queues", func() bool {
+		err := r.Ready()
+		return err != nil && strings.Contains(err.Error(), `consumer "stock" has no queue`)
+	})
+	if got := b.committed(bridge.GroupPrefix + b.plan); got != 0 {
+		t.Fatalf("committed %d offsets while no copy could be confirmed", got)
+	}
+	b.declare()
+	got := b.take(keys * perKey)
+	if dups := inKeyOrder(t, got, keys, perKey); dups != 0 {
+		t.Errorf("%d duplicates in a run without failures", dups)
+	}
+	for _, rec := range got {
+		ids := header(rec, outbox.HeaderID)
+		want := payloadid.Of(rec.Key, rec.Value)
+		for _, o := range recs {
+			if string(o.Key) == string(rec.Key) && string(o.Value) == string(rec.Value) && len(o.Headers) > 0 {
+				want = string(o.Headers[0].Value)
+			}
+		}
+		if len(ids) != 1 || ids[0] != want {
+			t.Fatalf("copy of %s/%s: ids %q, want %s", rec.Key, rec.Value, ids, want)
+		}
+		if st := stamp(t, rec); st.Role != route.Authoritative || st.Side != migration.NewSide || st.Since != 0 {
+			t.Fatalf("copy of %s: stamp %+v, want authoritative on the new side", rec.Key, st)
+		}
+	}
+	b.waitFor("every offset committed", func() bool { return b.committed(bridge.GroupPrefix+b.plan) == keys*perKey })
+	if err := r.Ready(); err != nil {
+		t.Errorf("Ready() = %v once the queues exist", err)
+	}
 }
