@@ -151,6 +151,12 @@ func (f *foreignProducer) check(t *testing.T, published int) {
 	if n := m.count(`SELECT count(*) FROM effects WHERE key LIKE 'foreign-%' AND worker = '` + m.newTopic + `'`); n == 0 {
 		t.Error("no foreign message applied from the bridge's copies on the new channel")
 	}
+	// No shadow of a bridged copy ever comes: one recorded as expecting
+	// one would hold the shadow gate shut.
+	if n := m.count(`SELECT count(*) FROM ferry_inbox_copy c WHERE NOT c.alone
+		AND c.message_id IN (SELECT message_id FROM effects WHERE key LIKE 'foreign-%')`); n > 0 {
+		t.Errorf("%d bridged copies recorded as waiting for a shadow", n)
+	}
 }
 
 // A service that is not Ferry's keeps publishing to the old RabbitMQ

@@ -119,30 +119,43 @@ type Stamp struct {
 	Role  Role
 	Since int
 	Peer  string
+	// Bridged marks a copy the migration bridge made of a RabbitMQ old
+	// channel's message (rendered as a trailing ";origin=bridge"): it
+	// waits for the fences Since and Peer name, and no shadow of it ever
+	// comes.
+	Bridged bool
 }
 
-// Alone reports whether the relay wrote the event to one channel only,
-// with no shadow copy on the other: an authoritative copy of OLD_RETIRED.
-// The relay stamps those with side new and no since; every other
-// authoritative copy on the new side has a since, as the new channel holds
-// a slice only from an epoch after the plan's creation (History.Since).
+// bridgedSuffix ends a bridged copy's stamp.
+const bridgedSuffix = ";origin=bridge"
+
+// Alone reports whether the event has one copy only, with no shadow on
+// the other channel: an authoritative copy of OLD_RETIRED, which the relay
+// stamps with side new and no since (every other authoritative copy it
+// writes on the new side has a since, as the new channel holds a slice
+// only from an epoch after the plan's creation, History.Since), or a
+// bridge's copy (no since from a Kafka old channel, Bridged from a
+// RabbitMQ one).
 func (st Stamp) Alone() bool {
-	return st.Role == Authoritative && st.Side == NewSide && st.Since == 0
+	return st.Role == Authoritative && st.Side == NewSide && (st.Since == 0 || st.Bridged)
 }
 
 // String renders the stamp as HeaderRoute's value:
 // "plan=move-1;epoch=3;slice=17;side=new;role=authoritative;since=3;peer=orders".
 func (st Stamp) String() string {
 	return "plan=" + st.Plan + ";epoch=" + strconv.Itoa(st.Epoch) + ";slice=" + strconv.Itoa(st.Slice) +
-		";side=" + string(st.Side) + ";role=" + string(st.Role) + ";since=" + strconv.Itoa(st.Since) + ";peer=" + st.Peer
+		";side=" + string(st.Side) + ";role=" + string(st.Role) + ";since=" + strconv.Itoa(st.Since) + ";peer=" + st.Peer +
+		map[bool]string{true: bridgedSuffix}[st.Bridged]
 }
 
 // ParseStamp reads a HeaderRoute value. It is strict: every field once, in
-// order, with a valid value; anything else is an error that names the
-// problem, since a consumer acts on it.
+// order, with a valid value, then ";origin=bridge" or nothing; anything
+// else is an error that names the problem, since a consumer acts on it.
 func ParseStamp(v string) (Stamp, error) {
 	var st Stamp
-	err := parseFields("route stamp", v, []string{"plan", "epoch", "slice", "side", "role", "since", "peer"}, func(k, val string) error {
+	fields, bridged := strings.CutSuffix(v, bridgedSuffix)
+	st.Bridged = bridged
+	err := parseFields("route stamp", fields, []string{"plan", "epoch", "slice", "side", "role", "since", "peer"}, func(k, val string) error {
 		var err error
 		switch k {
 		case "plan":
@@ -173,6 +186,9 @@ func ParseStamp(v string) (Stamp, error) {
 	}
 	if err == nil && (st.Since > 0) != (st.Peer != "") {
 		err = fmt.Errorf("migration: route stamp %q: since and peer go together", v)
+	}
+	if err == nil && st.Bridged && (st.Side != NewSide || st.Role != Authoritative || st.Since == 0) {
+		err = fmt.Errorf("migration: route stamp %q: a bridged copy is authoritative on the new side, with a since", v)
 	}
 	return st, err
 }

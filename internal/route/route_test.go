@@ -51,6 +51,7 @@ func TestStampRoundTripAndStrictParse(t *testing.T) {
 	for _, st := range []route.Stamp{
 		{Plan: "move-1", Epoch: 3, Slice: 127, Side: route.NewSide, Role: route.Shadow},
 		{Plan: "move-1", Epoch: 5, Slice: 2, Side: route.NewSide, Role: route.Authoritative, Since: 4, Peer: "outbox.event.order"},
+		{Plan: "move-1", Epoch: 5, Slice: 2, Side: route.NewSide, Role: route.Authoritative, Since: 5, Peer: "outbox.event.order", Bridged: true},
 	} {
 		got, err := route.ParseStamp(st.String())
 		if err != nil || got != st {
@@ -59,17 +60,21 @@ func TestStampRoundTripAndStrictParse(t *testing.T) {
 	}
 	for bad, names := range map[string]string{
 		"": "fields",
-		"plan=move-1;epoch=3;slice=128;side=new;role=shadow;since=0;peer=":         "slice",
-		"plan=move-1;epoch=-1;slice=1;side=new;role=shadow;since=0;peer=":          "epoch",
-		"plan=move-1;epoch=03;slice=1;side=new;role=shadow;since=0;peer=":          "epoch",
-		"plan=Move;epoch=3;slice=1;side=new;role=shadow;since=0;peer=":             "plan",
-		"plan=move-1;epoch=3;slice=1;side=middle;role=shadow;since=0;peer=":        "side",
-		"plan=move-1;epoch=3;slice=1;side=new;role=applied;since=0;peer=":          "role",
-		"epoch=3;plan=move-1;slice=1;side=new;role=shadow;since=0;peer=":           "field 1",
-		"plan=move-1;epoch=3;slice=1;side=new;role=shadow;since=0;peer=;x=1":       "fields",
-		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=4;peer=t":   "since 4 is after epoch 3",
-		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=":    "since and peer go together",
-		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=a b": "peer",
+		"plan=move-1;epoch=3;slice=128;side=new;role=shadow;since=0;peer=":                     "slice",
+		"plan=move-1;epoch=-1;slice=1;side=new;role=shadow;since=0;peer=":                      "epoch",
+		"plan=move-1;epoch=03;slice=1;side=new;role=shadow;since=0;peer=":                      "epoch",
+		"plan=Move;epoch=3;slice=1;side=new;role=shadow;since=0;peer=":                         "plan",
+		"plan=move-1;epoch=3;slice=1;side=middle;role=shadow;since=0;peer=":                    "side",
+		"plan=move-1;epoch=3;slice=1;side=new;role=applied;since=0;peer=":                      "role",
+		"epoch=3;plan=move-1;slice=1;side=new;role=shadow;since=0;peer=":                       "field 1",
+		"plan=move-1;epoch=3;slice=1;side=new;role=shadow;since=0;peer=;x=1":                   "fields",
+		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=4;peer=t":               "since 4 is after epoch 3",
+		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=":                "since and peer go together",
+		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=a b":             "peer",
+		"plan=move-1;epoch=3;slice=1;side=new;role=shadow;since=0;peer=;origin=bridge":         "a bridged copy",
+		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=0;peer=;origin=bridge":  "a bridged copy",
+		"plan=move-1;epoch=3;slice=1;side=old;role=authoritative;since=2;peer=t;origin=bridge": "a bridged copy",
+		"plan=move-1;epoch=3;slice=1;side=new;role=authoritative;since=2;peer=t;origin=relay":  "fields",
 	} {
 		_, err := route.ParseStamp(bad)
 		if err == nil {
@@ -78,6 +83,26 @@ func TestStampRoundTripAndStrictParse(t *testing.T) {
 		}
 		if problem := err.Error()[strings.Index(err.Error(), bad)+len(bad):]; !strings.Contains(problem, names) {
 			t.Errorf("ParseStamp(%q) = %v, want an error naming %s", bad, err, names)
+		}
+	}
+}
+
+// An event has one copy only (no shadow will come) when it is the relay's
+// OLD_RETIRED copy or a bridge's copy; never a moved slice's copy.
+func TestAloneIsOnlyTheCopiesWithoutShadow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		st    route.Stamp
+		alone bool
+	}{
+		{route.Stamp{Side: route.NewSide, Role: route.Authoritative}, true},
+		{route.Stamp{Side: route.NewSide, Role: route.Authoritative, Since: 3, Peer: "t", Bridged: true}, true},
+		{route.Stamp{Side: route.NewSide, Role: route.Authoritative, Since: 3, Peer: "t"}, false},
+		{route.Stamp{Side: route.OldSide, Role: route.Authoritative}, false},
+		{route.Stamp{Side: route.NewSide, Role: route.Shadow}, false},
+	} {
+		if got := tc.st.Alone(); got != tc.alone {
+			t.Errorf("%+v: Alone() = %t, want %t", tc.st, got, tc.alone)
 		}
 	}
 }
@@ -184,6 +209,7 @@ func FuzzParseStamp(f *testing.F) {
 	f.Add("plan=move-1;epoch=3;slice=17;side=new;role=authoritative;since=3;peer=orders")
 	f.Add("plan=a;epoch=0;slice=0;side=old;role=shadow;since=0;peer=")
 	f.Add("plan=;epoch=;slice=;side=;role=;since=;peer=")
+	f.Add("plan=move-1;epoch=3;slice=17;side=new;role=authoritative;since=3;peer=orders;origin=bridge")
 	f.Fuzz(func(t *testing.T, v string) {
 		st, err := route.ParseStamp(v)
 		if err != nil {

@@ -179,8 +179,9 @@ func TestFromRabbitMQCopiesEachMessageWithItsID(t *testing.T) {
 			t.Fatalf("copy of %s/%s: ids %q, want %q", rec.Key, rec.Value, ids, w)
 		}
 		st := stamp(t, rec)
-		if st.Role != route.Authoritative || st.Side != migration.NewSide || st.Since != epoch || st.Peer != b.oldTopic || st.Epoch != epoch {
-			t.Fatalf("copy of %s: stamp %+v, want authoritative on the new side since epoch %d, peer %s", rec.Key, st, epoch, b.oldTopic)
+		if st.Role != route.Authoritative || st.Side != migration.NewSide || st.Since != epoch || st.Peer != b.oldTopic || st.Epoch != epoch ||
+			!st.Bridged {
+			t.Fatalf("copy of %s: stamp %+v, want bridged, authoritative on the new side since epoch %d, peer %s", rec.Key, st, epoch, b.oldTopic)
 		}
 		for _, h := range rec.Headers {
 			if strings.HasPrefix(h.Key, "x-") || h.Key == rabbitmq.HeaderCreatedAt {
