@@ -295,6 +295,13 @@ type closingSink interface {
 	Close()
 }
 
+// newChannelSinks are the sinks of the migrations' new channels.
+func (r *Relay) newChannelSinks() map[string]closingSink {
+	r.outsMu.Lock()
+	defer r.outsMu.Unlock()
+	return maps.Clone(r.outs)
+}
+
 // newChannel returns the session's view of plan p's new channel, on a
 // client the relay keeps for the plan across sessions.
 func (r *Relay) newChannel(s *session, p migration.Plan) (*channelOut, error) {

@@ -189,6 +189,15 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		if aerr := sink.AbortBufferedRecords(actx); aerr != nil {
 			log.Warn("aborting buffered "+r.broker()+" records failed; the next session produces through the same sink", slog.String("error", aerr.Error()))
 		}
+		// The same for a migration's new channel: a RabbitMQ sink gives
+		// up its failed connection there, and the next session dials
+		// a new one (kept, every probe of the next session would fail
+		// on it, and the relay would stall).
+		for name, ns := range r.newChannelSinks() {
+			if aerr := ns.AbortBufferedRecords(actx); aerr != nil {
+				log.Warn("aborting buffered records of the new channel failed", slog.String("plan", name), slog.String("error", aerr.Error()))
+			}
+		}
 		acancel()
 	}
 	return err
