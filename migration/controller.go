@@ -37,6 +37,10 @@ var ErrNotFound = errors.New("migration: no such plan")
 type Controller struct {
 	DB       outbox.Beginner
 	Evidence Evidence
+	// Getenv reads the variables a plan's channels name for their
+	// passwords, where the controller reaches a channel itself (the
+	// queues DUAL_WRITE towards RabbitMQ needs). Defaults to os.Getenv.
+	Getenv func(string) string
 }
 
 // State is where a plan stands: its phase, the slices moved (CUTOVER), and

@@ -36,7 +36,7 @@ func (c *Controller) check(ctx context.Context, tx pgx.Tx, st *State, to Phase, 
 		} else if len(busy) > 0 {
 			return fmt.Sprintf("premature: plan %q is in %s; a relay follows one migration at a time", busy[0].Migration, busy[0].Phase), false
 		}
-		if why := queuesBeforeCopies(ctx, st.Plan, nil); why != "" {
+		if why := queuesBeforeCopies(ctx, st.Plan, c.Getenv); why != "" {
 			return "premature: " + why, false
 		}
 		return "accepted: the relay writes both channels from this point of the commit order; the old copy is authoritative", true
