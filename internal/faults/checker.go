@@ -63,6 +63,9 @@ type CommittedFigures struct {
 	// LatestVersions is the sum of the aggregates' latest versions (equal to
 	// Versioned when versions have no gaps).
 	LatestVersions int64
+	// Foreign is how many of Versioned a producer that is not Ferry's
+	// published (fault_foreign), not in the outbox.
+	Foreign int64
 }
 
 // AbortedFigures check the events of write transactions that failed.
@@ -98,6 +101,11 @@ func (p *pipeline) check(ctx context.Context, rep *Report) error {
 	if err := db.QueryRow(ctx, `SELECT coalesce(sum(version), 0) FROM fault_versions`).Scan(&c.LatestVersions); err != nil {
 		return err
 	}
+	// A foreign producer's events are versioned events too.
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM fault_foreign`).Scan(&c.Foreign); err != nil {
+		return err
+	}
+	c.Versioned += c.Foreign
 	if _, err := db.Exec(ctx, `CREATE INDEX IF NOT EXISTS fault_effects_id ON fault_effects (consumer, message_id)`); err != nil {
 		return err
 	}
@@ -165,11 +173,13 @@ func (p *pipeline) check(ctx context.Context, rep *Report) error {
 		}
 		f.LossyOrder = lossyOrder + lossyState
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM fault_effects e
-			WHERE e.consumer = $1 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = e.message_id)`, consumer).Scan(&f.UnknownEffects); err != nil {
+			WHERE e.consumer = $1 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = e.message_id)
+			AND NOT EXISTS (SELECT 1 FROM fault_foreign f WHERE f.id = e.message_id)`, consumer).Scan(&f.UnknownEffects); err != nil {
 			return fmt.Errorf("find unknown effects: %w", err)
 		}
-		missing, err := db.Query(ctx, `SELECT o.id FROM outbox o WHERE o.aggregate_type = $2
-			AND NOT EXISTS (SELECT 1 FROM fault_effects e WHERE e.consumer = $1 AND e.message_id = o.id)
+		missing, err := db.Query(ctx, `SELECT o.id FROM (SELECT id FROM outbox WHERE aggregate_type = $2
+				UNION ALL SELECT id FROM fault_foreign) o
+			WHERE NOT EXISTS (SELECT 1 FROM fault_effects e WHERE e.consumer = $1 AND e.message_id = o.id)
 			ORDER BY o.id`, consumer, AggregateType)
 		if err != nil {
 			return fmt.Errorf("find events without effect: %w", err)
@@ -202,21 +212,32 @@ func (p *pipeline) check(ctx context.Context, rep *Report) error {
 // deadLetters reads the dead-letter topic and returns, for consumer, the
 // reason of every message id it dead-lettered.
 func (p *pipeline) deadLetters(ctx context.Context, consumer string) (map[uuid.UUID]string, error) {
+	var dls []inbox.DeadLetter
+	var err error
 	if p.o.rabbit() {
-		return p.rabbitDeadLetters(ctx, consumer)
-	}
-	dls, err := inbox.ListDeadLetters(ctx, []kgo.Opt{kgo.SeedBrokers(p.stack.Brokers...)}, p.dlq,
-		&inbox.DeadLetterFilter{Consumer: consumer})
-	if err != nil {
-		return nil, fmt.Errorf("read dead letters of %s: %w", consumer, err)
-	}
-	if p.newTopic != "" { // a migration's consumers dead-letter on the new channel too
-		onB, err := inbox.ListDeadLetters(ctx, []kgo.Opt{kgo.SeedBrokers(p.stack.BrokersB...)}, p.newDL,
+		dls, err = p.rabbitDeadLetters(ctx, consumer, p.dlq)
+	} else {
+		dls, err = inbox.ListDeadLetters(ctx, []kgo.Opt{kgo.SeedBrokers(p.stack.Brokers...)}, p.dlq,
 			&inbox.DeadLetterFilter{Consumer: consumer})
 		if err != nil {
-			return nil, fmt.Errorf("read dead letters of %s on cluster B: %w", consumer, err)
+			err = fmt.Errorf("read dead letters of %s: %w", consumer, err)
 		}
-		dls = append(dls, onB...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.newTopic != "" { // a migration's consumers dead-letter on the new channel too
+		var onNew []inbox.DeadLetter
+		if p.o.MigrateTo == BrokerRabbitMQ {
+			onNew, err = p.rabbitDeadLetters(ctx, consumer, p.newDL)
+		} else if onNew, err = inbox.ListDeadLetters(ctx, []kgo.Opt{kgo.SeedBrokers(p.stack.BrokersB...)}, p.newDL,
+			&inbox.DeadLetterFilter{Consumer: consumer}); err != nil {
+			err = fmt.Errorf("read dead letters of %s on cluster B: %w", consumer, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		dls = append(dls, onNew...)
 	}
 	out := map[uuid.UUID]string{}
 	for _, d := range dls {

@@ -34,7 +34,7 @@ func (p *pipeline) drain(ctx context.Context, timeout time.Duration) (time.Time,
 	// The management API refreshes a queue's figures every 5 s: on
 	// RabbitMQ the drained state must hold for longer than that.
 	need := 3
-	if p.o.rabbit() {
+	if p.o.rabbit() || p.o.MigrateTo == BrokerRabbitMQ {
 		need = 14
 	}
 	for {
@@ -80,12 +80,19 @@ func (p *pipeline) drained(ctx context.Context, target string) (bool, string) {
 		return false, "the relay has not confirmed " + target
 	}
 	if p.o.rabbit() {
-		return p.queuesDone(ctx)
-	}
-	if ok, why := p.groupsDone(ctx, p.adm, p.topic); !ok {
+		if ok, why := p.queuesDone(ctx, p.topic, p.oldQueueConsumers()); !ok {
+			return false, why
+		}
+	} else if ok, why := p.groupsDone(ctx, p.adm, p.topic); !ok {
 		return false, why
 	}
-	if p.newTopic != "" {
+	switch {
+	case p.newTopic == "":
+	case p.o.MigrateTo == BrokerRabbitMQ:
+		if ok, why := p.queuesDone(ctx, p.newTopic, p.consumers); !ok {
+			return false, "new channel: " + why
+		}
+	default:
 		if ok, why := p.groupsDone(ctx, p.admB, p.newTopic); !ok {
 			return false, "cluster B: " + why
 		}

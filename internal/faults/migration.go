@@ -1,9 +1,12 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -18,9 +21,29 @@ import (
 // and of a worker, and either broker stopped.
 var MigrationFaults = []FaultKind{FaultRelayKill, FaultWorkerKill, FaultKafkaStop, FaultKafkaBStop}
 
+// MigrationFaultsOf are MigrationFaults for a run from o.Broker to
+// o.MigrateTo: the relay, a worker, and each channel's broker stopped.
+func MigrationFaultsOf(o Options) []FaultKind {
+	stop := func(kind string, kafka FaultKind) FaultKind {
+		if kind == BrokerRabbitMQ {
+			return FaultRabbitMQStop
+		}
+		return kafka
+	}
+	return []FaultKind{FaultRelayKill, FaultWorkerKill, stop(o.Broker, FaultKafkaStop), stop(o.MigrateTo, FaultKafkaBStop)}
+}
+
+// rabbitPasswordEnv names the variable that holds the stack's RabbitMQ
+// password in a migration plan's RabbitMQ channel: set for the relay, the
+// workers, the bridge and the controller.
+const rabbitPasswordEnv = "FERRY_FAULTS_RABBITMQ_PASSWORD"
+
 // MigrationFigures is what a migration run adds to its report.
 type MigrationFigures struct {
 	Plan string
+	// Route says from where to where ("cluster A to B", "RabbitMQ to
+	// cluster B"); NewKind is the new channel's kind.
+	Route, NewKind string
 	// Asked is every request the run made, in order, with the answer it
 	// got; Recorded the rows of ferry_migration_request.
 	Asked    []AskedRequest
@@ -33,8 +56,13 @@ type MigrationFigures struct {
 	// through.
 	FinalPhase string
 	// NewRecords and NewDistinct are the records on the new channel's topic
-	// and the distinct ids among them.
+	// and the distinct ids among them (on RabbitMQ, which cannot be read
+	// again, the copies the workers recorded from it).
 	NewRecords, NewDistinct int64
+	// ForeignPublished is what the producer that is not Ferry's published
+	// to the old channel (Options.Foreign); ForeignCopies the distinct
+	// messages of it whose bridged copy the workers recorded.
+	ForeignPublished, ForeignCopies int64
 }
 
 // AskedRequest is one request of the run.
@@ -89,7 +117,10 @@ var migrationScript = []scriptStep{
 // per-aggregate order, and the plan ending in OLD_RETIRED.
 func RunMigration(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Kinds) == 0 {
-		o.Kinds = MigrationFaults
+		o.Kinds = MigrationFaultsOf(o)
+	}
+	if o.Broker == BrokerRabbitMQ && o.MigrateTo == BrokerRabbitMQ {
+		return nil, errors.New("faults: a migration run goes from RabbitMQ to Kafka, from Kafka to RabbitMQ, or between Kafka clusters")
 	}
 	p, stack, err := open(ctx, &o, "migration")
 	var rep *Report
@@ -109,13 +140,20 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 	// The suite's poison events stay dead letters on purpose (the checker
 	// accounts for them): the operator accepts them on the old channel.
 	ctl := &migration.Controller{DB: p.pool, Evidence: &migration.ReportEvidence{MaxP99Lateness: 5 * time.Minute, MaxAge: time.Minute,
-		MaxOldDeadLetters: poisonAccepted}}
+		MaxOldDeadLetters: poisonAccepted, Getenv: p.getenv}, Getenv: p.getenv}
 	if err := ctl.Create(ctx, plan, "faults"); err != nil {
 		return nil, err
 	}
-	m := &MigrationFigures{Plan: plan.Name}
+	m := &MigrationFigures{Plan: plan.Name, Route: migrationRoute(o), NewKind: cmp.Or(o.MigrateTo, BrokerKafka)}
 	r.Migration = m
 
+	if o.Foreign > 0 {
+		// Before DUAL_WRITE, so that its queues keep what the foreign
+		// producer publishes from then on.
+		if err := p.startBridge(ctx, plan.Name); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.startRelay(ctx); err != nil {
 		return nil, err
 	}
@@ -131,11 +169,22 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 	if err := p.startLoad(o.Events, o.LoadDuration); err != nil {
 		return nil, err
 	}
-	p.logf("relay, %d workers and the load generator started; plan %s from cluster A to B", o.Workers, plan.Name)
+	var foreign *foreignProducer
+	if o.Foreign > 0 {
+		foreign = p.startForeign(ctx, m)
+	}
+	p.logf("relay, %d workers and the load generator started; plan %s from %s", o.Workers, plan.Name, m.Route)
 
 	var wg sync.WaitGroup
 	var scriptErr error
-	wg.Go(func() { scriptErr = p.runScript(ctx, ctl, m, migrationScript) })
+	script := slices.Clone(migrationScript)
+	if o.MigrateTo == BrokerRabbitMQ {
+		// DUAL_WRITE towards RabbitMQ checks the groups' queues on the
+		// node and the topics they consume on the old cluster: premature
+		// while either is down, asked again.
+		script[1].gated = true
+	}
+	wg.Go(func() { scriptErr = p.runScript(ctx, ctl, m, script) })
 	in := newInjector(p, o.Seed)
 	injErr := in.run(ctx, o.Kinds, p.load.Done())
 	r.Faults = in.Faults()
@@ -149,8 +198,20 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 	if err := p.waitLoad(ctx, r); err != nil {
 		return nil, err
 	}
+	if foreign != nil {
+		if err := foreign.stop(); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.finish(ctx, r); err != nil {
 		return nil, err
+	}
+	if p.bridge != nil {
+		if !p.bridge.Alive() {
+			r.Crashes = append(r.Crashes, fmt.Sprintf("bridge exited by itself: %v (log %s)", p.bridge.Err(), p.bridge.LogFile()))
+		} else if err := p.bridge.Stop(30 * time.Second); err != nil {
+			return nil, err
+		}
 	}
 	if err := p.checkMigration(ctx, ctl, m); err != nil {
 		return nil, err
@@ -159,10 +220,27 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// openNewChannel creates the run's topics on cluster B and returns the
-// plan that moves the run from cluster A to them (another topic template,
-// more partitions), not yet created.
+// openNewChannel creates the run's topics on the new channel (cluster B,
+// or the stack's RabbitMQ node with every consumer's queues) and returns
+// the plan that moves the run there from its own channel (another topic
+// template; on cluster B more partitions), not yet created.
 func (p *pipeline) openNewChannel(ctx context.Context, stack *Stack) (migration.Plan, error) {
+	p.newTopic = "faultsb." + p.name + "." + AggregateType
+	p.newDL = p.newTopic + ".dlq"
+	plan := migration.Plan{Name: "move-" + p.name,
+		Old:    migration.Channel{Brokers: stack.Brokers, TopicTemplate: "faults." + p.name + ".{aggregate_type}"},
+		New:    migration.Channel{Brokers: stack.BrokersB, TopicTemplate: "faultsb." + p.name + ".{aggregate_type}"},
+		Groups: p.consumers}
+	if p.o.rabbit() {
+		plan.Old = p.rabbitChannel(plan.Old.TopicTemplate)
+	}
+	if p.o.MigrateTo == BrokerRabbitMQ {
+		plan.New = p.rabbitChannel(plan.New.TopicTemplate)
+		if err := p.declareRabbitMQTopic(ctx, p.newTopic, p.consumers); err != nil {
+			return migration.Plan{}, err
+		}
+		return plan, nil
+	}
 	if len(stack.BrokersB) == 0 {
 		return migration.Plan{}, errors.New("a migration run needs the stack's cluster B (scripts/stack starts it unless FERRY_STACK_KAFKA_B=0)")
 	}
@@ -171,8 +249,6 @@ func (p *pipeline) openNewChannel(ctx context.Context, stack *Stack) (migration.
 		return migration.Plan{}, err
 	}
 	p.admB = kadm.NewClient(p.kclB)
-	p.newTopic = "faultsb." + p.name + "." + AggregateType
-	p.newDL = p.newTopic + ".dlq"
 	maxBytes := strconv.Itoa(p.o.TopicMaxMessageBytes)
 	for _, t := range []struct {
 		name       string
@@ -187,10 +263,34 @@ func (p *pipeline) openNewChannel(ctx context.Context, stack *Stack) (migration.
 			return migration.Plan{}, fmt.Errorf("create %s on cluster B: %w", t.name, err)
 		}
 	}
-	return migration.Plan{Name: "move-" + p.name,
-		Old:    migration.Channel{Brokers: stack.Brokers, TopicTemplate: "faults." + p.name + ".{aggregate_type}"},
-		New:    migration.Channel{Brokers: stack.BrokersB, TopicTemplate: "faultsb." + p.name + ".{aggregate_type}"},
-		Groups: p.consumers}, nil
+	return plan, nil
+}
+
+// migrationRoute names the channels of a migration run.
+func migrationRoute(o Options) string {
+	from, to := "cluster A", "cluster B"
+	if o.Broker == BrokerRabbitMQ {
+		from = "RabbitMQ"
+	}
+	if o.MigrateTo == BrokerRabbitMQ {
+		to = "RabbitMQ"
+	}
+	return from + " to " + to
+}
+
+// rabbitChannel is the stack's RabbitMQ node as a plan's channel.
+func (p *pipeline) rabbitChannel(template string) migration.Channel {
+	return migration.Channel{Kind: migration.RabbitMQ, URL: p.stack.RabbitMQURL, PasswordEnv: rabbitPasswordEnv,
+		TopicTemplate: template, Shards: p.o.shards()}
+}
+
+// getenv is the controller's environment: the plan's RabbitMQ password
+// variable holds the stack's password.
+func (p *pipeline) getenv(name string) string {
+	if name == rabbitPasswordEnv {
+		return p.stack.RabbitMQPassword
+	}
+	return os.Getenv(name)
 }
 
 // runScript asks script's requests, spread over the load.
@@ -266,8 +366,19 @@ func (p *pipeline) checkMigration(ctx context.Context, ctl *migration.Controller
 		return err
 	}
 	m.FinalPhase = string(st.Phase)
-	m.NewRecords, m.NewDistinct, err = p.scanTopicOn(ctx, p.admB, p.kclB.Opts(), p.newTopic)
-	return err
+	if p.o.MigrateTo == BrokerRabbitMQ {
+		// A queue cannot be read again: what the workers recorded as
+		// copies from the new channel stands for what reached it.
+		err = p.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT message_id) FROM ferry_inbox_copy WHERE side = 'new'`).
+			Scan(&m.NewRecords, &m.NewDistinct)
+	} else {
+		m.NewRecords, m.NewDistinct, err = p.scanTopicOn(ctx, p.admB, p.kclB.Opts(), p.newTopic)
+	}
+	if err != nil || p.o.Foreign == 0 {
+		return err
+	}
+	return p.pool.QueryRow(ctx, `SELECT count(DISTINCT c.message_id) FROM ferry_inbox_copy c
+		JOIN fault_foreign f ON f.id::text = c.message_id WHERE c.side = 'new'`).Scan(&m.ForeignCopies)
 }
 
 // violations are the migration's broken invariants.
@@ -284,6 +395,9 @@ func (m *MigrationFigures) violations() []string {
 	}
 	if m.NewDistinct == 0 {
 		v = append(v, "nothing reached the new channel")
+	}
+	if m.ForeignPublished > 0 && m.ForeignCopies == 0 {
+		v = append(v, "no bridged copy of the foreign producer's messages reached the workers")
 	}
 	return v
 }

@@ -26,6 +26,14 @@ type Options struct {
 	// Broker is the channel the run goes through: BrokerKafka (the
 	// default) or BrokerRabbitMQ.
 	Broker string
+	// MigrateTo is the kind of a migration run's new channel (RunMigration):
+	// BrokerKafka (the default: the stack's cluster B) or BrokerRabbitMQ
+	// (the stack's node, with Shards shards). Broker is the old channel's.
+	MigrateTo string
+	// Foreign is how many aggregates a producer that is not Ferry's writes
+	// on a migration run's RabbitMQ old channel, bridged to the new one by
+	// `relay bridge`; 0: none.
+	Foreign int
 	// Partitions of the run's topic. On RabbitMQ, the shard count when
 	// Shards is 0.
 	Partitions int
@@ -180,12 +188,17 @@ func (o *Options) validate() error {
 		return errors.New("faults: Aggregates must be between 1 and 10000")
 	case o.Broker != "" && o.Broker != BrokerKafka && o.Broker != BrokerRabbitMQ:
 		return fmt.Errorf("faults: Broker %q: want %s or %s", o.Broker, BrokerKafka, BrokerRabbitMQ)
-	case o.rabbit() && rabbitmq.CheckShards(o.shards()) != nil:
+	case o.MigrateTo != "" && o.MigrateTo != BrokerKafka && o.MigrateTo != BrokerRabbitMQ:
+		return fmt.Errorf("faults: MigrateTo %q: want %s or %s", o.MigrateTo, BrokerKafka, BrokerRabbitMQ)
+	case (o.rabbit() || o.MigrateTo == BrokerRabbitMQ) && rabbitmq.CheckShards(o.shards()) != nil:
 		return fmt.Errorf("faults: RabbitMQ shards %d: %w", o.shards(), rabbitmq.CheckShards(o.shards()))
+	case o.Foreign < 0 || o.Foreign > 0 && !o.rabbit():
+		return fmt.Errorf("faults: Foreign %d: a foreign producer writes to a RabbitMQ old channel only", o.Foreign)
 	}
 	if o.rabbit() {
 		for _, k := range o.Kinds {
-			if !slices.Contains(RabbitMQFaults, k) {
+			// Cluster B is a migration's new channel.
+			if !slices.Contains(RabbitMQFaults, k) && k != FaultKafkaBStop {
 				return fmt.Errorf("faults: fault %s does not apply to a RabbitMQ run (RabbitMQFaults are %v)", k, RabbitMQFaults)
 			}
 		}

@@ -64,6 +64,13 @@ type pipeline struct {
 	admB            *kadm.Client
 	kclB            *kgo.Client
 	newTopic, newDL string
+	// rabbitTopics are the run's exchanges with the consumers of their
+	// queues, deleted at the end.
+	rabbitTopics []rabbitTopic
+	// bridge is `relay bridge` of a run with a foreign producer, and
+	// bridgeConsumer the consumer of its queues.
+	bridge         *procs.Proc
+	bridgeConsumer string
 	// relayEnv is added to the relay's environment (a lossy new channel).
 	relayEnv []string
 	// lossyAggregates are the aggregates with an event a lossy channel
@@ -127,7 +134,7 @@ func newPipeline(ctx context.Context, o *Options, stack *Stack, label string) (*
 	for i := range o.Consumers {
 		p.consumers = append(p.consumers, fmt.Sprintf("faults.%s.c%d", p.name, i+1))
 	}
-	if err := createSchema(ctx, p.pool, o.Aggregates, p.consumers); err != nil {
+	if err := createSchema(ctx, p.pool, o.Aggregates, o.Foreign, p.consumers); err != nil {
 		return p, err
 	}
 	if p.kcl, err = kgo.NewClient(kgo.SeedBrokers(stack.Brokers...)); err != nil {
@@ -175,6 +182,9 @@ func (p *pipeline) close(keep bool) {
 	if p.load != nil {
 		p.load.Kill()
 	}
+	if p.bridge != nil {
+		p.bridge.Kill()
+	}
 	if p.relay != nil {
 		p.relay.Kill()
 	}
@@ -186,9 +196,8 @@ func (p *pipeline) close(keep bool) {
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if p.o.rabbit() {
-			p.deleteRabbitMQ()
-		} else if p.adm != nil {
+		p.deleteRabbitMQ()
+		if !p.o.rabbit() && p.adm != nil {
 			_, _ = p.adm.DeleteTopics(ctx, p.topic, p.dlq)
 			_, _ = p.adm.DeleteGroups(ctx, p.consumers...)
 		}
@@ -213,19 +222,14 @@ func (p *pipeline) close(keep bool) {
 }
 
 func (p *pipeline) childEnv() []string {
+	env := []string{"FERRY_DATABASE_URL=" + p.dbURL, "FERRY_LOG_FORMAT=json"}
+	if p.stack.RabbitMQPassword != "" { // a migration plan's RabbitMQ channel names it
+		env = append(env, rabbitPasswordEnv+"="+p.stack.RabbitMQPassword)
+	}
 	if p.o.rabbit() {
-		return []string{
-			"FERRY_DATABASE_URL=" + p.dbURL,
-			"FERRY_RABBITMQ_URL=" + p.stack.RabbitMQURL,
-			"FERRY_RABBITMQ_PASSWORD=" + p.stack.RabbitMQPassword,
-			"FERRY_LOG_FORMAT=json",
-		}
+		return append(env, "FERRY_RABBITMQ_URL="+p.stack.RabbitMQURL, "FERRY_RABBITMQ_PASSWORD="+p.stack.RabbitMQPassword)
 	}
-	return []string{
-		"FERRY_DATABASE_URL=" + p.dbURL,
-		"FERRY_KAFKA_BROKERS=" + strings.Join(p.stack.Brokers, ","),
-		"FERRY_LOG_FORMAT=json",
-	}
+	return append(env, "FERRY_KAFKA_BROKERS="+strings.Join(p.stack.Brokers, ","))
 }
 
 // startRelay starts the relay and waits until its slot streams. extra

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferryhq/ferry/inbox"
@@ -77,6 +76,7 @@ func (p *pipeline) declareRabbitMQ(ctx context.Context) error {
 			return fmt.Errorf("declare the queues of %s: %w", c, err)
 		}
 	}
+	p.rabbitTopics = append(p.rabbitTopics, rabbitTopic{p.topic, p.consumers})
 	if v, err := p.management(ctx, "/api/overview"); err == nil {
 		var o struct {
 			Version string `json:"rabbitmq_version"`
@@ -88,8 +88,42 @@ func (p *pipeline) declareRabbitMQ(ctx context.Context) error {
 	return nil
 }
 
-// deleteRabbitMQ deletes what declareRabbitMQ declared.
+// rabbitTopic is an exchange of the run and the consumers of its queues.
+type rabbitTopic struct {
+	topic     string
+	consumers []string
+}
+
+// declareRabbitMQTopic declares topic's exchanges, dead-letter stream and
+// the shard queues of consumers (a migration's new channel).
+func (p *pipeline) declareRabbitMQTopic(ctx context.Context, topic string, consumers []string) error {
+	if p.stack.RabbitMQURL == "" {
+		return fmt.Errorf("the stack in FERRY_STACK_DIR=%q has no RabbitMQ node: scripts/stack up gives it one", p.stack.Dir)
+	}
+	conn, err := p.dialRabbit(ctx, "declare")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	for _, c := range consumers {
+		if err := rabbitmq.Declare(ch, &rabbitmq.Topology{Consumer: c, Topics: []string{topic}, Shards: p.o.shards()}); err != nil {
+			return fmt.Errorf("declare the queues of %s: %w", c, err)
+		}
+	}
+	p.rabbitTopics = append(p.rabbitTopics, rabbitTopic{topic, consumers})
+	return nil
+}
+
+// deleteRabbitMQ deletes the run's exchanges, streams and queues.
 func (p *pipeline) deleteRabbitMQ() {
+	if len(p.rabbitTopics) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := p.dialRabbit(ctx, "cleanup")
@@ -103,14 +137,16 @@ func (p *pipeline) deleteRabbitMQ() {
 		return
 	}
 	defer func() { _ = ch.Close() }()
-	for _, c := range p.consumers {
-		for s := range p.o.shards() {
-			_, _ = ch.QueueDelete(rabbitmq.QueueName(p.topic, s, c), false, false, false)
+	for _, t := range p.rabbitTopics {
+		for _, c := range t.consumers {
+			for s := range p.o.shards() {
+				_, _ = ch.QueueDelete(rabbitmq.QueueName(t.topic, s, c), false, false, false)
+			}
 		}
+		_, _ = ch.QueueDelete(t.topic+rabbitmq.DeadLetterStreamSuffix, false, false, false)
+		_ = ch.ExchangeDelete(t.topic, false, false)
+		_ = ch.ExchangeDelete(t.topic+rabbitmq.DeadLetterExchangeSuffix, false, false)
 	}
-	_, _ = ch.QueueDelete(p.dlq, false, false, false)
-	_ = ch.ExchangeDelete(p.topic, false, false)
-	_ = ch.ExchangeDelete(p.topic+rabbitmq.DeadLetterExchangeSuffix, false, false)
 }
 
 // management GETs path of the node's management API.
@@ -144,12 +180,12 @@ func (p *pipeline) management(ctx context.Context, path string) ([]byte, error) 
 // queuesDone says whether every shard queue of every consumer is empty with
 // nothing unacknowledged, and if not why. The management API's figures
 // are refreshed every few seconds: drain wants them for longer than that.
-func (p *pipeline) queuesDone(ctx context.Context) (bool, string) {
+func (p *pipeline) queuesDone(ctx context.Context, topic string, consumers []string) (bool, string) {
 	var behind []string
 	var total int64
-	for _, c := range p.consumers {
+	for _, c := range consumers {
 		for s := range p.o.shards() {
-			q := rabbitmq.QueueName(p.topic, s, c)
+			q := rabbitmq.QueueName(topic, s, c)
 			b, err := p.management(ctx, "/api/queues/"+url.PathEscape(p.vhost())+"/"+url.PathEscape(q))
 			if err != nil {
 				return false, "queue " + q + ": " + err.Error()
@@ -187,21 +223,13 @@ func (p *pipeline) vhost() string {
 // rabbitDeadLetters reads the topic's .dlq stream without consuming it and
 // returns, for consumer, the reason of every message id it dead-lettered
 // (Ferry's and the broker's delivery-limit ones).
-func (p *pipeline) rabbitDeadLetters(ctx context.Context, consumer string) (map[uuid.UUID]string, error) {
+func (p *pipeline) rabbitDeadLetters(ctx context.Context, consumer, stream string) ([]inbox.DeadLetter, error) {
 	cfg := &inbox.RabbitMQConfig{URL: p.stack.RabbitMQURL, Password: p.stack.RabbitMQPassword, Shards: p.o.shards(), Name: "ferry-faults"}
-	dls, err := inbox.ListRabbitMQDeadLetters(ctx, cfg, p.dlq, &inbox.DeadLetterFilter{Consumer: consumer}, 0)
+	dls, err := inbox.ListRabbitMQDeadLetters(ctx, cfg, stream, &inbox.DeadLetterFilter{Consumer: consumer}, 0)
 	if err != nil {
-		return nil, fmt.Errorf("read the dead letters of %s from %s: %w", consumer, p.dlq, err)
+		return nil, fmt.Errorf("read the dead letters of %s from %s: %w", consumer, stream, err)
 	}
-	out := map[uuid.UUID]string{}
-	for _, d := range dls {
-		id, err := uuid.Parse(d.ID)
-		if err != nil || d.Reason == "" {
-			continue // not accountable: the event stays lost
-		}
-		out[id] = string(d.Reason)
-	}
-	return out, nil
+	return dls, nil
 }
 
 // rabbitRelayArgs are the relay's RabbitMQ flags: its shards, a small

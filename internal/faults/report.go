@@ -178,7 +178,10 @@ func (r *Report) Markdown() string {
 	w("run `%s`, seed %d, %s, %s\n\n", r.Run, r.Seed, r.Stack, r.Elapsed.Round(time.Second))
 	w("| figure | value |\n|---|---|\n")
 	w("| events committed (outbox rows) | %d in %d transactions (largest %d events): %d versioned across %d aggregates, %d poison, %d oversized |\n",
-		r.Committed.Events, r.Committed.Transactions, r.Load.LargestTx, r.Committed.Versioned, r.Committed.Aggregates, r.Committed.Poison, r.Committed.Huge)
+		r.Committed.Events, r.Committed.Transactions, r.Load.LargestTx, r.Committed.Versioned-r.Committed.Foreign, r.Committed.Aggregates, r.Committed.Poison, r.Committed.Huge)
+	if r.Committed.Foreign > 0 {
+		w("| events of the producer that is not Ferry's (fault_foreign) | %d versioned |\n", r.Committed.Foreign)
+	}
 	w("| write transactions that failed | %d rolled back and %d failed on purpose, %d failed by faults, %d commits with unknown outcome (%d of their %d events committed) |\n",
 		r.Load.TxRolledBack, r.Load.TxFailed, r.Load.TxFault, r.Load.TxIndeterminate, r.Aborted.IndeterminateCommitted, r.Aborted.Indeterminate)
 	w("| events of failed transactions in the outbox / with an effect | %d / %d (of %d) |\n", r.Aborted.Committed, r.Aborted.WithEffect, r.Aborted.Events)
@@ -211,9 +214,17 @@ func (r *Report) Markdown() string {
 				accepted++
 			}
 		}
-		w("| live migration `%s` (cluster A to B) | ended in %s; %d requests (%d accepted, %d rejected), %d recorded; forbidden ones accepted %d, answers not as recorded %d |\n",
-			m.Plan, m.FinalPhase, len(m.Asked), accepted, len(m.Asked)-accepted, m.Recorded, m.ForbiddenAccepted, m.Unrecorded)
-		w("| records on the new channel's topic / distinct ids | %d / %d |\n", m.NewRecords, m.NewDistinct)
+		w("| live migration `%s` (%s) | ended in %s; %d requests (%d accepted, %d rejected), %d recorded; forbidden ones accepted %d, answers not as recorded %d |\n",
+			m.Plan, m.Route, m.FinalPhase, len(m.Asked), accepted, len(m.Asked)-accepted, m.Recorded, m.ForbiddenAccepted, m.Unrecorded)
+		if m.NewKind == BrokerRabbitMQ {
+			w("| copies the workers recorded from the new channel (all consumers) / distinct ids | %d / %d |\n", m.NewRecords, m.NewDistinct)
+		} else {
+			w("| records on the new channel's topic / distinct ids | %d / %d |\n", m.NewRecords, m.NewDistinct)
+		}
+		if m.ForeignPublished > 0 {
+			w("| foreign producer on the old channel, bridged: events published / with a bridged copy recorded by the workers | %d / %d |\n",
+				m.ForeignPublished, m.ForeignCopies)
+		}
 	}
 	if l := r.Lossy; l != nil {
 		w("| authoritative copies the lossy new channel dropped (%d%%) | %d events |\n", lossyPercent, l.Dropped)

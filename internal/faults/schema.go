@@ -20,6 +20,9 @@ import (
 //     effect shows up as two rows instead of failing the transaction.
 //     prev_version is the state the effect found; an effect whose version
 //     is not prev_version+1 was applied out of order (or after a gap).
+//   - fault_foreign is the events a producer that is not Ferry's published
+//     on a migration's old channel (migration_foreign.go): the checker
+//     counts them with the outbox's.
 const schema = `
 CREATE TABLE fault_versions (
     aggregate_id text   PRIMARY KEY,
@@ -43,16 +46,22 @@ CREATE TABLE fault_effects (
     kafka_offset bigint      NOT NULL,
     applied_at   timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+CREATE TABLE fault_foreign (
+    id           uuid   PRIMARY KEY,
+    aggregate_id text   NOT NULL,
+    version      bigint NOT NULL
+);
 `
 
 // createSchema creates the suite's tables in a migrated database and seeds
 // the version of every aggregate, for the producer and for each consumer.
-func createSchema(ctx context.Context, pool *pgxpool.Pool, aggregates int, consumers []string) error {
+func createSchema(ctx context.Context, pool *pgxpool.Pool, aggregates, foreign int, consumers []string) error {
 	if _, err := pool.Exec(ctx, schema); err != nil {
 		return fmt.Errorf("create the suite's tables: %w", err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO fault_versions (aggregate_id, version)
-		SELECT 'agg-' || lpad(i::text, 4, '0'), 0 FROM generate_series(0, $1 - 1) i`, aggregates); err != nil {
+		SELECT 'agg-' || lpad(i::text, 4, '0'), 0 FROM generate_series(0, $1 - 1) i
+		UNION ALL SELECT 'frn-' || lpad(i::text, 3, '0'), 0 FROM generate_series(0, $2 - 1) i`, aggregates, foreign); err != nil {
 		return fmt.Errorf("seed fault_versions: %w", err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO fault_state (consumer, aggregate_id, version)
