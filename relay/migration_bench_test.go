@@ -19,6 +19,23 @@ import (
 //	go test -run '^$' -bench DualWrite -benchtime 20000x ./relay
 func BenchmarkRelayDualWrite(bm *testing.B) {
 	m := setupMigration(bm, 4, 4, nil)
+	dualWriteRatio(bm, m)
+}
+
+// BenchmarkRelayDualWriteToRabbitMQ is BenchmarkRelayDualWrite with the
+// stack's RabbitMQ as the new channel (16 shards, publisher confirms on
+// every copy before the position is confirmed): the relay's Kafka drain
+// alone, and while it also writes RabbitMQ, in the same run.
+//
+//	go test -run '^$' -bench DualWriteToRabbitMQ -benchtime 20000x ./relay
+func BenchmarkRelayDualWriteToRabbitMQ(bm *testing.B) {
+	m := setupMigrationToRabbitMQ(bm, 4, "test")
+	dualWriteRatio(bm, m)
+}
+
+// dualWriteRatio drains b.N events three times on one channel and three
+// times on two, alternately, and reports the medians and their ratio.
+func dualWriteRatio(bm *testing.B, m *migrationBundle) {
 	m.start(bm, m.cfg)
 	drain := func() float64 {
 		var target string

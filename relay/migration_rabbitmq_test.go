@@ -18,7 +18,7 @@ import (
 // setupMigrationToRabbitMQ is setupMigration with the stack's RabbitMQ as
 // the new channel (16 shards, the relay's user, its password from the
 // stack's variable) for groups; consumer "test"'s queues are declared.
-func setupMigrationToRabbitMQ(t *testing.T, oldPartitions int32, groups ...string) *migrationBundle {
+func setupMigrationToRabbitMQ(t testing.TB, oldPartitions int32, groups ...string) *migrationBundle {
 	t.Helper()
 	b := setup(t)
 	m := &migrationBundle{bundle: b, want: map[string]route.History{}}
