@@ -207,8 +207,11 @@ func rabbitMigration(o faults.Options) faults.Options {
 }
 
 // migrationRun runs RunMigration with o and holds it to every invariant.
+// The script's requests come 2 s apart (the gates wait as long as they
+// must), so that the run lasts about as long as its load.
 func migrationRun(t *testing.T, o faults.Options) {
 	t.Helper()
+	o.StepGap = 2 * time.Second
 	ctx := ferrytest.Context(t, 10*time.Minute)
 	rep, err := faults.RunMigration(ctx, o)
 	if err != nil {

@@ -295,7 +295,7 @@ func (p *pipeline) getenv(name string) string {
 
 // runScript asks script's requests, spread over the load.
 func (p *pipeline) runScript(ctx context.Context, ctl *migration.Controller, m *MigrationFigures, script []scriptStep) error {
-	gap := p.o.LoadDuration / time.Duration(len(script)+2)
+	gap := cmp.Or(p.o.StepGap, p.o.LoadDuration/time.Duration(len(script)+2))
 	if err := sleep(ctx, p.o.Warmup); err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ import (
 func foreignName(i int) string { return fmt.Sprintf("frn-%03d", i) }
 
 // foreignEvery paces the foreign producer.
-const foreignEvery = 20 * time.Millisecond
+const foreignEvery = 40 * time.Millisecond
 
 // startBridge starts `relay bridge` for plan and waits until it is ready
 // (its queues declared on the old channel).

@@ -30,6 +30,9 @@ type Options struct {
 	// BrokerKafka (the default: the stack's cluster B) or BrokerRabbitMQ
 	// (the stack's node, with Shards shards). Broker is the old channel's.
 	MigrateTo string
+	// StepGap is the pause after each request of a migration run's script;
+	// 0 spreads the script over LoadDuration.
+	StepGap time.Duration
 	// Foreign is how many aggregates a producer that is not Ferry's writes
 	// on a migration run's RabbitMQ old channel, bridged to the new one by
 	// `relay bridge`; 0: none.
