@@ -50,33 +50,12 @@ func (p *pipeline) dialRabbit(ctx context.Context, name string) (*amqp.Connectio
 	return conn, err
 }
 
-// topology is consumer's shard queues of the run's topic.
-func (p *pipeline) topology(consumer string) *rabbitmq.Topology {
-	return &rabbitmq.Topology{Consumer: consumer, Topics: []string{p.topic}, Shards: p.o.shards()}
-}
-
 // declareRabbitMQ declares the run's exchanges, dead-letter stream and the
 // shard queues of every consumer, as `worker schema` would.
 func (p *pipeline) declareRabbitMQ(ctx context.Context) error {
-	if p.stack.RabbitMQURL == "" {
-		return fmt.Errorf("the stack in FERRY_STACK_DIR=%q has no RabbitMQ node: scripts/stack up gives it one", p.stack.Dir)
-	}
-	conn, err := p.dialRabbit(ctx, "declare")
-	if err != nil {
+	if err := p.declareRabbitMQTopic(ctx, p.topic, p.consumers); err != nil {
 		return err
 	}
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = ch.Close() }()
-	for _, c := range p.consumers {
-		if err := rabbitmq.Declare(ch, p.topology(c)); err != nil {
-			return fmt.Errorf("declare the queues of %s: %w", c, err)
-		}
-	}
-	p.rabbitTopics = append(p.rabbitTopics, rabbitTopic{p.topic, p.consumers})
 	if v, err := p.management(ctx, "/api/overview"); err == nil {
 		var o struct {
 			Version string `json:"rabbitmq_version"`

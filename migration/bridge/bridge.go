@@ -214,23 +214,20 @@ func (b *Bridge) Run(ctx context.Context) error {
 		slog.Any("topics", b.cfg.Topics), slog.String("topic_regex", b.cfg.TopicRegex),
 		slog.Any("old_brokers", st.Plan.Old.Brokers), slog.Any("new_brokers", st.Plan.New.Brokers),
 		slog.String("phase", string(st.Phase)), slog.Int("epoch", st.Epoch))
+	return b.follow(ctx, watch, func() (error, error) { return b.copyWhileActive(ctx, watch, oldOpts, newPub) })
+}
+
+// follow runs copying sessions until ctx ends: each one once the step is
+// past OLD_ONLY, until it goes back there, a copy is refused (the error:
+// Run returns it), or a channel is lost (lost: the next session starts
+// after a backoff).
+func (b *Bridge) follow(ctx context.Context, watch *stepWatch, session func() (lost, err error)) error {
 	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 10 * time.Second}
 	for {
-		step, changed := watch.current()
-		if step.Phase == migration.OldOnly {
-			if !b.waiting.Swap(true) {
-				b.log.Info("the plan is OLD_ONLY: waiting for DUAL_WRITE; nothing is copied or committed meanwhile",
-					slog.Int("epoch", step.Epoch))
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-changed:
-			}
-			continue
+		if !b.awaitCopying(ctx, watch) {
+			return nil
 		}
-		b.waiting.Store(false)
-		lost, err := b.copyWhileActive(ctx, watch, oldOpts, newPub)
+		lost, err := session()
 		if err != nil {
 			return err
 		}

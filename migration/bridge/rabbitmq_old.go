@@ -13,7 +13,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/commitpoint"
 	"github.com/ferryhq/ferry/internal/kafkaauth"
 	"github.com/ferryhq/ferry/internal/rabbitmq"
@@ -150,26 +149,7 @@ func (b *Bridge) runFromRabbitMQ(ctx context.Context, st *migration.State, newPu
 	b.log.Info("bridge following the plan", slog.String("group", b.cfg.Group), slog.Any("exchanges", b.cfg.Topics),
 		slog.String("old_url", old.conn.Redacted()), slog.Any("new_brokers", st.Plan.New.Brokers),
 		slog.String("phase", string(st.Phase)), slog.Int("epoch", st.Epoch))
-	retry := backoff.Sequence{Base: 250 * time.Millisecond, Ceiling: 10 * time.Second}
-	for {
-		if !b.awaitCopying(ctx, watch) {
-			return nil
-		}
-		lost, err := b.copyFromRabbitMQ(ctx, watch, old, newPub)
-		if err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if lost == nil {
-			retry.Reset()
-			continue
-		}
-		if !b.waitLost(ctx, &retry, lost) {
-			return nil
-		}
-	}
+	return b.follow(ctx, watch, func() (error, error) { return b.copyFromRabbitMQ(ctx, watch, old, newPub) })
 }
 
 // awaitCopying waits while the step is OLD_ONLY; false when ctx ended.
