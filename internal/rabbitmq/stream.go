@@ -33,6 +33,32 @@ const streamCloseWait = 2 * time.Second
 // a stream others write to is best read on a connection of its own,
 // closed with a deadline.
 func ReadStreamFrom(ctx context.Context, conn *amqp.Connection, stream string, offset any, idle time.Duration, fn func(*amqp.Delivery) bool) error {
+	// The consume of a stream was once answered with INTERNAL_ERROR (541)
+	// in make test's race run (a controller reading the report stream
+	// that parallel tests' workers write), and not again alone: the
+	// broker closes the channel then, before any delivery, so the read
+	// starts again on a new one, a few times.
+	for attempt := 1; ; attempt++ {
+		err := readStreamFrom(ctx, conn, stream, offset, idle, fn)
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.InternalError || attempt == streamConsumeAttempts || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
+}
+
+// streamConsumeAttempts bounds the reads of a stream whose consume the
+// broker answered with INTERNAL_ERROR.
+const streamConsumeAttempts = 4
+
+// readStreamFrom is one read of ReadStreamFrom. Its only *amqp.Error
+// returns come before any delivery (the qos and the consume).
+func readStreamFrom(ctx context.Context, conn *amqp.Connection, stream string, offset any, idle time.Duration, fn func(*amqp.Delivery) bool) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open a channel: %w", err)
