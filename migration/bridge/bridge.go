@@ -648,29 +648,37 @@ func (s *session) refuse(err error) {
 
 // waitAnswers waits up to d until every copy sent of parts has its
 // answer, and returns how many still have none.
-// The timer says the time is up under s.mu: a deadline read from the
-// clock after the timer started could lie ahead of a wake-up already gone,
-// and the wait would never end.
 func (s *session) waitAnswers(parts map[topicPartition]*commitTracker, d time.Duration) int {
-	up := false // guarded by s.mu
-	timer := time.AfterFunc(d, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		up = true
-		s.answered.Broadcast()
-	})
-	defer timer.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
+	return waitAnswered(&s.mu, s.answered, d, func() int {
 		n := 0
 		for _, t := range parts {
 			n += t.waiting()
 		}
-		if n == 0 || up {
+		return n
+	})
+}
+
+// waitAnswered waits on answered (whose locker is mu) for up to d until
+// unanswered, called with mu held, is 0, and returns what it last said.
+// The timer says the time is up under mu: a deadline read from the clock
+// after the timer started could lie ahead of a wake-up already gone, and
+// the wait would never end.
+func waitAnswered(mu *sync.Mutex, answered *sync.Cond, d time.Duration, unanswered func() int) int {
+	up := false // guarded by mu
+	timer := time.AfterFunc(d, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		up = true
+		answered.Broadcast()
+	})
+	defer timer.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for {
+		if n := unanswered(); n == 0 || up {
 			return n
 		}
-		s.answered.Wait()
+		answered.Wait()
 	}
 }
 

@@ -219,19 +219,21 @@ func (p *rabbitPublisher) awaitQueues(exchange string) bool {
 				missing = append(missing, fmt.Sprintf("consumer %q has no queue %s", g, m[0]))
 			}
 		}
-		p.mu.Lock()
 		ok = len(missing) == 0
+		hold := ""
+		if !ok {
+			hold = "copies to exchange " + exchange + " wait for the groups' queues: " + strings.Join(missing, "; ")
+		}
+		p.mu.Lock()
 		if ok {
 			p.checked[exchange] = true
-			p.hold = ""
-		} else if hold := "copies to exchange " + exchange + " wait for the groups' queues: " + strings.Join(missing, "; "); hold != p.hold {
-			p.hold = hold
-			p.mu.Unlock()
-			p.log(hold)
-			p.mu.Lock()
 		}
-		closed := p.closed
+		changed, closed := hold != p.hold, p.closed
+		p.hold = hold
 		p.mu.Unlock()
+		if changed && hold != "" {
+			p.log(hold)
+		}
 		if closed {
 			return false
 		}

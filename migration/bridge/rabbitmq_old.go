@@ -434,20 +434,7 @@ func (s *rabbitSession) fail(err error) {
 // waitAnswers waits up to d for the new cluster's answers in flight, and
 // returns how many are missing.
 func (s *rabbitSession) waitAnswers(d time.Duration) int {
-	up := false
-	timer := time.AfterFunc(d, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		up = true
-		s.answered.Broadcast()
-	})
-	defer timer.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.inflight > 0 && !up {
-		s.answered.Wait()
-	}
-	return s.inflight
+	return waitAnswered(&s.mu, s.answered, d, func() int { return s.inflight })
 }
 
 // brokerHeaders are the headers RabbitMQ adds to a message it delivers
