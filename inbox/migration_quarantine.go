@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -448,6 +449,55 @@ var ErrNoLongerQuarantined = errors.New("it was no longer quarantined (replayed 
 // one, or an earlier replay's) drops the entry itself, so the delete that
 // finds nothing then is no failure.
 func ReplayMigrationQuarantined(ctx context.Context, db outbox.DBTX, kafkaOpts []kgo.Opt, q MigrationQuarantined) error {
+	return replayQuarantined(ctx, db, q, func(headers []kgo.RecordHeader) error {
+		cl, err := kgo.NewClient(append(slices.Clone(kafkaOpts), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+		if err != nil {
+			return fmt.Errorf("kafka client: %w", err)
+		}
+		defer cl.Close()
+		rec := &kgo.Record{Topic: q.Topic, Partition: q.Partition, Key: q.Key, Value: q.Value, Headers: headers}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			return fmt.Errorf("to %s/%d: %w", q.Topic, q.Partition, err)
+		}
+		return nil
+	})
+}
+
+// ReplayMigrationQuarantinedRabbitMQ is ReplayMigrationQuarantined for an
+// event whose shadow came from a RabbitMQ channel (q.Topic the exchange,
+// q.Partition the shard): it publishes the event to the consumer's own
+// shard queue there, through the default exchange (no other group sees
+// it), mandatory, and deletes it from the quarantine once the broker
+// confirmed it. cfg reaches that channel (its Shards unused).
+func ReplayMigrationQuarantinedRabbitMQ(ctx context.Context, db outbox.DBTX, cfg *RabbitMQConfig, q MigrationQuarantined) error {
+	return replayQuarantined(ctx, db, q, func(headers []kgo.RecordHeader) error {
+		if q.Partition < 0 || int(q.Partition) >= rabbitmq.MaxShards {
+			return fmt.Errorf("shard %d of %s is not a RabbitMQ shard: the shadow came from Kafka", q.Partition, q.Topic)
+		}
+		c := cfg.withDefaults()
+		if err := c.validate(); err != nil {
+			return err
+		}
+		conn, err := dialCtx(ctx, &c, " replay")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close() }()
+		if len(q.Key) > 0 && !slices.ContainsFunc(headers, func(h kgo.RecordHeader) bool { return h.Key == outbox.HeaderAggregateID }) {
+			headers = append(headers, kgo.RecordHeader{Key: outbox.HeaderAggregateID, Value: q.Key}) // a RabbitMQ message's key
+		}
+		_, msg, err := rabbitmq.Publishing(&kgo.Record{Key: q.Key, Value: q.Value, Headers: headers}, rabbitmq.MaxShards, "", rabbitmq.MaxMessageBytesDefault)
+		if err != nil {
+			return err
+		}
+		return publishConfirmed(ctx, conn, []string{rabbitmq.QueueName(q.Topic, int(q.Partition), q.Consumer)}, []amqp.Publishing{msg})
+	})
+}
+
+// replayQuarantined publishes q with publish, its headers without the
+// route stamp and with ferry.redrive.from, if it is still quarantined, and
+// then deletes it from the quarantine.
+func replayQuarantined(ctx context.Context, db outbox.DBTX, q MigrationQuarantined, publish func([]kgo.RecordHeader) error) error {
 	headers := make([]kgo.RecordHeader, 0, len(q.Headers)+1)
 	for _, h := range q.Headers {
 		if h.Key != route.HeaderRoute && h.Key != HeaderRedrivenFrom {
@@ -463,14 +513,8 @@ func ReplayMigrationQuarantined(ctx context.Context, db outbox.DBTX, kafkaOpts [
 	case !held:
 		return fmt.Errorf("inbox: replay %s: not published: %w", from, ErrNoLongerQuarantined)
 	}
-	cl, err := kgo.NewClient(append(slices.Clone(kafkaOpts), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	if err != nil {
-		return fmt.Errorf("inbox: replay %s: kafka client: %w", from, err)
-	}
-	defer cl.Close()
-	rec := &kgo.Record{Topic: q.Topic, Partition: q.Partition, Key: q.Key, Value: q.Value, Headers: headers}
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("inbox: replay %s to %s/%d: %w", from, q.Topic, q.Partition, err)
+	if err := publish(headers); err != nil {
+		return fmt.Errorf("inbox: replay %s: %w", from, err)
 	}
 	if _, err := dbsqlc.New().InboxQuarantineDelete(ctx, db, dbsqlc.InboxQuarantineDeleteParams(key)); err != nil {
 		return fmt.Errorf("inbox: replay %s: published, but not deleted from the quarantine (replaying it again is harmless): %w", from, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -29,8 +30,9 @@ ferry_inbox_quarantine table. Replay publishes each again to the
 topic and partition its shadow came from, without the route stamp, so the
 consumer applies it (once: its id is in the inbox afterwards), and deletes
 it from the table. A shadow from the old channel goes back there through
-the --kafka-* settings; one from the new channel through the channel the
-consumer learned (ferry_inbox_channel). An event that left the quarantine
+the --kafka-* settings (--rabbitmq-* for a RabbitMQ old channel: to the
+consumer's own shard queue); one from the new channel through the channel
+the consumer learned (ferry_inbox_channel), of either kind. An event that left the quarantine
 meanwhile (its authoritative copy came late and was applied) needs no
 replay and is counted apart. Replay exits 0 when every event selected was
 replayed or had left the quarantine, 1 when one could not be replayed: it
@@ -52,11 +54,13 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 	var base cli.Base
 	base.Register(f)
 	var kafka cli.Kafka
+	var rabbit cli.RabbitMQ
 	// No environment variables for the selection, as for dead letters.
 	consumer := f.FlagSet.String("consumer", "", "only the events of this consumer")
 	id, all := new(string), new(bool)
 	if action == "replay" {
 		kafka.Register(f, "ferry-worker-migration")
+		rabbit.Register(f, "ferry-worker-migration")
 		f.FlagSet.StringVar(id, "id", "", "only the event with this id")
 		f.FlagSet.BoolVar(all, "all", false, "every quarantined event")
 	}
@@ -90,12 +94,14 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 		fmt.Fprintf(stdout, "%d quarantined events\n", len(qs))
 		return nil
 	}
-	oldOpts, err := kafka.Opts(nil)
-	if err != nil {
+	var old channelReplay
+	if rabbit.Enabled() {
+		old.rabbit = rabbitConnection(&rabbit)
+	} else if old.opts, err = kafka.Opts(nil); err != nil {
 		return err
 	}
 	var selected, replayed, gone, failed int
-	channels := map[[2]string]channelOpts{} // by consumer and plan: one reading of each
+	channels := map[[2]string]channelReplay{} // by consumer and plan: one reading of each
 	for i, q := range qs {
 		if *id != "" && q.ID != *id {
 			continue
@@ -119,7 +125,7 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 			selected += left - 1
 			break
 		}
-		err := replayOne(ctx, pool, oldOpts, channels, q)
+		err := replayOne(ctx, pool, old, channels, q)
 		switch {
 		case errors.Is(err, inbox.ErrNoLongerQuarantined):
 			// Applied meanwhile (its authoritative copy came late), or
@@ -144,52 +150,64 @@ func runMigration(ctx context.Context, name string, args []string, stdout, stder
 	return nil
 }
 
-// channelOpts are the options that reach a new channel, or why there are
-// none.
-type channelOpts struct {
-	opts []kgo.Opt
-	err  error
+// channelReplay reaches a channel to replay to: Kafka's options, or a
+// RabbitMQ connection; or why it cannot.
+type channelReplay struct {
+	opts   []kgo.Opt
+	rabbit *inbox.RabbitMQConfig
+	err    error
+}
+
+func (c channelReplay) replay(ctx context.Context, pool dbsqlc.DBTX, q inbox.MigrationQuarantined) error {
+	if c.rabbit != nil {
+		return inbox.ReplayMigrationQuarantinedRabbitMQ(ctx, pool, c.rabbit, q)
+	}
+	return inbox.ReplayMigrationQuarantined(ctx, pool, c.opts, q)
 }
 
 // replayOne replays q through the channel it came from. An event whose
 // new channel cannot be reached from here, but which left the quarantine
 // anyway, needs no replay: ErrNoLongerQuarantined.
-func replayOne(ctx context.Context, pool dbsqlc.DBTX, oldOpts []kgo.Opt, channels map[[2]string]channelOpts, q inbox.MigrationQuarantined) error {
-	opts := oldOpts
-	if q.Side == migration.NewSide {
-		key := [2]string{q.Consumer, q.Plan}
-		ch, ok := channels[key]
-		if !ok {
-			ch.opts, ch.err = newChannelOpts(ctx, pool, q)
-			channels[key] = ch
-		}
-		if ch.err != nil {
-			held, err := dbsqlc.New().InboxQuarantineHolds(ctx, pool, dbsqlc.InboxQuarantineHoldsParams{Consumer: q.Consumer, MessageID: q.ID})
-			if err == nil && !held {
-				return inbox.ErrNoLongerQuarantined
-			}
-			return ch.err
-		}
-		opts = ch.opts
+func replayOne(ctx context.Context, pool dbsqlc.DBTX, old channelReplay, channels map[[2]string]channelReplay, q inbox.MigrationQuarantined) error {
+	if q.Side != migration.NewSide {
+		return old.replay(ctx, pool, q)
 	}
-	return inbox.ReplayMigrationQuarantined(ctx, pool, opts, q)
+	key := [2]string{q.Consumer, q.Plan}
+	ch, ok := channels[key]
+	if !ok {
+		ch = newChannel(ctx, pool, q)
+		channels[key] = ch
+	}
+	if ch.err != nil {
+		held, err := dbsqlc.New().InboxQuarantineHolds(ctx, pool, dbsqlc.InboxQuarantineHoldsParams{Consumer: q.Consumer, MessageID: q.ID})
+		if err == nil && !held {
+			return inbox.ErrNoLongerQuarantined
+		}
+		return ch.err
+	}
+	return ch.replay(ctx, pool, q)
 }
 
-// newChannelOpts reaches the new channel of q's plan, as its consumer
-// learned it from the old channel's fences.
-func newChannelOpts(ctx context.Context, db dbsqlc.DBTX, q inbox.MigrationQuarantined) ([]kgo.Opt, error) {
+// newChannel reaches the new channel of q's plan, as its consumer learned
+// it from the old channel's fences.
+func newChannel(ctx context.Context, db dbsqlc.DBTX, q inbox.MigrationQuarantined) channelReplay {
 	rows, err := dbsqlc.New().InboxChannels(ctx, db, q.Consumer)
 	if err != nil {
-		return nil, fmt.Errorf("read the channels of consumer %s: %w", q.Consumer, err)
+		return channelReplay{err: fmt.Errorf("read the channels of consumer %s: %w", q.Consumer, err)}
 	}
 	for _, r := range rows {
 		if r.Plan == q.Plan && r.Side == string(migration.OldSide) {
 			var ch migration.Channel
 			if err := json.Unmarshal(r.Channel, &ch); err != nil {
-				return nil, fmt.Errorf("migration %s: the new channel of consumer %s: %w", q.Plan, q.Consumer, err)
+				return channelReplay{err: fmt.Errorf("migration %s: the new channel of consumer %s: %w", q.Plan, q.Consumer, err)}
 			}
-			return ch.KafkaOpts("new", nil)
+			if ch.KindOf() == migration.RabbitMQ {
+				return channelReplay{rabbit: &inbox.RabbitMQConfig{URL: ch.URL, Password: os.Getenv(ch.PasswordEnv),
+					TLSCAFile: ch.TLSCAFile, TLSCertFile: ch.TLSCertFile, TLSKeyFile: ch.TLSKeyFile, Shards: ch.Shards, Name: "ferry-worker-migration"}}
+			}
+			opts, err := ch.KafkaOpts("new", nil)
+			return channelReplay{opts: opts, err: err}
 		}
 	}
-	return nil, fmt.Errorf("migration %s: consumer %s never learned the new channel (ferry_inbox_channel)", q.Plan, q.Consumer)
+	return channelReplay{err: fmt.Errorf("migration %s: consumer %s never learned the new channel (ferry_inbox_channel)", q.Plan, q.Consumer)}
 }

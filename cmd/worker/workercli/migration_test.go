@@ -2,13 +2,17 @@ package workercli_test
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // migration quarantine list shows the events of a live migration never
@@ -142,4 +146,92 @@ func TestMigrationQuarantineReplayCountsEventsAppliedMeanwhileAsDone(t *testing.
 	if n := count(t, db, `SELECT count(*) FROM ferry_inbox_quarantine`); n != 1 {
 		t.Fatalf("%d events quarantined after the replays, want 1 (m-3)", n)
 	}
+}
+
+// A quarantined shadow that came from a RabbitMQ channel goes back to the
+// consumer's own shard queue there, with its id and without the route
+// stamp: from the old channel through --rabbitmq-url, from the new one
+// through the RabbitMQ channel the consumer learned (its password from the
+// variable the plan names).
+func TestMigrationQuarantineReplayToRabbitMQ(t *testing.T) {
+	url := rabbitEnv(t, "FERRY_TEST_RABBITMQ_URL")
+	t.Setenv("FERRY_RABBITMQ_PASSWORD", rabbitEnv(t, "FERRY_TEST_RABBITMQ_PASSWORD"))
+	t.Setenv("FERRY_TEST_PLAN_RABBITMQ_PASSWORD", rabbitEnv(t, "FERRY_TEST_RABBITMQ_PASSWORD"))
+	ctx := ferrytest.Context(t, time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	oldEx, newEx := "outbox.event."+ferrytest.Name(t, "old"), "outbox.event."+ferrytest.Name(t, "new")
+	conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ex := range []string{oldEx, newEx} {
+		if err := rabbitmq.Declare(ch, &rabbitmq.Topology{Consumer: "billing", Topics: []string{ex}, Shards: 4}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteRabbitTopology(t, ex, "billing", 4) })
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
+		VALUES ('billing', 'move', 'old', 'outbox.event.order', $1, $2)`, newEx,
+		`{"kind":"rabbitmq","url":"`+url+`","password_env":"FERRY_TEST_PLAN_RABBITMQ_PASSWORD","topic_template":"t.{aggregate_type}","shards":4}`); err != nil {
+		t.Fatal(err)
+	}
+	for i, q := range []struct{ id, side, topic string }{{"r-1", "old", oldEx}, {"r-2", "new", newEx}} {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO ferry_inbox_quarantine (consumer, message_id, plan, side, topic, partition,
+			record_offset, record_key, record_value, record_headers, reason, received_at)
+			VALUES ('billing', $1, 'move', $2, $3, 3, $4, 'k', 'v', $5, 'the authoritative copy was never applied', now())`,
+			q.id, q.side, q.topic, i, `[{"k":"id","v":"`+base64.StdEncoding.EncodeToString([]byte(q.id))+`"},{"k":"ferry.route","v":"eA=="}]`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, stderr := run(ctx, nil, "migration", "quarantine", "replay", "--all", "--database-url", db.URL, "--rabbitmq-url", url)
+	if code != 0 || !strings.Contains(stdout, "2 replayed, 0 no longer quarantined, 0 failed") {
+		t.Fatalf("migration quarantine replay --rabbitmq-url: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, q := range []struct{ id, topic string }{{"r-1", oldEx}, {"r-2", newEx}} {
+		queue := rabbitmq.QueueName(q.topic, 3, "billing")
+		deliveries, err := ch.Consume(queue, "", true, false, false, false, nil) // a single active consumer's queue takes no basic.get
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d amqp.Delivery
+		select {
+		case d = <-deliveries:
+		case <-ctx.Done():
+			t.Fatalf("%s: nothing in %s; want it replayed there", q.id, queue)
+		}
+		if d.MessageId != q.id || string(d.Body) != "v" || d.Headers[outbox.HeaderAggregateID] != "k" {
+			t.Fatalf("replayed %s: message id %q, body %q, headers %v", q.id, d.MessageId, d.Body, d.Headers)
+		}
+		if _, stamped := d.Headers["ferry.route"]; stamped {
+			t.Fatalf("replayed %s keeps its route stamp: %v", q.id, d.Headers)
+		}
+	}
+	if n := count(t, db, `SELECT count(*) FROM ferry_inbox_quarantine`); n != 0 {
+		t.Fatalf("%d events still quarantined after the replay", n)
+	}
+}
+
+// deleteRabbitTopology deletes what rabbitmq.Declare made for consumer on
+// topic.
+func deleteRabbitTopology(t *testing.T, topic, consumer string, shards int) {
+	conn, err := amqp.Dial(ferrytest.RabbitMQURL(t))
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	for s := range shards {
+		_, _ = ch.QueueDelete(rabbitmq.QueueName(topic, s, consumer), false, false, false)
+	}
+	_, _ = ch.QueueDelete(topic+rabbitmq.DeadLetterStreamSuffix, false, false, false)
+	_ = ch.ExchangeDelete(topic+rabbitmq.DeadLetterExchangeSuffix, false, false)
+	_ = ch.ExchangeDelete(topic, false, false)
 }
