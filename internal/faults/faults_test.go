@@ -238,15 +238,32 @@ func migrationRun(t *testing.T, o faults.Options) {
 	}
 }
 
-// Seed 002's negative control: the new channel silently drops 1% of its
-// authoritative copies and the old one is retired at cutover with no
-// drain and no quarantine. The dropped events are lost, and the checker
-// must report exactly them: every dropped event lost for every consumer,
-// nothing else.
-func TestFaultMigrationLossyNegativeControl(t *testing.T) {
-	o := setup(t)
+// Seed 002's negative control: the new channel (cluster A) silently drops
+// 1% of its authoritative copies and the old one (RabbitMQ: the control
+// across kinds) is retired at cutover with no drain and no quarantine. The
+// dropped events are lost, and the checker must report exactly them:
+// every dropped event lost for every consumer, nothing else. (Between two
+// Kafka clusters the control is the same code and checker; the safe run
+// below covers that pair.)
+func TestFaultMigrationLossyFromRabbitMQNegativeControl(t *testing.T) {
+	lossyControl(t, rabbitLossy(t))
+}
+
+// rabbitLossy are the lossy runs' options with the old channel on the
+// stack's RabbitMQ node and half their events (each is consumed twice, at
+// some 500 deliveries a second per worker).
+func rabbitLossy(t *testing.T) faults.Options {
+	o := faults.LossyOptions(rabbitOptions(t))
+	o.Events = 3_000
+	return o
+}
+
+// lossyControl runs the lossy negative control with o and wants exactly the
+// dropped events reported lost.
+func lossyControl(t *testing.T, o faults.Options) {
+	t.Helper()
 	ctx := ferrytest.Context(t, 5*time.Minute)
-	rep, err := faults.RunLossyMigration(ctx, faults.LossyOptions(o), false)
+	rep, err := faults.RunLossyMigration(ctx, o, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,9 +280,21 @@ func TestFaultMigrationLossyNegativeControl(t *testing.T) {
 // event reaches every consumer's quarantine, OLD_RETIRED is refused while
 // they wait there, and after the replay nothing is lost or applied twice.
 func TestFaultMigrationLossyQuarantined(t *testing.T) {
-	o := setup(t)
+	lossyQuarantined(t, faults.LossyOptions(setup(t)))
+}
+
+// The same from RabbitMQ to cluster A: a quarantined shadow is replayed
+// to its shard queue on RabbitMQ.
+func TestFaultMigrationLossyFromRabbitMQQuarantined(t *testing.T) {
+	lossyQuarantined(t, rabbitLossy(t))
+}
+
+// lossyQuarantined runs the safe lossy run with o and holds it to every
+// invariant.
+func lossyQuarantined(t *testing.T, o faults.Options) {
+	t.Helper()
 	ctx := ferrytest.Context(t, 6*time.Minute)
-	rep, err := faults.RunLossyMigration(ctx, faults.LossyOptions(o), true)
+	rep, err := faults.RunLossyMigration(ctx, o, true)
 	if err != nil {
 		t.Fatal(err)
 	}

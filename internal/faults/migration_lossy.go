@@ -137,9 +137,10 @@ func RunLossyMigration(ctx context.Context, o Options, safe bool) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
-	ctl := &migration.Controller{DB: p.pool, Evidence: yesEvidence{}}
+	ctl := &migration.Controller{DB: p.pool, Evidence: yesEvidence{}, Getenv: p.getenv}
 	if safe {
-		ctl.Evidence = &migration.ReportEvidence{MaxP99Lateness: time.Minute, MaxAge: 30 * time.Second, MaxOldDeadLetters: poisonAccepted}
+		ctl.Evidence = &migration.ReportEvidence{MaxP99Lateness: time.Minute, MaxAge: 30 * time.Second, MaxOldDeadLetters: poisonAccepted,
+			Getenv: p.getenv}
 	}
 	if err := ctl.Create(ctx, plan, "faults"); err != nil {
 		return nil, err
@@ -272,14 +273,22 @@ func (p *pipeline) quarantineAndRetire(ctx context.Context, ctl *migration.Contr
 			return err
 		}
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(p.stack.Brokers...)}
+	// The shadows are on the old channel: the replay goes back there.
+	replay := func(q inbox.MigrationQuarantined) error {
+		return inbox.ReplayMigrationQuarantined(ctx, p.pool, []kgo.Opt{kgo.SeedBrokers(p.stack.Brokers...)}, q)
+	}
+	if p.o.rabbit() {
+		replay = func(q inbox.MigrationQuarantined) error {
+			return inbox.ReplayMigrationQuarantinedRabbitMQ(ctx, p.pool, p.rabbitConfig(), q)
+		}
+	}
 	for i, g := range p.consumers {
 		qs, err := inbox.ListMigrationQuarantined(ctx, p.pool, g)
 		if err != nil {
 			return err
 		}
 		for _, q := range qs {
-			err := inbox.ReplayMigrationQuarantined(ctx, p.pool, opts, q)
+			err := replay(q)
 			if errors.Is(err, inbox.ErrNoLongerQuarantined) {
 				continue // the replay of another consumer's copy reached this one
 			}

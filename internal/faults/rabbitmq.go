@@ -199,12 +199,16 @@ func (p *pipeline) vhost() string {
 	return strings.TrimPrefix(u.Path, "/")
 }
 
+// rabbitConfig reaches the stack's RabbitMQ node as the suite does.
+func (p *pipeline) rabbitConfig() *inbox.RabbitMQConfig {
+	return &inbox.RabbitMQConfig{URL: p.stack.RabbitMQURL, Password: p.stack.RabbitMQPassword, Shards: p.o.shards(), Name: "ferry-faults"}
+}
+
 // rabbitDeadLetters reads the topic's .dlq stream without consuming it and
 // returns, for consumer, the reason of every message id it dead-lettered
 // (Ferry's and the broker's delivery-limit ones).
 func (p *pipeline) rabbitDeadLetters(ctx context.Context, consumer, stream string) ([]inbox.DeadLetter, error) {
-	cfg := &inbox.RabbitMQConfig{URL: p.stack.RabbitMQURL, Password: p.stack.RabbitMQPassword, Shards: p.o.shards(), Name: "ferry-faults"}
-	dls, err := inbox.ListRabbitMQDeadLetters(ctx, cfg, stream, &inbox.DeadLetterFilter{Consumer: consumer}, 0)
+	dls, err := inbox.ListRabbitMQDeadLetters(ctx, p.rabbitConfig(), stream, &inbox.DeadLetterFilter{Consumer: consumer}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read the dead letters of %s from %s: %w", consumer, stream, err)
 	}
