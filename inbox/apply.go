@@ -29,6 +29,7 @@ type delivery struct {
 	route     *route.Stamp                  // a live migration's authoritative copy; nil outside one
 	copyRow   *dbsqlc.InboxCopyInsertParams // its ferry_inbox_copy row, written in the transaction
 	locks     []string                      // the shared resources its handler locks (HandleOpts.Locks)
+	drainWork bool                          // work a RabbitMQ old channel's drain waits for (migration_old_work.go)
 	locksErr  error                         // HandleOpts.Locks panicked: the attempt fails without the handler
 	span      trace.Span                    // its consumer span, from its first handler call until it is settled (tracing.go)
 }
@@ -69,6 +70,10 @@ func (p *partition) apply(batch []fetched) bool {
 			p.finish(f.rec)
 			continue
 		}
+		work := fence == nil && p.drainWork(st)
+		if work {
+			p.w.oldWork.touch(p.g.name)
+		}
 		if fence != nil || (st != nil && st.Since > 0) {
 			// A fence waits for every earlier record of the partition, a
 			// copy for the other channel's fences: what the batch holds
@@ -94,7 +99,7 @@ func (p *partition) apply(batch []fetched) bool {
 			p.finish(f.rec)
 			continue
 		}
-		d := &delivery{m: m, rec: f.rec, route: st}
+		d := &delivery{m: m, rec: f.rec, route: st, drainWork: work}
 		d.locks, d.locksErr = p.locksOf(m)
 		if st != nil {
 			if row, ok := p.copyParams(f, st); ok {
@@ -506,6 +511,9 @@ func (p *partition) lockShared(ctx context.Context, tx pgx.Tx, ds []*delivery) e
 // call runs the handler with its timeout, turning a panic into an error.
 func (p *partition) call(ctx context.Context, tx pgx.Tx, d *delivery) (err error) {
 	m := d.m
+	if d.drainWork {
+		p.w.oldWork.touch(p.g.name) // each attempt: the drain waits for the last one
+	}
 	hctx, cancel := context.WithTimeout(p.span(ctx, d), p.w.cfg.HandlerTimeout)
 	defer cancel()
 	m.Attempt++

@@ -36,6 +36,7 @@ type groupConsumer struct {
 	name     string
 	handlers map[string]handling
 	src      source
+	follower bool // a live migration's new channel (Worker.follow), not the consumer's own
 	log      *slog.Logger
 	joined   atomic.Bool
 	beat     atomic.Int64 // unix nanos of the commit loop's last run (see Worker.Healthy)

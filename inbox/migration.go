@@ -176,7 +176,11 @@ func (p *partition) awaitFences(st *route.Stamp) bool {
 			p.unstick()
 		}
 	}()
+	work := p.drainWork(st)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		if work {
+			p.w.oldWork.touch(p.g.name) // held, not applied yet
+		}
 		var row *dbsqlc.InboxFencesAtLeastRow
 		if !p.retryDB("read the migration fences passed", func(ctx context.Context, tx pgx.Tx) error {
 			var err error
@@ -301,6 +305,7 @@ func (w *Worker) follow(consumer, plan, topic, peer string, ch migration.Channel
 		return err
 	}
 	g.log = g.log.With(slog.String("migration", plan), slog.String("channel", "new"))
+	g.follower = true
 	w.followers[k] = g
 	g.brokerOK.Store(time.Now().UnixNano())
 	gs := append(slices.Clone(*w.groups.Load()), g)

@@ -122,6 +122,21 @@ func startForeign(t *testing.T, m *liveMigration) *foreignProducer {
 	return f
 }
 
+// drainsWhileBridged asks the drain of the plan's old channel, from the
+// fences of epoch, while the foreign producer still publishes there: it
+// passes, the bridge carrying those messages to the new channel.
+func (f *foreignProducer) drainsWhileBridged(t *testing.T, epoch int) {
+	t.Helper()
+	m := f.m
+	ev := &migration.ReportEvidence{MaxAge: time.Minute}
+	plan := migration.Plan{Name: "move", Old: m.oldChannel}
+	m.waitFor("the drain to pass while the foreign producer publishes", func() (bool, error) {
+		return ev.Drained(m.ctx, plan, m.consumer, epoch) == nil, nil
+	})
+	before := f.published.Load()
+	m.waitFor("the foreign producer still publishing", func() (bool, error) { return f.published.Load() > before, nil })
+}
+
 // stop ends the publishing and returns how many messages were published.
 func (f *foreignProducer) stop(t *testing.T) int {
 	t.Helper()

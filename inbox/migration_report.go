@@ -97,6 +97,9 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 		reports[i].Unwatched = w.unwatchedOf(g.name, reports[i].Plan)
 	}
 	if rs, ok := g.src.(*rabbitSource); ok {
+		for i := range reports {
+			reports[i].OldWorkedAt, reports[i].OldQuiet = w.oldWork.lastOf(g.name).UTC(), w.oldQuiet()
+		}
 		return rs.publishReports(ctx, reports)
 	}
 	recs := make([]*kgo.Record, len(reports))

@@ -308,6 +308,11 @@ func followsOnceAndInOrder(t *testing.T, m *liveMigration) {
 	cfg := m.workerConfig()
 	cfg.KeyConcurrency = 4
 	cfg.IDFromPayloadHash = m.foreign != nil // some foreign messages have no id
+	if m.foreign != nil {
+		// The drain is asked for while the foreign producer publishes.
+		cfg.MigrationReportInterval = 200 * time.Millisecond
+		cfg.RetryBackoffMax, cfg.HandlerTimeout = time.Second, 5*time.Second
+	}
 	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -342,6 +347,9 @@ func followsOnceAndInOrder(t *testing.T, m *liveMigration) {
 	} {
 		m.request(step.phase, step.slices)
 		m.afterMore(150)
+	}
+	if m.foreign != nil {
+		m.foreign.drainsWhileBridged(t, 5)
 	}
 	close(stop)
 	if err := <-errs; err != nil {
@@ -441,6 +449,8 @@ func gatesOpenOnReports(t *testing.T, m *liveMigration) {
 	// under load applies it slower than it is written, and the copies of
 	// one channel fall ever further behind the other's.
 	cfg.MigrationReportWindow = 30 * time.Second
+	// The quiet a RabbitMQ old channel's drain waits for (Report.OldQuiet).
+	cfg.RetryBackoffMax, cfg.HandlerTimeout = time.Second, 5*time.Second
 	m.writeEvery = 3 * time.Millisecond
 	w, err := New(cfg)
 	if err != nil {
@@ -517,7 +527,32 @@ func gatesOpenOnReports(t *testing.T, m *liveMigration) {
 	if err := ev.Drained(m.ctx, plan, m.consumer, allNew+1); err == nil || !strings.Contains(err.Error(), "not yet 6") {
 		t.Fatalf("Drained for a later epoch = %v, want a refusal naming it", err)
 	}
+	if m.rabbitOld != nil {
+		oldQuietHoldsTheDrain(t, m, ev, plan, allNew)
+	}
 	m.request(migration.OldRetired, 0)
+}
+
+// oldQuietHoldsTheDrain publishes a message of a producer that is not
+// Ferry's, and that no bridge copies, to the RabbitMQ old channel: the
+// drain refuses until the channel brought the group nothing to apply for
+// the quiet its report names (RetryBackoffMax + HandlerTimeout: 6s), and then
+// passes. The fences say nothing of such a message.
+func oldQuietHoldsTheDrain(t *testing.T, m *liveMigration, ev *migration.ReportEvidence, plan migration.Plan, epoch int) {
+	t.Helper()
+	crossPublisher(t, m)("unbridged", 1)
+	m.waitFor("the message applied", func() (bool, error) {
+		return m.count(`SELECT count(*) FROM effects WHERE message_id = 'unbridged-0'`) == 1, nil
+	})
+	var refused error
+	m.waitFor("the drain to refuse over the message", func() (bool, error) {
+		refused = ev.Drained(m.ctx, plan, m.consumer, epoch)
+		return refused != nil && strings.Contains(refused.Error(), "must bring it nothing to apply for 6s"), nil
+	})
+	t.Logf("refused: %v", refused)
+	m.waitFor("the drain to pass once the old channel was quiet", func() (bool, error) {
+		return ev.Drained(m.ctx, plan, m.consumer, epoch) == nil, nil
+	})
 }
 
 // M3, quarantine not silence: an event whose shadow copy arrived and whose

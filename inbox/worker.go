@@ -60,6 +60,9 @@ type Worker struct {
 	// pass could not read the group's position on (Report.Unwatched).
 	unwatched map[followKey]int64
 	channelUp map[channelKey]time.Time
+	// oldWork is when each consumer last had work from its RabbitMQ old
+	// channel (Report.OldWorkedAt).
+	oldWork oldWork
 	// deadLetterTail reads the own cluster's dead-letter topics during a
 	// live migration (reportLoop).
 	deadLetterTail *deadLetterTail

@@ -107,6 +107,17 @@ type Report struct {
 	// channel since its previous report, on RabbitMQ (Kafka's are read
 	// from the topics themselves: Producers).
 	Producers []ProducerSeen `json:"producers,omitempty"`
+	// OldWorkedAt is, on a RabbitMQ old channel, when the group last took
+	// or tried to apply a message of it that the drain waits for: an
+	// authoritative copy of that channel, or a message of a producer that
+	// is not Ferry's on an exchange no bridge copies (zero: none since the
+	// worker started). Read from a RabbitMQ channel's reports, it is the
+	// newest of every instance's (Reports). OldQuiet is how long the old
+	// channel must have brought none before the drain: the worker's
+	// longest retry backoff plus its handler timeout, after which a
+	// message taken earlier has been applied or dead-lettered.
+	OldWorkedAt time.Time     `json:"old_worked_at,omitzero"`
+	OldQuiet    time.Duration `json:"old_quiet_ns,omitempty"`
 }
 
 // ProducerSeen is a producer a group saw on a RabbitMQ old channel: the
@@ -297,14 +308,24 @@ func (e *ReportEvidence) Reports(ctx context.Context, p Plan) (map[string]Report
 
 // rabbitReports reads the report stream of a RabbitMQ old channel, from
 // well before the oldest report the gates take (twice MaxAge, at least 10
-// minutes): the newest report of each group in that time.
+// minutes): the newest report of each group in that time, with the
+// newest OldWorkedAt of any of its reports (each instance of a group
+// reports the messages it took).
 func (e *ReportEvidence) rabbitReports(ctx context.Context, p Plan) (map[string]Report, error) {
 	out := map[string]Report{}
+	worked := map[string]time.Time{}
 	err := e.readReportStream(ctx, p, e.now().Add(-max(2*e.MaxAge, 10*time.Minute)), func(r Report) {
+		if r.OldWorkedAt.After(worked[r.Group]) {
+			worked[r.Group] = r.OldWorkedAt
+		}
 		if old, ok := out[r.Group]; !ok || r.At.After(old.At) {
 			out[r.Group] = r
 		}
 	})
+	for g, r := range out {
+		r.OldWorkedAt = worked[g]
+		out[g] = r
+	}
 	return out, err
 }
 
@@ -408,6 +429,27 @@ func (e *ReportEvidence) Drained(ctx context.Context, p Plan, group string, epoc
 	case r.OldFenceEpoch < epoch:
 		return fmt.Errorf("it passed the old channel's fences up to epoch %d on every partition, not yet %d (from which every slice is on the new channel)",
 			r.OldFenceEpoch, epoch)
+	}
+	if p.Old.KindOf() == RabbitMQ {
+		return oldQuiet(r)
+	}
+	return nil
+}
+
+// oldQuiet returns nil when a RabbitMQ old channel brought the group
+// nothing to apply for OldQuiet before its report: one reading of an
+// empty queue proves nothing, a message taken and still being retried
+// is in no queue.
+func oldQuiet(r Report) error {
+	switch quiet := r.At.Sub(r.OldWorkedAt); {
+	case r.OldQuiet <= 0:
+		return errors.New("its report does not say how long its RabbitMQ old channel has been quiet (a worker older than this release): " +
+			"upgrade the group's workers")
+	case !r.OldWorkedAt.IsZero() && quiet < r.OldQuiet:
+		return fmt.Errorf("it took a message of the old channel to apply at %s, %s before its report, and that channel must bring it "+
+			"nothing to apply for %s (its --retry-backoff-max plus --handler-timeout): wait; a producer that is not Ferry's and still "+
+			"publishes there must move to the new channel, or be bridged (relay bridge) before OLD_RETIRED",
+			r.OldWorkedAt.UTC().Format(time.RFC3339Nano), quiet.Round(time.Millisecond), r.OldQuiet)
 	}
 	return nil
 }

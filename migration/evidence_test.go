@@ -53,3 +53,28 @@ func TestGateSaysWhenItPassesIfNothingElseIsLate(t *testing.T) {
 		t.Errorf("p99 within the bound: %v", err)
 	}
 }
+
+// A RabbitMQ old channel drains once it brought the group nothing to apply
+// for OldQuiet before the report: not while its last work is more recent,
+// and not from a worker that does not report the quiet it needs.
+func TestOldQuietWaitsForTheWholeQuiet(t *testing.T) {
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name   string
+		r      Report
+		refuse string
+	}{
+		{"no work since the worker started", Report{At: at, OldQuiet: 90 * time.Second}, ""},
+		{"quiet for longer", Report{At: at, OldWorkedAt: at.Add(-91 * time.Second), OldQuiet: 90 * time.Second}, ""},
+		{"quiet for exactly the quiet", Report{At: at, OldWorkedAt: at.Add(-90 * time.Second), OldQuiet: 90 * time.Second}, ""},
+		{"work within the quiet", Report{At: at, OldWorkedAt: at.Add(-89 * time.Second), OldQuiet: 90 * time.Second},
+			"1m29s before its report, and that channel must bring it nothing to apply for 1m30s"},
+		{"work after the report began", Report{At: at, OldWorkedAt: at.Add(time.Second), OldQuiet: 90 * time.Second}, "-1s before its report"},
+		{"a worker that reports no quiet", Report{At: at}, "upgrade the group's workers"},
+	} {
+		err := oldQuiet(c.r)
+		if c.refuse == "" && err != nil || c.refuse != "" && (err == nil || !strings.Contains(err.Error(), c.refuse)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.refuse)
+		}
+	}
+}

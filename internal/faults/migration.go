@@ -158,7 +158,7 @@ func RunMigration(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	workerArgs := func(i int) []string {
-		return append(o.WorkerArgs(i), "--migration-report-interval", "1s")
+		return append(o.WorkerArgs(i), append(oldQuietArgs(o), "--migration-report-interval", "1s")...)
 	}
 	if err := p.startWorkers(ctx, o.Workers, workerArgs); err != nil {
 		return nil, err
@@ -276,6 +276,17 @@ func migrationRoute(o Options) string {
 		to = "RabbitMQ"
 	}
 	return from + " to " + to
+}
+
+// oldQuietArgs shorten, on a RabbitMQ old channel, the quiet its drain
+// waits for (the workers' --retry-backoff-max plus --handler-timeout: 90 s
+// by default) to 12 s, so that OLD_RETIRED follows the last work there
+// within the run.
+func oldQuietArgs(o Options) []string {
+	if !o.rabbit() {
+		return nil
+	}
+	return []string{"--retry-backoff-max", "2s", "--handler-timeout", "10s"}
 }
 
 // rabbitChannel is the stack's RabbitMQ node as a plan's channel.

@@ -154,7 +154,7 @@ func RunLossyMigration(ctx context.Context, o Options, safe bool) (*Report, erro
 		return nil, err
 	}
 	workerArgs := func(i int) []string {
-		args := append(o.WorkerArgs(i), "--migration-report-interval", "1s", "--migration-allowed-lateness", "2s")
+		args := append(o.WorkerArgs(i), append(oldQuietArgs(o), "--migration-report-interval", "1s", "--migration-allowed-lateness", "2s")...)
 		if !safe {
 			return append(args, "--unsafe-no-migration-quarantine")
 		}

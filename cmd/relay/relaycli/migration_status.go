@@ -301,7 +301,26 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 			r.Authoritative, r.Shadow, r.Checked, r.Missing, r.Mismatched, delay(r.P99Lateness), delay(r.MaxLateness),
 			r.DuplicatesOld, r.DuplicatesNew, r.OldFenceEpoch, r.Quarantined, deadLetters, cli.Cell(verdict, 600))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if p.Old.KindOf() != migration.RabbitMQ {
+		return nil
+	}
+	// What the drain of a RabbitMQ old channel waits for besides the fences.
+	for _, g := range groups {
+		r, ok := reports[g]
+		switch {
+		case !ok:
+		case r.OldWorkedAt.IsZero():
+			fmt.Fprintf(stdout, "%s: nothing to apply from the old channel since its worker started (the drain wants %s of quiet)\n",
+				cli.Cell(g, 100), r.OldQuiet)
+		default:
+			fmt.Fprintf(stdout, "%s: last took a message to apply from the old channel %s before its report (the drain wants %s of quiet)\n",
+				cli.Cell(g, 100), r.At.Sub(r.OldWorkedAt).Round(time.Millisecond), r.OldQuiet)
+		}
+	}
+	return nil
 }
 
 // lagTable prints each group's lag on each channel: the records of the
