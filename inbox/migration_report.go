@@ -96,9 +96,15 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 		reports[i].OldDeadLetters = w.oldDeadLetters(ctx, g, since[i])
 		reports[i].Unwatched = w.unwatchedOf(g.name, reports[i].Plan)
 	}
+	for i := range reports {
+		if f := w.follower(g.name, reports[i].Plan); f != nil {
+			reports[i].NewLag = rabbitLag(f)
+		}
+	}
 	if rs, ok := g.src.(*rabbitSource); ok {
 		for i := range reports {
 			reports[i].OldWorkedAt, reports[i].OldQuiet = w.oldWork.lastOf(g.name).UTC(), w.oldQuiet()
+			reports[i].OldLag = rabbitLag(g)
 		}
 		return rs.publishReports(ctx, reports)
 	}
@@ -117,6 +123,27 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 		}
 	}
 	return err
+}
+
+// rabbitLag is g's lag on its RabbitMQ channel (Report.OldLag, NewLag);
+// nil on Kafka, or before every shard queue was read.
+func rabbitLag(g *groupConsumer) *int64 {
+	rs, ok := g.src.(*rabbitSource)
+	if !ok {
+		return nil
+	}
+	if lag, ok := rs.lagTotal(); ok {
+		return &lag
+	}
+	return nil
+}
+
+// follower is consumer's group on plan's new channel; nil when the worker
+// does not follow it.
+func (w *Worker) follower(consumer, plan string) *groupConsumer {
+	w.routeMu.Lock()
+	defer w.routeMu.Unlock()
+	return w.followers[followKey{consumer, plan}]
 }
 
 // oldDeadLetters counts the messages consumer dead-lettered on its own

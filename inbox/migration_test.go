@@ -298,7 +298,15 @@ func TestWorkerFollowsALiveMigrationFromRabbitMQOnceAndInOrder(t *testing.T) {
 // after the rollback for those on every shard queue.
 func TestWorkerFollowsALiveMigrationToRabbitMQOnceAndInOrder(t *testing.T) {
 	t.Parallel()
-	followsOnceAndInOrder(t, setupLiveMigrationTo(t, 4*time.Minute, migration.RabbitMQ))
+	m := setupLiveMigrationTo(t, 4*time.Minute, migration.RabbitMQ)
+	followsOnceAndInOrder(t, m)
+	// The group's lag on the RabbitMQ new channel is in its reports.
+	ev := &migration.ReportEvidence{MaxAge: time.Minute}
+	m.waitFor("a report with the lag on the new channel", func() (bool, error) {
+		reports, err := ev.Reports(m.ctx, migration.Plan{Name: "move", Old: m.oldChannel})
+		r := reports[m.consumer]
+		return err == nil && r.NewLag != nil && *r.NewLag >= 0 && r.OldLag == nil, nil
+	})
 }
 
 // followsOnceAndInOrder runs the plan of m through every phase while
@@ -550,6 +558,10 @@ func oldQuietHoldsTheDrain(t *testing.T, m *liveMigration, ev *migration.ReportE
 		return refused != nil && strings.Contains(refused.Error(), "must bring it nothing to apply for 6s"), nil
 	})
 	t.Logf("refused: %v", refused)
+	reports, err := ev.Reports(m.ctx, plan)
+	if r := reports[m.consumer]; err != nil || r.OldLag == nil || r.NewLag != nil {
+		t.Errorf("report %+v, %v: want the lag on the RabbitMQ old channel, none on the Kafka new one", r, err)
+	}
 	m.waitFor("the drain to pass once the old channel was quiet", func() (bool, error) {
 		return ev.Drained(m.ctx, plan, m.consumer, epoch) == nil, nil
 	})

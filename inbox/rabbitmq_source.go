@@ -61,6 +61,7 @@ type rabbitSource struct {
 	log             *slog.Logger
 	reportsDeclared bool // the report stream was declared (publishReports)
 	producers       producerTally
+	lag             atomic.Int64 // lagTotal; -1 until every queue was read
 
 	// runMu guards what addTopic needs to consume a topic while running.
 	runMu   sync.Mutex
@@ -82,13 +83,15 @@ type rabbitSource struct {
 
 func newRabbitSource(g *groupConsumer, cfg *RabbitMQConfig) *rabbitSource {
 	topics := g.topics()
-	return &rabbitSource{
+	s := &rabbitSource{
 		g: g, cfg: cfg, topics: topics, log: g.log,
 		pub:        &deadLetterPublisher{cfg: cfg, name: g.name},
 		registered: map[topicPartition]*amqp.Channel{},
 		total:      len(topics) * cfg.Shards,
 		kick:       make(chan struct{}, 1),
 	}
+	s.lag.Store(-1)
+	return s
 }
 
 // connection returns the consuming connection, dialing a new one when there
@@ -450,28 +453,45 @@ func (s *rabbitSource) lagLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		var total int64
+		read := true
 		for _, topic := range s.topicList() {
 			for shard := range s.cfg.Shards {
 				if ch == nil || ch.IsClosed() {
 					conn, err := s.connection()
 					if err != nil {
+						read = false
 						break
 					}
 					if ch, err = conn.Channel(); err != nil {
-						ch = nil
+						ch, read = nil, false
 						break
 					}
 				}
 				q, err := ch.QueueDeclarePassive(rabbitmq.QueueName(topic, shard, s.g.name), true, false, false, false, nil)
 				if err != nil {
+					read = false
 					continue
 				}
 				// Ready in the queue, plus delivered and not finished (as
 				// Kafka's lag counts from the first unfinished record).
-				s.g.w.metrics.lag.WithLabelValues(s.g.name, topic, strconv.Itoa(shard)).Set(float64(q.Messages + s.g.pending(topic, shard)))
+				lag := q.Messages + s.g.pending(topic, shard)
+				s.g.w.metrics.lag.WithLabelValues(s.g.name, topic, strconv.Itoa(shard)).Set(float64(lag))
+				total += int64(lag)
 			}
 		}
+		if !read {
+			total = -1
+		}
+		s.lag.Store(total)
 	}
+}
+
+// lagTotal is the consumer's lag summed over its shard queues at the last
+// reading; ok false before a reading of every queue.
+func (s *rabbitSource) lagTotal() (lag int64, ok bool) {
+	lag = s.lag.Load()
+	return lag, lag >= 0
 }
 
 // pending is how many deliveries of a shard queue's partition are not

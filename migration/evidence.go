@@ -118,6 +118,13 @@ type Report struct {
 	// message taken earlier has been applied or dead-lettered.
 	OldWorkedAt time.Time     `json:"old_worked_at,omitzero"`
 	OldQuiet    time.Duration `json:"old_quiet_ns,omitempty"`
+	// OldLag and NewLag are the group's lag on a RabbitMQ channel of the
+	// plan: the messages its shard queues there hold ready plus the
+	// deliveries its worker took and has not finished, as the worker last
+	// read them (every few seconds). Nil when not read: a Kafka channel's
+	// lag is read from the cluster.
+	OldLag *int64 `json:"old_lag,omitempty"`
+	NewLag *int64 `json:"new_lag,omitempty"`
 }
 
 // ProducerSeen is a producer a group saw on a RabbitMQ old channel: the

@@ -229,7 +229,7 @@ func oldChannelStatus(ctx context.Context, stdout io.Writer, p migration.Plan, s
 	} else if err := reportTable(stdout, p, reports, s.gate, s.retired, time.Now()); err != nil {
 		return err
 	}
-	if err := lagTable(ctx, stdout, p); err != nil {
+	if err := lagTable(ctx, stdout, p, reports); err != nil {
 		return err
 	}
 	if p.Old.KindOf() == migration.RabbitMQ {
@@ -325,22 +325,31 @@ func reportTable(stdout io.Writer, p migration.Plan, reports map[string]migratio
 
 // lagTable prints each group's lag on each channel: the records of the
 // topics the channel's template names that the group has not committed
-// yet. A channel that cannot be read is said in a line.
-func lagTable(ctx context.Context, stdout io.Writer, p migration.Plan) error {
+// yet; on RabbitMQ, what its shard queues hold and its worker has not
+// finished, from the group's newest report. A channel that cannot be read
+// is said in a line.
+func lagTable(ctx context.Context, stdout io.Writer, p migration.Plan, reports map[string]migration.Report) error {
 	fmt.Fprintf(stdout, "\nlag of the groups (records not committed yet, in the topics each channel's template names):\n")
 	lags := map[string][2]string{}
 	for i, side := range []struct {
 		name string
 		ch   migration.Channel
 	}{{"old", p.Old}, {"new", p.New}} {
-		got, err := channelLags(ctx, side.name, side.ch, p.Groups)
+		var got map[string]int64
+		var err error
+		if side.ch.KindOf() == migration.RabbitMQ {
+			got, err = reportedLags(reports, side.name, p.Groups)
+		} else {
+			got, err = channelLags(ctx, side.name, side.ch, p.Groups)
+		}
 		for _, g := range p.Groups {
 			l := lags[g]
+			lag, ok := got[g]
 			switch {
-			case err != nil:
+			case !ok:
 				l[i] = "?"
 			default:
-				l[i] = strconv.FormatInt(got[g], 10)
+				l[i] = strconv.FormatInt(lag, 10)
 			}
 			lags[g] = l
 		}
@@ -356,11 +365,32 @@ func lagTable(ctx context.Context, stdout io.Writer, p migration.Plan) error {
 	return w.Flush()
 }
 
-// channelLags sums each group's lag over the topics ch names.
-func channelLags(ctx context.Context, side string, ch migration.Channel, groups []string) (map[string]int64, error) {
-	if ch.KindOf() == migration.RabbitMQ {
-		return nil, fmt.Errorf("the lag on RabbitMQ is each shard queue's depth: worker status --rabbitmq-url %s --topics T --consumers C", ch.URL)
+// reportedLags are the groups' lags on a RabbitMQ channel of the plan as
+// their newest reports give them (AMQP cannot list the topics a group
+// consumes); a group whose report has none is missing.
+func reportedLags(reports map[string]migration.Report, side string, groups []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	var none []string
+	for _, g := range groups {
+		lag := reports[g].OldLag
+		if side == "new" {
+			lag = reports[g].NewLag
+		}
+		if lag == nil {
+			none = append(none, g)
+			continue
+		}
+		out[g] = *lag
 	}
+	if len(none) > 0 {
+		return out, fmt.Errorf("no report of %s gives its lag on RabbitMQ yet (its worker reads its shard queues every few seconds; "+
+			"worker status --rabbitmq-url shows each one)", strings.Join(none, ", "))
+	}
+	return out, nil
+}
+
+// channelLags sums each group's lag over the topics Kafka channel ch names.
+func channelLags(ctx context.Context, side string, ch migration.Channel, groups []string) (map[string]int64, error) {
 	opts, err := ch.KafkaOpts(side, nil)
 	if err != nil {
 		return nil, err

@@ -42,3 +42,21 @@ func TestReportTableShowsTheOldChannelsQuiet(t *testing.T) {
 		}
 	}
 }
+
+// The lag on a RabbitMQ channel comes from the groups' reports, on either
+// side; a group whose report has none shows "?" and a line says why.
+func TestLagTableReadsRabbitMQLagsFromTheReports(t *testing.T) {
+	seven, three := int64(7), int64(3)
+	reports := map[string]migration.Report{"stock": {OldLag: &seven, NewLag: &three}, "billing": {}}
+	p := migration.Plan{Name: "move", Old: migration.Channel{Kind: migration.RabbitMQ}, New: migration.Channel{Kind: migration.RabbitMQ},
+		Groups: []string{"stock", "billing"}}
+	var out bytes.Buffer
+	if err := lagTable(t.Context(), &out, p, reports); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"stock    7        3", "billing  ?        ?", "no report of billing gives its lag on RabbitMQ yet"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("lag table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
