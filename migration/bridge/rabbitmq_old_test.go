@@ -36,19 +36,27 @@ type rabbitBundle struct {
 
 func setupFromRabbitMQ(t *testing.T, newPartitions int32) *rabbitBundle {
 	t.Helper()
+	return setupFromRabbitMQTo(t, ferrytest.TopicB(t, newPartitions),
+		migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: "outbox.event.{aggregate_type}"})
+}
+
+// setupFromRabbitMQTo is setupFromRabbitMQ with the new channel newCh,
+// the bridge copying to its topic newTopic.
+func setupFromRabbitMQTo(t *testing.T, newTopic string, newCh migration.Channel) *rabbitBundle {
+	t.Helper()
 	ctx := ferrytest.Context(t, 2*time.Minute)
 	db := ferrytest.NewMigratedDB(t)
 	b := &bundle{t: t, ctx: ctx, ctl: &migration.Controller{DB: db.Pool, Evidence: passing{}},
 		plan: "bridge-" + ferrytest.Suffix(), logs: &ferrytest.Buffer{}}
 	b.oldTopic = "outbox.bridge" + ferrytest.Suffix() + ".order"
-	b.newTopic = ferrytest.TopicB(t, newPartitions)
+	b.newTopic = newTopic
 	url := os.Getenv(ferrytest.EnvRabbitMQURL)
 	ferrytest.RabbitMQURL(t) // fails without the stack's RabbitMQ
 	p := migration.Plan{
 		Name: b.plan,
 		Old: migration.Channel{Kind: migration.RabbitMQ, URL: url, PasswordEnv: ferrytest.EnvRabbitMQPassword,
 			TopicTemplate: "outbox.bridge.{aggregate_type}", Shards: rabbitShards},
-		New:    migration.Channel{Brokers: ferrytest.BrokersB(t), TopicTemplate: "outbox.event.{aggregate_type}"},
+		New:    newCh,
 		Groups: []string{"stock"},
 	}
 	if err := b.ctl.Create(ctx, p, "test"); err != nil {
@@ -460,4 +468,77 @@ func TestToRabbitMQHoldsUntilTheGroupsQueuesThenCopiesBehindConfirms(t *testing.
 	if err := r.Ready(); err != nil {
 		t.Errorf("Ready() = %v once the queues exist", err)
 	}
+}
+
+// From RabbitMQ to RabbitMQ (another exchange template, here on the same
+// node), the two parts the other tests prove each alone: the bridge's own
+// queues on the old exchange, the group's on the new one. Each message
+// arrives once in its key's shard queue there, in order, with its id and
+// the bridged stamp, and its queue on the old broker ends empty.
+func TestFromRabbitMQToRabbitMQCopiesEachMessageOnceInOrder(t *testing.T) {
+	t.Parallel()
+	newEx := "outbox.bridgeb" + ferrytest.Suffix() + ".order"
+	b := setupFromRabbitMQTo(t, newEx, migration.Channel{Kind: migration.RabbitMQ, URL: os.Getenv(ferrytest.EnvRabbitMQURL),
+		PasswordEnv: ferrytest.EnvRabbitMQPassword, TopicTemplate: "outbox.bridgeb.{aggregate_type}", Shards: rabbitShards})
+	to := &toRabbitBundle{bundle: b.bundle, conn: b.conn}
+	t.Cleanup(func() { deleteExchange(b.conn, newEx, "stock") })
+	to.declare()
+	r := b.start(b.cfg)
+	b.waitFor("the bridge's queues", func() bool { return r.Ready() == nil })
+	const keys, perKey = 5, 40
+	recs := keyed(keys, perKey)
+	idOf := func(i int) string {
+		if i%2 == 0 {
+			return "m:" + strconv.Itoa(i)
+		}
+		return ""
+	}
+	b.publish(recs, idOf)
+	epoch := b.request(migration.DualWrite, 0)
+	got := to.take(keys * perKey)
+	if dups := inKeyOrder(t, got, keys, perKey); dups != 0 {
+		t.Errorf("%d duplicates in a run without failures", dups)
+	}
+	for i, rec := range recs {
+		id := idOf(i)
+		if id == "" {
+			id = payloadid.OfMessage(b.oldTopic, rabbitmq.RoutingKey(rabbitmq.Shard(rec.Key, rabbitShards)), rec.Value)
+		}
+		var copied *kgo.Record
+		for _, c := range got {
+			if string(c.Key) == string(rec.Key) && string(c.Value) == string(rec.Value) {
+				copied = c
+			}
+		}
+		if copied == nil {
+			t.Fatalf("no copy of %s/%s", rec.Key, rec.Value)
+		}
+		if ids := header(copied, outbox.HeaderID); len(ids) != 1 || ids[0] != id {
+			t.Fatalf("copy of %s/%s: ids %q, want %q", rec.Key, rec.Value, ids, id)
+		}
+		if st := stamp(t, copied); st.Role != route.Authoritative || st.Side != migration.NewSide || st.Since != epoch || !st.Bridged ||
+			st.Peer != b.oldTopic {
+			t.Fatalf("copy of %s: stamp %+v, want bridged, authoritative on the new side since epoch %d", rec.Key, st, epoch)
+		}
+	}
+	b.waitFor("every message acknowledged on the old broker", func() bool { return b.held() == 0 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deleteExchange deletes an exchange with consumer's shard queues and its
+// dead-letter exchange and stream.
+func deleteExchange(conn *amqp.Connection, exchange, consumer string) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	for s := range rabbitShards {
+		_, _ = ch.QueueDelete(rabbitmq.QueueName(exchange, s, consumer), false, false, false)
+	}
+	_, _ = ch.QueueDelete(exchange+rabbitmq.DeadLetterStreamSuffix, false, false, false)
+	_ = ch.ExchangeDelete(exchange+rabbitmq.DeadLetterExchangeSuffix, false, false)
+	_ = ch.ExchangeDelete(exchange, false, false)
 }
