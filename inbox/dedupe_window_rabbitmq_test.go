@@ -172,19 +172,7 @@ func crossKindScenario(t *testing.T, unsafe bool) crossRun {
 // id of its own, and waits for the broker's confirms.
 func crossPublisher(t *testing.T, m *liveMigration) func(batch string, n int) {
 	t.Helper()
-	rc := rabbitmq.Conn{URL: m.rabbitOld.URL, Password: m.rabbitOld.Password}
-	conn, err := rc.Dial(rabbitNames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch := m.confirmChannel()
 	return func(batch string, n int) {
 		t.Helper()
 		for i := range n {

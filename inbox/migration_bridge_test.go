@@ -41,19 +41,7 @@ const foreignBurst = 400
 func startForeign(t *testing.T, m *liveMigration) *foreignProducer {
 	t.Helper()
 	f := &foreignProducer{m: m, done: make(chan error, 1)}
-	rc := rabbitmq.Conn{URL: m.rabbitOld.URL, Password: m.rabbitOld.Password}
-	conn, err := rc.Dial(rabbitNames)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch := m.confirmChannel()
 	stop := make(chan struct{})
 	var once sync.Once
 	f.stopOnce = func() { once.Do(func() { close(stop) }) }
@@ -135,6 +123,26 @@ func (f *foreignProducer) drainsWhileBridged(t *testing.T, epoch int) {
 	})
 	before := f.published.Load()
 	m.waitFor("the foreign producer still publishing", func() (bool, error) { return f.published.Load() > before, nil })
+}
+
+// confirmChannel is a channel in confirm mode on the old RabbitMQ
+// channel's broker, closed when the test ends.
+func (m *liveMigration) confirmChannel() *amqp.Channel {
+	m.t.Helper()
+	rc := rabbitmq.Conn{URL: m.rabbitOld.URL, Password: m.rabbitOld.Password}
+	conn, err := rc.Dial(rabbitNames)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		m.t.Fatal(err)
+	}
+	return ch
 }
 
 // stop ends the publishing and returns how many messages were published.
