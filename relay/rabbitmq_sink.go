@@ -149,6 +149,10 @@ func (s *rabbitmqSink) current() *rabbitConn {
 
 // Produce implements Sink. It never waits for the broker.
 func (s *rabbitmqSink) Produce(_ context.Context, rec *kgo.Record, promise func(*kgo.Record, error)) {
+	if faultDrop != nil && faultDrop(rec, s.log) {
+		promise(rec, nil)
+		return
+	}
 	rc := s.current()
 	q := queuedRecord{rec: rec, promise: promise}
 	s.learnMu.Lock()

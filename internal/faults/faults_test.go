@@ -243,8 +243,7 @@ func migrationRun(t *testing.T, o faults.Options) {
 // across kinds) is retired at cutover with no drain and no quarantine. The
 // dropped events are lost, and the checker must report exactly them:
 // every dropped event lost for every consumer, nothing else. (Between two
-// Kafka clusters the control is the same code and checker; the safe run
-// below covers that pair.)
+// Kafka clusters the control is the same code and checker.)
 func TestFaultMigrationLossyFromRabbitMQNegativeControl(t *testing.T) {
 	lossyControl(t, rabbitLossy(t))
 }
@@ -276,17 +275,27 @@ func lossyControl(t *testing.T, o faults.Options) {
 	}
 }
 
-// The same lossy channel with the drain and the quarantine: every dropped
-// event reaches every consumer's quarantine, OLD_RETIRED is refused while
-// they wait there, and after the replay nothing is lost or applied twice.
-func TestFaultMigrationLossyQuarantined(t *testing.T) {
-	lossyQuarantined(t, faults.LossyOptions(setup(t)))
-}
-
-// The same from RabbitMQ to cluster A: a quarantined shadow is replayed
-// to its shard queue on RabbitMQ.
+// The same lossy channel (here from RabbitMQ to cluster A) with the drain
+// and the quarantine: every dropped event reaches every consumer's
+// quarantine, OLD_RETIRED is refused while they wait there, and after the
+// replay (to the shard queue the shadow came from) nothing is lost or
+// applied twice. With the next test, each way of finding a lost copy (the
+// group's position on Kafka, the fences of a later step on RabbitMQ) and
+// each replay (to RabbitMQ, to Kafka) is covered; between two Kafka
+// clusters the code is the same.
 func TestFaultMigrationLossyFromRabbitMQQuarantined(t *testing.T) {
 	lossyQuarantined(t, rabbitLossy(t))
+}
+
+// The same from cluster A to RabbitMQ, where a worker cannot read its
+// group's position: OLD_RETIRED is refused while the dropped copies wait
+// (those of the last step's epoch unwatched); a step back to DUAL_WRITE
+// and on to CUTOVER 128 writes the fences that show them lost, and they
+// are quarantined and replayed to cluster A.
+func TestFaultMigrationLossyToRabbitMQQuarantined(t *testing.T) {
+	o := faults.LossyOptions(setup(t))
+	o.MigrateTo, o.Events = faults.BrokerRabbitMQ, 3_000
+	lossyQuarantined(t, o)
 }
 
 // lossyQuarantined runs the safe lossy run with o and holds it to every

@@ -222,6 +222,11 @@ func (p *pipeline) quarantineAndRetire(ctx context.Context, ctl *migration.Contr
 	if _, ok, err := p.drain(ctx, p.o.DrainTimeout); err != nil || !ok {
 		return errors.Join(err, errors.New("the lossy run did not drain before the retirement"))
 	}
+	if p.o.MigrateTo == BrokerRabbitMQ {
+		if err := p.stepBackAndForth(ctx, ctl, m, l); err != nil {
+			return err
+		}
+	}
 	if err := p.readDropped(ctx, l); err != nil {
 		return err
 	}
@@ -304,6 +309,47 @@ func (p *pipeline) quarantineAndRetire(ctx context.Context, ctl *migration.Contr
 	}
 	_, err = p.ask(ctx, ctl, m, scriptStep{to: migration.OldRetired, gated: true})
 	return err
+}
+
+// stepBackAndForth is the way out docs/migration.md gives when the new
+// channel is RabbitMQ, where a worker cannot read its group's position:
+// the shadows of the copies dropped since the last step wait, counted
+// unwatched, and OLD_RETIRED must be refused (for them, or first for the
+// quarantine of those dropped before); stepping back to DUAL_WRITE and on
+// to CUTOVER 128 writes fences behind which the lost copies never came,
+// and the workers quarantine their shadows.
+func (p *pipeline) stepBackAndForth(ctx context.Context, ctl *migration.Controller, m *MigrationFigures, l *LossyFigures) error {
+	// A shadow counts unwatched --migration-quarantine-after (10 s) after
+	// it arrived, at the next report (1 s).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d, err := p.ask(ctx, ctl, m, scriptStep{to: migration.OldRetired, forbidden: true})
+		if err != nil {
+			return err
+		}
+		if d.Accepted {
+			l.RetireEarly = true
+			return nil
+		}
+		// The drain names the quarantine first: the copies dropped before
+		// the last step are there already (its fences showed them lost).
+		if strings.Contains(d.Reason, "shadow copies wait") || strings.Contains(d.Reason, "migration quarantine") {
+			l.RetireRefusals = append(l.RetireRefusals, d.Reason)
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("OLD_RETIRED was never refused for the dropped copies' shadows; last: %s", d.Reason)
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	for _, s := range []scriptStep{{to: migration.DualWrite}, {to: migration.Cutover, slices: migration.Slices, gated: true}} {
+		if _, err := p.ask(ctx, ctl, m, s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readDropped reads the ids the relay's lossy channel dropped from its log,
