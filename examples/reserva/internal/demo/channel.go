@@ -204,26 +204,15 @@ func (r *rabbitChannel) prepare(ctx context.Context) (stale int64, err error) {
 		return 0, err
 	}
 	defer func() { _ = conn.Close() }()
-	for _, topic := range demoTopics {
-		if _, err := inbox.DeclareRabbitMQ(ctx, &r.cfg, demoConsumers[topic], []string{topic}); err != nil {
-			return 0, err
-		}
-	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = ch.Close() }()
+	if stale, err = r.declareQueues(ctx, ch); err != nil {
+		return 0, err
+	}
 	for _, topic := range demoTopics {
-		// The queues outlive the demo database: what an interrupted run
-		// left in them belongs to orders that no longer exist.
-		for s := range r.cfg.Shards {
-			n, err := ch.QueuePurge(rabbitmq.QueueName(topic, s, demoConsumers[topic]), false)
-			if err != nil {
-				return 0, fmt.Errorf("purge the queues of %s: %w", topic, err)
-			}
-			stale += int64(n)
-		}
 		tap := tapPrefix + topic
 		if _, err := ch.QueueDelete(tap, false, false, false); err != nil {
 			return 0, fmt.Errorf("delete %s: %w", tap, err)
@@ -235,6 +224,26 @@ func (r *rabbitChannel) prepare(ctx context.Context) (stale int64, err error) {
 			if err := ch.QueueBind(tap, rabbitmq.RoutingKey(s), topic, false, nil); err != nil {
 				return 0, fmt.Errorf("bind %s to %s: %w", tap, topic, err)
 			}
+		}
+	}
+	return stale, nil
+}
+
+// declareQueues declares both consumers' shard queues and empties them,
+// returning how many messages that dropped.
+func (r *rabbitChannel) declareQueues(ctx context.Context, ch *amqp.Channel) (stale int64, err error) {
+	for _, topic := range demoTopics {
+		if _, err := inbox.DeclareRabbitMQ(ctx, &r.cfg, demoConsumers[topic], []string{topic}); err != nil {
+			return 0, err
+		}
+		// The queues outlive the demo database: what an interrupted run
+		// left in them belongs to orders that no longer exist.
+		for s := range r.cfg.Shards {
+			n, err := ch.QueuePurge(rabbitmq.QueueName(topic, s, demoConsumers[topic]), false)
+			if err != nil {
+				return 0, fmt.Errorf("purge the queues of %s: %w", topic, err)
+			}
+			stale += int64(n)
 		}
 	}
 	return stale, nil

@@ -28,7 +28,10 @@ Usage:
   reserva demo [-once] [-orders N] [-broker kafka|rabbitmq]
                                           start relay, workers and API, place orders, print a summary
                                           (-broker rabbitmq: over the stack's RabbitMQ instead of Kafka)
-  reserva demo-migration [-once]          the same, moving live from Kafka cluster A to B while orders flow
+  reserva demo-migration [-once] [-from kafka|rabbitmq]
+                                          the same, moving live from Kafka cluster A to B while orders flow
+                                          (-from rabbitmq: from the stack's RabbitMQ to B, with a producer
+                                          that is not Ferry's bridged by relay bridge)
 
 The workers are reserva's own worker binary (examples/reserva/cmd/reserva-worker),
 Ferry's worker command line hosting reserva's handlers.

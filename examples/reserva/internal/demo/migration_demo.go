@@ -19,8 +19,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/examples/reserva"
+	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/ferrytest"
 	"github.com/ferryhq/ferry/internal/procs"
+	"github.com/ferryhq/ferry/internal/rabbitmq"
 	"github.com/ferryhq/ferry/migration"
 	"github.com/ferryhq/ferry/relay"
 	"github.com/ferryhq/ferry/schema"
@@ -44,6 +46,11 @@ const oldPartitions = 4
 
 // migrationOptions are the flags of `reserva demo-migration`.
 type migrationOptions struct {
+	// from is where reserva starts: brokerKafka (cluster A) or
+	// brokerRabbitMQ (the stack's RabbitMQ, with a foreign producer).
+	from          string
+	foreignRate   int
+	bridgeAddr    string
 	brokersB      string
 	newTemplate   string
 	newPartitions int
@@ -56,9 +63,11 @@ type migrationOptions struct {
 	quarantine    time.Duration
 }
 
-// migrationDemo moves reserva, live, from Kafka cluster A to cluster B: the
-// processes of make demo, orders placed at a steady pace the whole time,
-// and the plan driven through the real `relay migration` commands.
+// migrationDemo moves reserva, live, from Kafka cluster A (or RabbitMQ) to
+// cluster B: the processes of make demo, orders placed at a steady pace the
+// whole time, and the plan driven through the real `relay migration`
+// commands. From RabbitMQ, a producer that is not Ferry's publishes to the
+// old channel the whole time too, and `relay bridge` copies it to cluster B.
 type migrationDemo struct {
 	*demo
 	mo   migrationOptions
@@ -67,6 +76,13 @@ type migrationDemo struct {
 	env  []string
 	// kopts reach cluster A, koptB cluster B.
 	kopts, koptB []kgo.Opt
+	// rabbit is the old channel with --from rabbitmq; nil from cluster A.
+	rabbit *rabbitChannel
+	// foreign is the producer that is not Ferry's, bridge the `relay
+	// bridge` that copies it, ready since bridgeReady (--from rabbitmq).
+	foreign     *foreignProducer
+	bridge      *procs.Proc
+	bridgeReady time.Time
 	// planDef is the plan as created, for the gate reports.
 	planDef migration.Plan
 	// phase is the plan's phase as the progress lines show it.
@@ -87,7 +103,10 @@ func runMigrationDemo(ctx context.Context, args []string, stdout, stderr io.Writ
 	var o options
 	var mo migrationOptions
 	fs.StringVar(&o.adminURL, "admin-url", cmp.Or(os.Getenv("FERRY_TEST_DATABASE_URL"), os.Getenv("FERRY_DATABASE_URL")), "PostgreSQL URL of a role that may create the demo's database "+migrationDatabase+" (env FERRY_TEST_DATABASE_URL)")
+	fs.StringVar(&mo.from, "from", brokerKafka, "where reserva starts: kafka (cluster A) or rabbitmq (the stack's RabbitMQ, with a producer that is not Ferry's, bridged by relay bridge); it moves to cluster B")
 	fs.StringVar(&o.brokers, "kafka-brokers", cmp.Or(os.Getenv("FERRY_TEST_KAFKA_BROKERS"), os.Getenv("FERRY_KAFKA_BROKERS")), "cluster A's seed brokers, where reserva starts (env FERRY_TEST_KAFKA_BROKERS)")
+	fs.StringVar(&o.rabbitURL, "rabbitmq-url", cmp.Or(os.Getenv("FERRY_TEST_RABBITMQ_URL"), os.Getenv("FERRY_RABBITMQ_URL")), "with --from rabbitmq: amqp://user@host:port/vhost, no password in it; the password comes from FERRY_TEST_RABBITMQ_PASSWORD or FERRY_RABBITMQ_PASSWORD only (env FERRY_TEST_RABBITMQ_URL)")
+	fs.IntVar(&mo.foreignRate, "foreign-rate", 10, "with --from rabbitmq: messages a second the producer that is not Ferry's publishes to RabbitMQ, from start to end")
 	fs.StringVar(&mo.brokersB, "kafka-b-brokers", os.Getenv("FERRY_TEST_KAFKA_B_BROKERS"), "cluster B's seed brokers, where reserva moves (env FERRY_TEST_KAFKA_B_BROKERS)")
 	fs.StringVar(&mo.newTemplate, "new-topic-template", "reserva.v2.{aggregate_type}", "the topic template on cluster B")
 	fs.IntVar(&mo.newPartitions, "new-partitions", 8, fmt.Sprintf("partitions of the new topics (cluster A's have %d: the move re-keys them)", oldPartitions))
@@ -106,14 +125,21 @@ func runMigrationDemo(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.StringVar(&o.relayAddr, "relay-http", "127.0.0.1:9191", "relay metrics address")
 	fs.StringVar(&o.workerAddrs[0], "worker-http", "127.0.0.1:9192", "first worker's metrics address")
 	fs.StringVar(&o.workerAddrs[1], "worker2-http", "127.0.0.1:9193", "second worker's metrics address")
+	fs.StringVar(&mo.bridgeAddr, "bridge-http", "127.0.0.1:9194", "with --from rabbitmq: relay bridge's metrics address")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	switch {
 	case o.adminURL == "":
 		return errors.New("--admin-url (FERRY_TEST_DATABASE_URL) is required: run it through `make demo-migration`, or after `eval \"$(scripts/stack up)\"`")
-	case o.brokers == "":
+	case mo.from != brokerKafka && mo.from != brokerRabbitMQ:
+		return fmt.Errorf("--from must be %s or %s, not %q", brokerKafka, brokerRabbitMQ, mo.from)
+	case mo.from == brokerKafka && o.brokers == "":
 		return errors.New("--kafka-brokers (FERRY_TEST_KAFKA_BROKERS) is required")
+	case mo.from == brokerRabbitMQ && o.rabbitURL == "":
+		return errors.New("--rabbitmq-url (FERRY_TEST_RABBITMQ_URL) is required with --from rabbitmq: run it through `make demo-migration`, or after `eval \"$(scripts/stack up)\"`")
+	case mo.from == brokerRabbitMQ && (mo.foreignRate < 1 || mo.foreignRate > rateMax):
+		return fmt.Errorf("--foreign-rate must be between 1 and %d messages a second, not %d", rateMax, mo.foreignRate)
 	case mo.brokersB == "":
 		return errors.New("--kafka-b-brokers (FERRY_TEST_KAFKA_B_BROKERS) is required: the stack's cluster B (`scripts/stack env`)")
 	case !strings.Contains(mo.newTemplate, "{aggregate_type}"):
@@ -132,9 +158,15 @@ func runMigrationDemo(ctx context.Context, args []string, stdout, stderr io.Writ
 	// placeOrders sends o.orders orders: more than the run can place, so
 	// that the demo stops it.
 	o.orders = o.rate * 3600
+	o.rabbitPass = cmp.Or(os.Getenv("FERRY_TEST_RABBITMQ_PASSWORD"), os.Getenv("FERRY_RABBITMQ_PASSWORD"))
 	start := time.Now()
 	m := &migrationDemo{demo: &demo{o: o, out: stdout, start: start}, mo: mo,
 		plan: "reserva-move-" + start.UTC().Format("20060102-150405")}
+	if mo.from == brokerRabbitMQ {
+		m.rabbit = &rabbitChannel{cfg: inbox.RabbitMQConfig{URL: o.rabbitURL, Password: o.rabbitPass, Shards: rabbitmq.ShardsDefault}}
+		m.foreign = &foreignProducer{conn: rabbitmq.Conn{URL: o.rabbitURL, Password: o.rabbitPass, Name: "reserva-demo foreign producer"},
+			exchange: reserva.TopicOrders, shards: rabbitmq.ShardsDefault, rate: mo.foreignRate}
+	}
 	defer m.stopAll()
 	return m.run(ctx)
 }
@@ -162,7 +194,13 @@ func (m *migrationDemo) run(ctx context.Context) error {
 	}()
 	noting := make(chan error, 1)
 	go func() { noting <- m.notes.run(placeCtx, m.pool, m.mo.notes) }()
-	var notingErr error
+	publishing := make(chan error, 1)
+	if m.foreign != nil {
+		go func() { publishing <- m.foreign.run(placeCtx) }()
+	} else {
+		publishing <- nil
+	}
+	var notingErr, publishingErr error
 	stopped := false
 	stop := func() {
 		if !stopped {
@@ -170,11 +208,16 @@ func (m *migrationDemo) run(ctx context.Context) error {
 			stopPlacing()
 			<-m.placeDone
 			notingErr = <-noting
+			publishingErr = <-publishing
 		}
 	}
 	defer stop() // before the processes and the pool go
 	if m.mo.notes > 0 {
 		m.say("   and an OrderNoted event every second on each of the first %d orders (their aggregates straddle every step)", m.mo.notes)
+	}
+	if m.foreign != nil {
+		m.say("   and a producer that is not Ferry's publishes %s to the exchange %s at %d a second on %d aggregates, a third with a message id, a third with an id header, a third with no id",
+			EventForeignNoted, m.foreign.exchange, m.foreign.rate, foreignAggregates)
 	}
 
 	if err := m.migrate(ctx); err != nil {
@@ -188,10 +231,23 @@ func (m *migrationDemo) run(ctx context.Context) error {
 	if err := notingErr; err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
+	if err := publishingErr; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
 	m.say("== %s orders stopped: %d placed (%d failed to reach the API), %d notes written; waiting for every event to be applied",
 		m.elapsed(), m.placed.Load(), m.failed.Load(), m.notes.written.Load())
+	if m.foreign != nil {
+		m.say("   the foreign producer stopped too, after %d %s: the wait is for each of them too, and for every copy the bridge must have made",
+			len(m.foreign.published()), EventForeignNoted)
+	}
 	drained := m.drain(ctx)
-	failed, err := m.summary(ctx, drained)
+	var bridged bridgeCounts
+	if m.bridge != nil {
+		if bridged, err = m.stopBridge(); err != nil {
+			return err
+		}
+	}
+	failed, err := m.summary(ctx, drained, bridged)
 	if err != nil {
 		return err
 	}
@@ -201,8 +257,12 @@ func (m *migrationDemo) run(ctx context.Context) error {
 	if m.o.once {
 		return nil
 	}
-	m.say("\nEverything keeps running on cluster B. Try:\n  curl -s http://%s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' -d '{\"customer\":\"you\",\"items\":[{\"sku\":\"apple\",\"qty\":1}]}'\n  %s migration status %s   (FERRY_DATABASE_URL: the stack's database %s)\nCtrl-C stops the relay, the workers and the API.",
-		m.o.apiAddr, m.bins["relay"], m.plan, migrationDatabase)
+	keeps := "Everything keeps running on cluster B"
+	if m.bridge != nil {
+		keeps = "The relay, the workers and the API keep running on cluster B (the foreign producer and the bridge stopped)"
+	}
+	m.say("\n%s. Try:\n  curl -s http://%s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' -d '{\"customer\":\"you\",\"items\":[{\"sku\":\"apple\",\"qty\":1}]}'\n  %s migration status %s   (FERRY_DATABASE_URL: the stack's database %s)\nCtrl-C stops the relay, the workers and the API.",
+		keeps, m.o.apiAddr, m.bins["relay"], m.plan, migrationDatabase)
 	<-ctx.Done()
 	m.say("\n== stopping")
 	return nil
@@ -251,37 +311,78 @@ func (m *migrationDemo) prepare(ctx context.Context) error {
 	if err := reserva.SeedStock(ctx, m.pool, skus); err != nil {
 		return err
 	}
-	m.kopts = []kgo.Opt{kgo.SeedBrokers(strings.Split(m.o.brokers, ",")...)}
 	m.koptB = []kgo.Opt{kgo.SeedBrokers(strings.Split(m.mo.brokersB, ",")...)}
 	oldTopics := []string{reserva.TopicOrders, reserva.TopicStock}
 	newTopics := []string{m.newTopic(reserva.AggregateOrder), m.newTopic(reserva.AggregateStock)}
-	if err := createTopics(ctx, m.kopts, oldPartitions, oldTopics...); err != nil {
-		return fmt.Errorf("cluster A: %w", err)
+	var stale int64
+	if m.rabbit != nil {
+		if stale, err = m.prepareRabbitMQ(ctx); err != nil {
+			return fmt.Errorf("RabbitMQ: %w", err)
+		}
+	} else {
+		m.kopts = []kgo.Opt{kgo.SeedBrokers(strings.Split(m.o.brokers, ",")...)}
+		if err := createTopics(ctx, m.kopts, oldPartitions, oldTopics...); err != nil {
+			return fmt.Errorf("cluster A: %w", err)
+		}
 	}
 	if err := createTopics(ctx, m.koptB, int32(m.mo.newPartitions), newTopics...); err != nil {
 		return fmt.Errorf("cluster B: %w", err)
 	}
 	// As in make demo: what an earlier run left on the topics is not this
 	// database's (see kafkaChannel.prepare).
-	var stale int64
 	for i, group := range []string{reserva.ConsumerStockReservation, reserva.ConsumerOrderStatus} {
-		n, err := skipToEndOn(ctx, m.kopts, group, oldTopics[i])
-		if err != nil {
-			return fmt.Errorf("cluster A: %w", err)
+		if m.rabbit == nil {
+			n, err := skipToEndOn(ctx, m.kopts, group, oldTopics[i])
+			if err != nil {
+				return fmt.Errorf("cluster A: %w", err)
+			}
+			stale += n
 		}
 		nb, err := skipToEndOn(ctx, m.koptB, group, newTopics[i])
 		if err != nil {
 			return fmt.Errorf("cluster B: %w", err)
 		}
-		stale += n + nb
+		stale += nb
 	}
 	m.say("== database %s migrated (Ferry + reserva), stock seeded, slot %q ready", migrationDatabase, migrationSlot)
 	if stale > 0 {
-		m.say("   %d messages an earlier run left unconsumed on the clusters skipped: their orders are not in this database", stale)
+		where := "clusters"
+		if m.rabbit != nil {
+			where = "channels"
+		}
+		m.say("   %d messages an earlier run left unconsumed on the %s skipped: their orders are not in this database", stale, where)
 	}
-	m.say("   cluster A %s: %s (%d partitions each)", m.o.brokers, strings.Join(oldTopics, ", "), oldPartitions)
+	if m.rabbit != nil {
+		m.say("   RabbitMQ %s: exchanges %s (%d shards each), both consumers' shard queues declared before the relay starts",
+			m.rabbit.cfg.URL, strings.Join(oldTopics, ", "), m.rabbit.cfg.Shards)
+	} else {
+		m.say("   cluster A %s: %s (%d partitions each)", m.o.brokers, strings.Join(oldTopics, ", "), oldPartitions)
+	}
 	m.say("   cluster B %s: %s (%d partitions each), made before the move", m.mo.brokersB, strings.Join(newTopics, ", "), m.mo.newPartitions)
 	return nil
+}
+
+// prepareRabbitMQ declares both consumers' shard queues on the old
+// RabbitMQ channel before the relay publishes anything (a queue receives
+// only what is published after it exists), empties them of what an
+// earlier run left, and deletes the bridge's queues an interrupted run
+// left. It returns how many messages it dropped.
+func (m *migrationDemo) prepareRabbitMQ(ctx context.Context) (int64, error) {
+	conn, err := m.rabbit.conn().Dial(rabbitNames)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ch.Close() }()
+	stale, err := m.rabbit.declareQueues(ctx, ch)
+	if err != nil {
+		return 0, err
+	}
+	return stale, m.deleteBridgeQueues()
 }
 
 // createTopics makes the topics and their dead-letter topics, unless they
@@ -308,7 +409,8 @@ func createTopics(ctx context.Context, kopts []kgo.Opt, partitions int32, topics
 }
 
 // startProcesses starts what make demo starts, the workers with short
-// shadow-report intervals so that the gates open within seconds.
+// shadow-report intervals so that the gates open within seconds. From
+// RabbitMQ, they get its settings in their environment, as in make demo.
 func (m *migrationDemo) startProcesses(ctx context.Context) error {
 	m.bins = map[string]string{}
 	if m.o.binDir == "" {
@@ -324,6 +426,18 @@ func (m *migrationDemo) startProcesses(ctx context.Context) error {
 		}
 	}
 	m.env = []string{"FERRY_DATABASE_URL=" + m.url, "FERRY_KAFKA_BROKERS=" + m.o.brokers}
+	workerArgs := []string{"--kafka-session-timeout", "6s"}
+	if m.rabbit != nil {
+		// No Kafka brokers: the relay and the workers take one channel.
+		m.env = append([]string{"FERRY_DATABASE_URL=" + m.url, "FERRY_KAFKA_BROKERS="}, m.rabbit.env()...)
+		// The foreign producer's messages with no id get the one the
+		// bridge gives their copies. The drain of a RabbitMQ old channel
+		// waits until it brought nothing to apply for the longest retry
+		// backoff plus the handler timeout (90s by default): reserva's
+		// handlers take milliseconds, and --max-attempts 5 from 50ms backs
+		// off 400ms at most.
+		workerArgs = []string{"--id-from-payload-hash", "--retry-backoff-max", "1s", "--handler-timeout", "10s"}
+	}
 	env := append(m.env[:len(m.env):len(m.env)], "FERRY_LOG_FORMAT=json")
 	start := func(name, bin string, args ...string) (*procs.Proc, error) {
 		return procs.Start(procs.Spec{Name: name, Path: bin, Args: args, Env: env, LogFile: filepath.Join(m.dir, name+".log")})
@@ -333,9 +447,9 @@ func (m *migrationDemo) startProcesses(ctx context.Context) error {
 		return err
 	}
 	for i := range m.workers {
-		if m.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), m.bins["reserva-worker"], "run", "--http-addr", m.o.workerAddrs[i],
-			"--retry-backoff", "50ms", "--max-attempts", "5", "--kafka-session-timeout", "6s",
-			"--migration-report-interval", m.mo.reportEvery.String(), "--migration-quarantine-after", m.mo.quarantine.String()); err != nil {
+		args := append([]string{"run", "--http-addr", m.o.workerAddrs[i], "--retry-backoff", "50ms", "--max-attempts", "5"}, workerArgs...)
+		args = append(args, "--migration-report-interval", m.mo.reportEvery.String(), "--migration-quarantine-after", m.mo.quarantine.String())
+		if m.workers[i], err = start(fmt.Sprintf("worker-%d", i+1), m.bins["reserva-worker"], args...); err != nil {
 			return err
 		}
 	}
@@ -346,6 +460,11 @@ func (m *migrationDemo) startProcesses(ctx context.Context) error {
 		if err := waitHTTP(ctx, u, time.Minute); err != nil {
 			return fmt.Errorf("%w (logs in %s)", err, m.dir)
 		}
+	}
+	if m.rabbit != nil {
+		m.say("== relay (topic template %s on RabbitMQ, %d shards), 2 reserva-workers on RabbitMQ (--id-from-payload-hash, --migration-report-interval %s) and the order API are up",
+			oldTemplate, m.rabbit.cfg.Shards, m.mo.reportEvery)
+		return nil
 	}
 	m.say("== relay (topic template %s on cluster A), 2 reserva-workers (--migration-report-interval %s) and the order API are up",
 		oldTemplate, m.mo.reportEvery)

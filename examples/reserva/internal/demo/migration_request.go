@@ -91,6 +91,20 @@ func decision(out string, exitCode int) (accepted bool, reason string, ok bool) 
 	return false, "", false
 }
 
+// producersHeading begins the section of `relay migration status` that
+// lists the producers of a RabbitMQ old channel.
+const producersHeading = "producers on the old channel"
+
+// producersSection is that section of the output of `relay migration
+// status`, to its end; "" when it has none.
+func producersSection(out string) string {
+	i := strings.Index(out, "\n"+producersHeading)
+	if i < 0 {
+		return ""
+	}
+	return out[i+1:]
+}
+
 // ask runs `relay migration request` once and records its answer. The
 // error is for a command that did not decide (it could not run, or its
 // output is not a decision), never for a rejection.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,31 @@ func TestTheDemoReadsTheCommandsAnswers(t *testing.T) {
 	out, code := run(worker, "migration", "quarantine", "list")
 	if n, ok := quarantinedCount(out); code != 0 || !ok || n != 0 {
 		t.Errorf("quarantine list: exit %d, count %d, %v; want 0, 0, true\n%s", code, n, ok, out)
+	}
+}
+
+// From RabbitMQ, the demo shows the producers section of `relay migration
+// status`, which it finds by its heading: printed even before any worker
+// reported one.
+func TestTheDemoFindsTheProducersInTheStatus(t *testing.T) {
+	t.Parallel()
+	ferrytest.RabbitMQURL(t) // fails without the stack's RabbitMQ and its password
+	ctx := ferrytest.Context(t, 2*time.Minute)
+	db := ferrytest.NewMigratedDB(t)
+	plan := "demo-" + ferrytest.Suffix()
+	relay := func(args ...string) (string, int) {
+		var stdout, stderr bytes.Buffer
+		code := relaycli.Main(ctx, append(args, "--database-url", db.URL), &stdout, &stderr)
+		return stdout.String() + stderr.String(), code
+	}
+	if out, code := relay("migration", "create", plan, "--old-kind", brokerRabbitMQ, "--old-url", os.Getenv(ferrytest.EnvRabbitMQURL),
+		"--old-password-env", ferrytest.EnvRabbitMQPassword, "--old-topic-template", oldTemplate,
+		"--new-brokers", "127.0.0.1:9", "--new-topic-template", "reserva.v2.{aggregate_type}", "--groups", "g1"); code != 0 {
+		t.Fatalf("create: exit %d: %s", code, out)
+	}
+	out, code := relay("migration", "status", plan)
+	if code != 0 || producersSection(out) == "" {
+		t.Errorf("status: exit %d, no line beginning %q:\n%s", code, producersHeading, out)
 	}
 }
 

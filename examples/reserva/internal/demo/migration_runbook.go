@@ -3,6 +3,9 @@ package demo
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,17 +18,24 @@ import (
 // migrate drives the plan through the runbook of docs/migration.md with the real commands
 // while the orders flow: create, DUAL_WRITE, the shadow gate, CUTOVER 6, 32,
 // 64 and 128, the rollback drill (DUAL_WRITE, CUTOVER 128), OLD_RETIRED.
+// From RabbitMQ, the bridge starts between create and DUAL_WRITE.
 func (m *migrationDemo) migrate(ctx context.Context) error {
 	m.phase = string(migration.OldOnly)
 	if err := m.pause(ctx); err != nil {
 		return err
 	}
 
-	m.step("create the plan: old = cluster A with the relay's template, new = cluster B with %s", m.mo.newTemplate)
-	args := []string{"migration", "create", m.plan,
-		"--old-brokers", m.o.brokers, "--old-topic-template", oldTemplate,
+	m.step("create the plan: old = %s with the relay's template, new = cluster B with %s", m.oldName(), m.mo.newTemplate)
+	args := []string{"migration", "create", m.plan}
+	if m.rabbit != nil {
+		args = append(args, "--old-kind", brokerRabbitMQ, "--old-url", m.rabbit.cfg.URL, "--old-password-env", rabbitPasswordEnv,
+			"--old-shards", strconv.Itoa(m.rabbit.cfg.Shards))
+	} else {
+		args = append(args, "--old-brokers", m.o.brokers)
+	}
+	args = append(args, "--old-topic-template", oldTemplate,
 		"--new-brokers", m.mo.brokersB, "--new-topic-template", m.mo.newTemplate,
-		"--groups", reserva.ConsumerStockReservation + "," + reserva.ConsumerOrderStatus}
+		"--groups", reserva.ConsumerStockReservation+","+reserva.ConsumerOrderStatus)
 	m.show("relay", args...)
 	out, err := m.command(ctx, "relay", args...)
 	if err != nil {
@@ -37,12 +47,18 @@ func (m *migrationDemo) migrate(ctx context.Context) error {
 		return err
 	}
 	m.planDef = st.Plan
+	if m.rabbit != nil {
+		if err := m.startBridge(ctx); err != nil {
+			return err
+		}
+	}
 
-	m.step("DUAL_WRITE: the relay writes every event to both clusters from this point of the commit order; A's copy is authoritative, B's a shadow")
+	m.step("DUAL_WRITE: the relay writes every event to %s from this point of the commit order; %s's copy is authoritative, B's a shadow",
+		m.bothChannels(), m.oldShort())
 	if err := m.mustRequest(ctx, string(migration.DualWrite), 0); err != nil {
 		return err
 	}
-	m.say("   the workers know cluster A only: the relay's fences on A name cluster B and its topics, and the workers follow")
+	m.say("   the workers know %s only: the relay's fences on %s name cluster B and its topics, and the workers follow", m.oldName(), m.oldShort())
 
 	m.step("shadow gate, then CUTOVER 6: every group's newest report must show events checked, none missing, no mismatch, p99 within bound")
 	if err := m.requestUntil(ctx, string(migration.Cutover), 6); err != nil {
@@ -55,7 +71,7 @@ func (m *migrationDemo) migrate(ctx context.Context) error {
 		return err
 	}
 	for _, k := range []int{32, 64, migration.Slices} {
-		m.step("CUTOVER %d: the aggregates of slices 0-%d are applied from cluster B; B's copy authoritative, A's a shadow", k, k-1)
+		m.step("CUTOVER %d: the aggregates of slices 0-%d are applied from cluster B; B's copy authoritative, %s's a shadow", k, k-1, m.oldShort())
 		if err := m.mustRequest(ctx, string(migration.Cutover), k); err != nil {
 			return err
 		}
@@ -75,7 +91,7 @@ func (m *migrationDemo) migrate(ctx context.Context) error {
 		return fmt.Errorf("%s accepted before any rollback drill", r)
 	}
 
-	m.step("rollback drill: DUAL_WRITE again, A authoritative for every aggregate; the relay still writes both clusters")
+	m.step("rollback drill: DUAL_WRITE again, %s authoritative for every aggregate; the relay still writes %s", m.oldShort(), m.bothChannels())
 	if err := m.mustRequest(ctx, string(migration.DualWrite), 0); err != nil {
 		return err
 	}
@@ -90,7 +106,12 @@ func (m *migrationDemo) migrate(ctx context.Context) error {
 		return err
 	}
 
-	m.step("OLD_RETIRED: wants 128 slices moved, the drill on record, and every group past the fences of the last cutover on A with an empty quarantine")
+	if m.rabbit != nil {
+		if err := m.showProducers(ctx); err != nil {
+			return err
+		}
+	}
+	m.step("OLD_RETIRED: wants 128 slices moved, the drill on record, and every group past the fences of the last cutover on %s with an empty quarantine", m.oldShort())
 	if err := m.requestUntil(ctx, string(migration.OldRetired), 0); err != nil {
 		return err
 	}
@@ -99,7 +120,63 @@ func (m *migrationDemo) migrate(ctx context.Context) error {
 		return err
 	}
 	m.say("   the relay writes cluster B only from here; the orders go on")
+	if m.rabbit != nil {
+		m.say("   the foreign producer still publishes to RabbitMQ: the workers apply its notes there, the bridge copies them to cluster B, the inbox applies one copy")
+	}
 	return m.pause(ctx)
+}
+
+// oldName is the old channel as the progress lines name it: "cluster A"
+// or "RabbitMQ"; oldShort is the same in few letters ("A").
+func (m *migrationDemo) oldName() string {
+	if m.rabbit != nil {
+		return "RabbitMQ"
+	}
+	return "cluster A"
+}
+
+func (m *migrationDemo) oldShort() string {
+	if m.rabbit != nil {
+		return "RabbitMQ"
+	}
+	return "A"
+}
+
+// bothChannels names the old and the new channel together.
+func (m *migrationDemo) bothChannels() string {
+	if m.rabbit != nil {
+		return "RabbitMQ and cluster B"
+	}
+	return "both clusters"
+}
+
+// getenv is the migration commands' environment: m.env, then the demo's.
+func (m *migrationDemo) getenv(name string) string {
+	for _, kv := range slices.Backward(m.env) {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return os.Getenv(name)
+}
+
+// showProducers prints who published what the groups consumed on the
+// RabbitMQ old channel, as `relay migration status` lists them: a user
+// that is not the relay's must move, or be bridged, before OLD_RETIRED.
+func (m *migrationDemo) showProducers(ctx context.Context) error {
+	m.step("who publishes on RabbitMQ: the relay as %s, and the foreign producer without a user id, bridged since OLD_ONLY", m.rabbit.conn().User())
+	args := []string{"migration", "status", m.plan}
+	m.show("relay", args...)
+	out, err := m.command(ctx, "relay", args...)
+	if err != nil {
+		return fmt.Errorf("relay migration status: %v: %s", err, strings.TrimSpace(out))
+	}
+	if producers := producersSection(out); producers != "" {
+		m.say("     (its producers only)")
+		out = producers
+	}
+	m.showOutput(out) // whole when it could not list them: it says why
+	return nil
 }
 
 // step announces a step of the runbook.
@@ -143,18 +220,22 @@ func (m *migrationDemo) progress(ctx context.Context) {
 		return fmt.Sprintf("%.0f+%.0f", relay.sum("side", string(side), "role", string(route.Authoritative)),
 			relay.sum("side", string(side), "role", string(route.Shadow)))
 	}
-	m.say("   %s %-15s placed %d · undecided %d · relay copies (authoritative+shadow) A %s, B %s · held for fences (total) %.0f",
-		m.elapsed(), m.phase, m.placed.Load(), undecided, copies(migration.OldSide), copies(migration.NewSide), held)
+	foreign := ""
+	if m.foreign != nil {
+		foreign = fmt.Sprintf(" · foreign published %d", len(m.foreign.published()))
+	}
+	m.say("   %s %-15s placed %d · undecided %d%s · relay copies (authoritative+shadow) %s %s, B %s · held for fences (total) %.0f",
+		m.elapsed(), m.phase, m.placed.Load(), undecided, foreign, m.oldShort(), copies(migration.OldSide), copies(migration.NewSide), held)
 }
 
 // showReports prints each group's newest shadow report, as the gates read
-// them from ferry.migration.reports on cluster A.
+// them from ferry.migration.reports on the old channel.
 func (m *migrationDemo) showReports(ctx context.Context, title string) error {
-	reports, err := (&migration.ReportEvidence{}).Reports(ctx, m.planDef)
+	reports, err := (&migration.ReportEvidence{Getenv: m.getenv}).Reports(ctx, m.planDef)
 	if err != nil {
 		return err
 	}
-	m.say("   %s (each group's newest, from %s on cluster A):", title, migration.ReportTopic)
+	m.say("   %s (each group's newest, from %s on %s):", title, migration.ReportTopic, m.oldName())
 	w := tabwriter.NewWriter(m.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "     GROUP\tAGE\tAUTHORITATIVE\tSHADOW\tCHECKED\tMISSING\tMISMATCHED\tP99 DELAY\tMAX DELAY\tOLD FENCES PASSED\tQUARANTINED")
 	for _, g := range m.planDef.Groups {

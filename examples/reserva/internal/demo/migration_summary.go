@@ -58,22 +58,29 @@ func (a applied) drained() bool {
 }
 
 // drain waits until every event is applied and every copy the relay
-// acknowledged received, or the drain timeout.
+// acknowledged received, or the drain timeout. From RabbitMQ, also every
+// foreign message applied and every copy the bridge must have made
+// received.
 func (m *migrationDemo) drain(ctx context.Context) bool {
 	deadline := time.Now().Add(m.mo.drainTimeout)
 	var shown time.Time
 	for {
 		a, err := m.applied(ctx)
 		short := m.routes().short()
-		if err == nil && a.drained() && len(short) == 0 {
-			m.say("   %s drained: %s applied %d events, %s %d; every copy the relay acknowledged received; %d of %d orders decided", m.elapsed(),
-				reserva.ConsumerStockReservation, a.stockApplied, reserva.ConsumerOrderStatus, a.statusApplied, a.orders-a.undecided, a.orders)
+		fv, foreign := foreignVerdict{}, ""
+		if err == nil && m.foreign != nil {
+			fv, err = m.foreignVerdict(ctx, false)
+			foreign = fmt.Sprintf(" · foreign applied %d/%d, bridged %d/%d", fv.applied, fv.published, fv.bridgedAfter, fv.after)
+		}
+		if err == nil && a.drained() && len(short) == 0 && (m.foreign == nil || fv.drained()) {
+			m.say("   %s drained: %s applied %d events, %s %d; every copy the relay acknowledged received; %d of %d orders decided%s", m.elapsed(),
+				reserva.ConsumerStockReservation, a.stockApplied, reserva.ConsumerOrderStatus, a.statusApplied, a.orders-a.undecided, a.orders, foreign)
 			return true
 		}
 		if err == nil && time.Since(shown) >= 2*time.Second {
 			shown = time.Now()
-			m.say("   %s undecided %d · %s applied %d/%d · %s applied %d/%d · copies not yet received on %d routes", m.elapsed(), a.undecided,
-				reserva.ConsumerStockReservation, a.stockApplied, a.orderEvents, reserva.ConsumerOrderStatus, a.statusApplied, a.stockEvents, len(short))
+			m.say("   %s undecided %d · %s applied %d/%d · %s applied %d/%d · copies not yet received on %d routes%s", m.elapsed(), a.undecided,
+				reserva.ConsumerStockReservation, a.stockApplied, a.orderEvents, reserva.ConsumerOrderStatus, a.statusApplied, a.stockEvents, len(short), foreign)
 		}
 		if time.Now().After(deadline) {
 			m.say("   %s NOT drained after %s", m.elapsed(), m.mo.drainTimeout)
@@ -85,6 +92,50 @@ func (m *migrationDemo) drain(ctx context.Context) bool {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// foreignVerdict judges the foreign producer's messages by what
+// stock.reservation, the consumer of their exchange, recorded: its inbox
+// rows and the bridge's copies it received (ferry_inbox_copy, side new).
+// With strays, it also counts the consumer's inbox rows that are neither
+// an outbox event's nor a foreign message's.
+func (m *migrationDemo) foreignVerdict(ctx context.Context, strays bool) (foreignVerdict, error) {
+	sent := m.foreign.published()
+	ids := make([]string, len(sent))
+	for i, s := range sent {
+		ids[i] = s.id
+	}
+	rows, err := m.pool.Query(ctx, `
+		SELECT i.message_id, i.processed_at,
+		       EXISTS (SELECT 1 FROM ferry_inbox_copy c WHERE c.consumer = i.consumer AND c.message_id = i.message_id AND c.side = 'new')
+		FROM inbox i WHERE i.consumer = $1 AND i.message_id = ANY($2)`, reserva.ConsumerStockReservation, ids)
+	if err != nil {
+		return foreignVerdict{}, err
+	}
+	seen := map[string]foreignSeen{}
+	for rows.Next() {
+		var id string
+		var f foreignSeen
+		if err := rows.Scan(&id, &f.appliedAt, &f.bridged); err != nil {
+			rows.Close()
+			return foreignVerdict{}, err
+		}
+		seen[id] = f
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return foreignVerdict{}, err
+	}
+	n := 0
+	if strays {
+		if err := m.pool.QueryRow(ctx, `
+			SELECT count(*) FROM inbox i
+			WHERE i.consumer = $1 AND NOT i.message_id = ANY($2)
+			  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id::text = i.message_id)`, reserva.ConsumerStockReservation, ids).Scan(&n); err != nil {
+			return foreignVerdict{}, err
+		}
+	}
+	return judgeForeign(sent, seen, m.bridgeReady, n), nil
 }
 
 // check is one line of the verdict.
@@ -143,8 +194,9 @@ func (m *migrationDemo) quarantine(ctx context.Context) (check, error) {
 }
 
 // exactlyOnce is M1: each consumer's inbox holds every event of its topic
-// and nothing else, and each effect exists once per event.
-func (m *migrationDemo) exactlyOnce(ctx context.Context, a applied) (check, error) {
+// and nothing else (but the foreign messages it applied: foreign rows),
+// and each effect exists once per event.
+func (m *migrationDemo) exactlyOnce(ctx context.Context, a applied, foreign int) (check, error) {
 	dls, err := m.deadLetterCount(ctx)
 	if err != nil {
 		return check{}, err
@@ -155,35 +207,46 @@ func (m *migrationDemo) exactlyOnce(ctx context.Context, a applied) (check, erro
 		return check{}, err
 	}
 	decided := a.orders - a.undecided
-	ok := a.stockApplied == a.orderEvents && a.stockInbox == a.orderEvents && a.reservations == a.placedEvents &&
+	ok := a.stockApplied == a.orderEvents && a.stockInbox == a.orderEvents+foreign && a.reservations == a.placedEvents &&
 		a.statusApplied == a.stockEvents && a.statusInbox == a.stockEvents && decided == a.stockEvents &&
 		dls == 0 && parked == 0 && relayQuarantined == 0
+	rows := fmt.Sprintf("%d rows in all", a.stockInbox)
+	if m.foreign != nil {
+		rows += fmt.Sprintf(", %d of them foreign messages", foreign)
+	}
 	return check{name: "M1 every event applied exactly once", ok: ok, detail: fmt.Sprintf(
-		"%s: %d of %d events in its inbox (%d rows in all), %d reservations for %d OrderPlaced; "+
+		"%s: %d of %d events in its inbox (%s), %d reservations for %d OrderPlaced; "+
 			"%s: %d of %d events in its inbox (%d rows in all), %d orders decided; "+
-			"%d dead letters (A and B), %d parked, %d quarantined by the relay",
-		reserva.ConsumerStockReservation, a.stockApplied, a.orderEvents, a.stockInbox, a.reservations, a.placedEvents,
+			"%d dead letters (%s and B), %d parked, %d quarantined by the relay",
+		reserva.ConsumerStockReservation, a.stockApplied, a.orderEvents, rows, a.reservations, a.placedEvents,
 		reserva.ConsumerOrderStatus, a.statusApplied, a.stockEvents, a.statusInbox, decided,
-		dls, parked, relayQuarantined)}, nil
+		dls, m.oldShort(), parked, relayQuarantined)}, nil
 }
 
-// deadLetterCount counts this run's dead letters on both clusters.
+// deadLetterCount counts this run's dead letters on both channels.
 func (m *migrationDemo) deadLetterCount(ctx context.Context) (int, error) {
 	n := 0
-	for _, c := range []struct {
-		kopts  []kgo.Opt
-		topics []string
-	}{
-		{m.kopts, []string{reserva.TopicOrders, reserva.TopicStock}},
-		{m.koptB, []string{m.newTopic(reserva.AggregateOrder), m.newTopic(reserva.AggregateStock)}},
-	} {
-		for _, t := range c.topics {
-			dls, err := inbox.ListDeadLetters(ctx, c.kopts, t+".dlq", &inbox.DeadLetterFilter{Since: m.start})
+	count := func(kopts []kgo.Opt, topics ...string) error {
+		for _, t := range topics {
+			dls, err := inbox.ListDeadLetters(ctx, kopts, t+".dlq", &inbox.DeadLetterFilter{Since: m.start})
 			if err != nil {
-				return 0, fmt.Errorf("dead letters of %s: %w", t, err)
+				return fmt.Errorf("dead letters of %s: %w", t, err)
 			}
 			n += len(dls)
 		}
+		return nil
+	}
+	if m.rabbit != nil {
+		dls, err := m.rabbit.deadLetters(ctx, m.start, true)
+		if err != nil {
+			return 0, fmt.Errorf("dead letters on RabbitMQ: %w", err)
+		}
+		n += len(dls)
+	} else if err := count(m.kopts, reserva.TopicOrders, reserva.TopicStock); err != nil {
+		return 0, err
+	}
+	if err := count(m.koptB, m.newTopic(reserva.AggregateOrder), m.newTopic(reserva.AggregateStock)); err != nil {
+		return 0, err
 	}
 	return n, nil
 }
@@ -304,8 +367,8 @@ func (m *migrationDemo) aggregateOrder(ctx context.Context) (check, error) {
 		return check{}, err
 	}
 	c := check{name: "order per aggregate", ok: backwards == 0 && (m.mo.notes == 0 || aggregates >= m.mo.notes),
-		detail: fmt.Sprintf("%d order aggregates with several events (%d events), %d of them applied from both clusters: "+
-			"%d events applied before an earlier one of their aggregate (in %d aggregates)", aggregates, events, bothSides, backwards, backwardAggregates)}
+		detail: fmt.Sprintf("%d order aggregates with several events (%d events), %d of them applied from %s: "+
+			"%d events applied before an earlier one of their aggregate (in %d aggregates)", aggregates, events, bothSides, m.bothChannels(), backwards, backwardAggregates)}
 	return c, nil
 }
 
@@ -313,11 +376,12 @@ func (m *migrationDemo) aggregateOrder(ctx context.Context) (check, error) {
 // relay had acknowledged, and those the consumers received.
 type routes struct {
 	relay, received metricSeries
+	old             string // the old channel's name: "A" or "RabbitMQ"
 }
 
 func (m *migrationDemo) routes() routes {
 	return routes{relay: scrapeAll([]string{m.o.relayAddr}, "ferry_relay_migration_copies_total"),
-		received: scrapeAll(m.o.workerAddrs[:], "ferry_worker_migration_copies_total")}
+		received: scrapeAll(m.o.workerAddrs[:], "ferry_worker_migration_copies_total"), old: m.oldShort()}
 }
 
 var (
@@ -335,7 +399,7 @@ func (r routes) short() []string {
 			acked := r.relay.sum("side", string(side), "role", string(role))
 			got := r.received.sum("side", string(side), "role", string(role))
 			if got < acked {
-				out = append(out, fmt.Sprintf("%s %s %s: %.0f received of %.0f", clusterOf(side), side, role, got, acked))
+				out = append(out, fmt.Sprintf("%s %s %s: %.0f received of %.0f", r.channel(side), side, role, got, acked))
 			}
 		}
 	}
@@ -372,36 +436,43 @@ func (r routes) print(w *bufio.Writer, workers []string) {
 	skipped := scrapeAll(workers, "ferry_worker_duplicates_skipped_total")
 	held := scrapeAll(workers, "ferry_worker_migration_held_total")
 	c1, c2 := reserva.ConsumerStockReservation, reserva.ConsumerOrderStatus
+	width := 41 + len(r.old) // the longest label fits
 	line := func(label, relay string, v1, v2 float64) {
-		fmt.Fprintf(w, "    %-42s %12s %18.0f %14.0f\n", label, relay, v1, v2)
+		fmt.Fprintf(w, "    %-*s %12s %18.0f %14.0f\n", width, label, relay, v1, v2)
 	}
-	fmt.Fprintf(w, "    %-42s %12s %18s %14s\n", "route", "relay acked", c1, c2)
+	fmt.Fprintf(w, "    %-*s %12s %18s %14s\n", width, "route", "relay acked", c1, c2)
 	for _, side := range sides {
 		for _, role := range roles {
-			line(fmt.Sprintf("%s (%s) %s", clusterOf(side), side, role),
+			line(fmt.Sprintf("%s (%s) %s", r.channel(side), side, role),
 				fmt.Sprintf("%.0f", r.relay.sum("side", string(side), "role", string(role))),
 				r.received.sum("consumer", c1, "side", string(side), "role", string(role)),
 				r.received.sum("consumer", c2, "side", string(side), "role", string(role)))
 		}
 	}
 	for _, side := range sides {
-		line(fmt.Sprintf("duplicates skipped, %s (%s) authoritative", clusterOf(side), side), "-",
+		line(fmt.Sprintf("duplicates skipped, %s (%s) authoritative", r.channel(side), side), "-",
 			dups.sum("consumer", c1, "side", string(side)), dups.sum("consumer", c2, "side", string(side)))
 	}
 	line("duplicates skipped by the inbox, all", "-", skipped.sum("consumer", c1), skipped.sum("consumer", c2))
-	line("held for the other cluster's fences", "-", held.sum("consumer", c1), held.sum("consumer", c2))
+	other := "cluster's"
+	if r.old != "A" {
+		other = "channel's"
+	}
+	line("held for the other "+other+" fences", "-", held.sum("consumer", c1), held.sum("consumer", c2))
 }
 
-func clusterOf(side migration.Side) string {
+// channel names a side's channel.
+func (r routes) channel(side migration.Side) string {
 	if side == migration.OldSide {
-		return "A"
+		return r.old
 	}
 	return "B"
 }
 
 // summary prints the history (M4) and the figures of the run with the
-// checks, and returns the names of the checks that failed.
-func (m *migrationDemo) summary(ctx context.Context, drained bool) ([]string, error) {
+// checks, and returns the names of the checks that failed. bridged are the
+// bridge's counts, from RabbitMQ.
+func (m *migrationDemo) summary(ctx context.Context, drained bool, bridged bridgeCounts) ([]string, error) {
 	m.step("the migration quarantine (M3)")
 	m3, err := m.quarantine(ctx)
 	if err != nil {
@@ -420,7 +491,13 @@ func (m *migrationDemo) summary(ctx context.Context, drained bool) ([]string, er
 	if err != nil {
 		return nil, err
 	}
-	m1, err := m.exactlyOnce(ctx, a)
+	var fv foreignVerdict
+	if m.foreign != nil {
+		if fv, err = m.foreignVerdict(ctx, true); err != nil {
+			return nil, err
+		}
+	}
+	m1, err := m.exactlyOnce(ctx, a, fv.applied)
 	if err != nil {
 		return nil, err
 	}
@@ -442,6 +519,9 @@ func (m *migrationDemo) summary(ctx context.Context, drained bool) ([]string, er
 	}
 	rs := m.routes()
 	checks := []check{m1, m2, m3, m4, order, rs.delivered()}
+	if m.foreign != nil {
+		checks = append(checks, fv.checks()...)
+	}
 	if !drained {
 		checks = append(checks, check{name: "drained", detail: fmt.Sprintf("not every event applied %s after the last order", m.mo.drainTimeout)})
 	}
@@ -449,7 +529,7 @@ func (m *migrationDemo) summary(ctx context.Context, drained bool) ([]string, er
 	w := bufio.NewWriter(m.out)
 	defer w.Flush()
 	row := func(label, value string) { fmt.Fprintf(w, "  %-38s %s\n", label, value) }
-	fmt.Fprintf(w, "\n== reserva live migration summary (%s): plan %s, cluster A -> cluster B\n", time.Since(m.start).Round(time.Second), m.plan)
+	fmt.Fprintf(w, "\n== reserva live migration summary (%s): plan %s, %s -> cluster B\n", time.Since(m.start).Round(time.Second), m.plan, m.oldName())
 	placing := fmt.Sprintf("%d, at %.0f a second (--rate %d), from start to end", a.orders, m.pace.rate(), m.o.rate)
 	if behind := m.pace.behind(); behind >= behindShown {
 		placing += fmt.Sprintf(": %.1fs behind, every client waiting for the API", behind.Seconds())
@@ -458,12 +538,28 @@ func (m *migrationDemo) summary(ctx context.Context, drained bool) ([]string, er
 	row("events written to the outbox", fmt.Sprintf("%d OrderPlaced + %d OrderNoted (on %d orders) + %d StockReserved/StockRejected",
 		a.placedEvents, a.notedEvents, m.mo.notes, a.stockEvents))
 	row("order placed -> decided latency", lat.String())
+	if m.foreign != nil {
+		publishing := fmt.Sprintf("%d %s on %d aggregates to RabbitMQ's %s (%d with a message id, %d with an id header, %d with no id), at %.0f a second (--foreign-rate %d)",
+			fv.published, EventForeignNoted, fv.aggregates, m.foreign.exchange,
+			fv.publishedBy[carrierMessageID], fv.publishedBy[carrierHeader], fv.publishedBy[carrierNone], m.foreign.pace.rate(), m.foreign.rate)
+		if behind := m.foreign.pace.behind(); behind >= behindShown {
+			publishing += fmt.Sprintf(": %.1fs behind, each message waiting for its confirm", behind.Seconds())
+		}
+		row("foreign producer (not Ferry's)", publishing)
+		row("relay bridge", fmt.Sprintf("started %.1fs in, while OLD_ONLY; copied %d messages to %s (%d with a derived id): the foreign ones its queues took, "+
+			"and the relay's own until DUAL_WRITE stamped them; the inbox applied each from whichever copy came first",
+			m.bridgeReady.Sub(m.start).Seconds(), bridged.Copied, m.newTopic(reserva.AggregateOrder), bridged.Derived))
+	}
 	if !m.retiredAt.IsZero() {
 		var after int
 		_ = m.pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE created_at >= $1`, m.retiredAt).Scan(&after)
 		row("orders placed after OLD_RETIRED", fmt.Sprintf("%d, through cluster B only", after))
 	}
-	fmt.Fprintln(w, "  copies per route (the relay's and both workers' counters; the workers' summed):")
+	if m.foreign != nil {
+		fmt.Fprintln(w, "  copies per route (the relay's and both workers' counters; the workers' summed; B authoritative counts the bridge's copies too):")
+	} else {
+		fmt.Fprintln(w, "  copies per route (the relay's and both workers' counters; the workers' summed):")
+	}
 	rs.print(w, m.o.workerAddrs[:])
 	fmt.Fprintln(w, "  checks:")
 	var failed []string
