@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,12 +74,13 @@ type Config struct {
 	// that choose the cluster and its credentials (kgo.SeedBrokers,
 	// kgo.DialTLSConfig and kgo.DialTLS, kgo.Dialer, kgo.SASL), which come
 	// from the plan's new channel instead. Required unless RabbitMQ is
-	// set; the two exclude each other.
+	// set; with RabbitMQ they carry only the settings of the clients of a
+	// live migration's Kafka new channel (session timeout, client id,
+	// fetch settings), never those that choose a cluster.
 	KafkaOpts []kgo.Opt
 
 	// RabbitMQ makes the worker consume RabbitMQ's shard queues instead of
-	// Kafka (see RabbitMQConfig). Live migrations are Kafka-only for now.
-	// Defaults to nil: Kafka.
+	// Kafka (see RabbitMQConfig). Defaults to nil: Kafka.
 	RabbitMQ *RabbitMQConfig
 
 	// Consumers, when set, limits Run to these registered consumers, so
@@ -309,8 +311,10 @@ func (c Config) validate() error {
 		return errors.New("inbox: Config.DB is required")
 	}
 	switch {
-	case c.RabbitMQ != nil && len(c.KafkaOpts) > 0:
-		return errors.New("inbox: Config.KafkaOpts and Config.RabbitMQ are both set: a worker consumes one of them")
+	case c.RabbitMQ != nil && slices.ContainsFunc(c.KafkaOpts, reachesCluster):
+		return errors.New("inbox: Config.KafkaOpts choose a Kafka cluster and Config.RabbitMQ is set: a worker consumes one of them " +
+			"(with RabbitMQ, KafkaOpts carry only the client settings of a live migration's Kafka new channel, never kgo.SeedBrokers, " +
+			"kgo.DialTLSConfig, kgo.Dialer or kgo.SASL: the plan's channel gives those)")
 	case c.RabbitMQ != nil:
 		if err := c.RabbitMQ.validate(); err != nil {
 			return err

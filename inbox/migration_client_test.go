@@ -3,6 +3,7 @@ package inbox
 import (
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"testing"
@@ -49,6 +50,17 @@ func TestChannelKafkaOptsKeepAllButTheClustersAddressAndSecurity(t *testing.T) {
 		"ProducerBatchCompression": kgo.ProducerBatchCompression(kgo.NoCompression()),
 		"AllowAutoTopicCreation":   kgo.AllowAutoTopicCreation(),
 		"ConnIdleTimeout":          kgo.ConnIdleTimeout(time.Minute),
+	}
+	// Made in closures called through a variable, where the compiler
+	// inlines the constructors and names their closures after the caller
+	// ("...func3.SeedBrokers.1").
+	for i, mk := range []func() kgo.Opt{
+		func() kgo.Opt { return kgo.SeedBrokers("a:9092") },
+		func() kgo.Opt { return kgo.SASL(plain.Auth{User: "u", Pass: "p"}.AsMechanism()) },
+		func() kgo.Opt { return kgo.Dialer(d.DialContext) },
+		func() kgo.Opt { return kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}) },
+	} {
+		dropped[fmt.Sprintf("made in a closure, %d", i)] = mk()
 	}
 	for name, o := range dropped {
 		if !reachesCluster(o) {

@@ -1316,3 +1316,35 @@ func TestAForeignProducerOnRabbitMQIsSeen(t *testing.T) {
 		return users[user] == 1 && users[relayUser] >= 20, nil
 	})
 }
+
+// A worker whose own channel is RabbitMQ follows a Kafka new channel with
+// the client settings in its KafkaOpts (here the session timeout), the
+// plan's brokers and security: before, it had none to give, and a worker
+// killed there kept its partitions for franz-go's default 45 s.
+func TestARabbitMQWorkerFollowsKafkaWithItsClientSettings(t *testing.T) {
+	t.Parallel()
+	m := setupLiveMigrationKinds(t, 2*time.Minute, migration.RabbitMQ, migration.Kafka)
+	cfg := m.workerConfig()
+	cfg.KafkaOpts = []kgo.Opt{kgo.SessionTimeout(7 * time.Second), kgo.HeartbeatInterval(time.Second)}
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
+		return insertEffect(ctx, tx, msg, msg.Topic)
+	})
+	m.start(w)
+	m.request(migration.DualWrite, 0)
+	var f *groupConsumer
+	m.waitFor("the worker to follow the new channel", func() (bool, error) {
+		f = w.follower(m.consumer, "move")
+		return f != nil, nil
+	})
+	cl := f.kafka()
+	if v := cl.OptValue(kgo.SessionTimeout); v != 7*time.Second {
+		t.Errorf("the new channel's session timeout is %v, want the worker's 7s", v)
+	}
+	if seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string); !slices.Equal(seeds, ferrytest.BrokersB(t)) {
+		t.Errorf("the new channel's seed brokers are %v, want the plan's %v", seeds, ferrytest.BrokersB(t))
+	}
+}

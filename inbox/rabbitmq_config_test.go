@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,7 +22,8 @@ func TestRabbitMQConfigValidate(t *testing.T) {
 		edit func(c *Config)
 		want string
 	}{
-		"both":           {func(c *Config) { c.KafkaOpts = []kgo.Opt{kgo.SeedBrokers("x:1")} }, "Config.KafkaOpts and Config.RabbitMQ are both set"},
+		"both":           {func(c *Config) { c.KafkaOpts = []kgo.Opt{kgo.SeedBrokers("x:1")} }, "Config.KafkaOpts choose a Kafka cluster and Config.RabbitMQ is set"},
+		"both, by SASL":  {func(c *Config) { c.KafkaOpts = []kgo.Opt{kgo.SASL(nil)} }, "Config.KafkaOpts choose a Kafka cluster"},
 		"no url":         {func(c *Config) { c.RabbitMQ.URL = "" }, "Config.RabbitMQ.URL is required"},
 		"password":       {func(c *Config) { c.RabbitMQ.URL = "amqp://u:secret@h:1/v" }, "Config.RabbitMQ.Password"},
 		"scheme":         {func(c *Config) { c.RabbitMQ.URL = "http://h:1" }, "Config.RabbitMQ.URL: scheme"},
@@ -47,6 +49,12 @@ func TestRabbitMQConfigValidate(t *testing.T) {
 	w, err := New(&Config{DB: noDB{}, RabbitMQ: &r})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Client settings for a live migration's Kafka new channel are no
+	// cluster of their own.
+	rr := ok
+	if _, err := New(&Config{DB: noDB{}, RabbitMQ: &rr, KafkaOpts: []kgo.Opt{kgo.SessionTimeout(7 * time.Second), kgo.ClientID("w")}}); err != nil {
+		t.Errorf("New with RabbitMQ and client settings: %v", err)
 	}
 	if got := w.cfg.RabbitMQ; got.Shards != rabbitmq.ShardsDefault || got.Prefetch != RabbitMQPrefetchDefault || got.DeliveryLimit != rabbitmq.DeliveryLimitDefault {
 		t.Errorf("defaults %+v", got)

@@ -136,6 +136,12 @@ func runWorker(ctx context.Context, name string, args []string, stderr io.Writer
 		if err := rabbit.Check(ctx, logger); err != nil {
 			return err
 		}
+		// The clients of a live migration's Kafka new channel (the plan
+		// gives their brokers and security).
+		kopts = []kgo.Opt{kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3))}
+		if kafka.ClientID != "" {
+			kopts = append(kopts, kgo.ClientID(kafka.ClientID))
+		}
 	} else {
 		if kafka.Brokers == "" {
 			return cli.Usagef("--kafka-brokers (FERRY_KAFKA_BROKERS) is required, or --rabbitmq-url (FERRY_RABBITMQ_URL) to consume RabbitMQ")
