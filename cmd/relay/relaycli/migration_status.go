@@ -337,19 +337,20 @@ func lagTable(ctx context.Context, stdout io.Writer, p migration.Plan, reports m
 	}{{"old", p.Old}, {"new", p.New}} {
 		var got map[string]int64
 		var err error
-		if side.ch.KindOf() == migration.RabbitMQ {
+		rabbit := side.ch.KindOf() == migration.RabbitMQ
+		if rabbit {
 			got, err = reportedLags(reports, side.name, p.Groups)
 		} else {
 			got, err = channelLags(ctx, side.name, side.ch, p.Groups)
 		}
 		for _, g := range p.Groups {
 			l := lags[g]
-			lag, ok := got[g]
+			lag, reported := got[g]
 			switch {
-			case !ok:
+			case rabbit && !reported, !rabbit && err != nil:
 				l[i] = "?"
 			default:
-				l[i] = strconv.FormatInt(lag, 10)
+				l[i] = strconv.FormatInt(lag, 10) // on Kafka, a group with no offset there lags by nothing
 			}
 			lags[g] = l
 		}

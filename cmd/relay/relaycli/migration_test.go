@@ -670,7 +670,7 @@ func TestMigrationStatusReadsARabbitMQOldChannel(t *testing.T) {
 		"--old-password-env", ferrytest.EnvRabbitMQPassword, "--old-topic-template", "outbox.event.{aggregate_type}",
 		"--new-brokers", strings.Join(ferrytest.Brokers(t), ","), "--new-topic-template", "outbox.event.{aggregate_type}", "--groups", "stock")
 	out, _ := s.must(t, 0, "status", "from-rabbit", "--old-channel-timeout", "20s")
-	for _, want := range []string{"reports on ferry.migration.reports", "stock", "the lag on RabbitMQ is each shard queue's depth",
+	for _, want := range []string{"reports on ferry.migration.reports", "stock", "no report of stock gives its lag on RabbitMQ yet",
 		"by the user RabbitMQ validated", "none reported yet"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status does not say %q:\n%s", want, out)
