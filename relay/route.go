@@ -483,24 +483,54 @@ func (s *session) follow(ctx context.Context, st route.Step) error {
 	case st.Phase == migration.OldOnly:
 		return nil
 	}
-	rows, err := s.r.queries.MigrationSteps(ctx, s.pool, st.Plan)
+	h, err := s.stepsUpTo(ctx, st)
 	if err != nil {
-		return fmt.Errorf("read the steps of migration plan %q: %w", st.Plan, err)
-	}
-	var h route.History
-	for _, r := range rows {
-		if int(r.Epoch) <= st.Epoch {
-			h = append(h, route.Step{Plan: r.Migration, Epoch: int(r.Epoch), Phase: migration.Phase(r.Phase), Slices: int(r.Slices)})
-		}
-	}
-	if len(h) == 0 || h[len(h)-1] != st {
-		return fmt.Errorf("migration plan %q: step %d is not in ferry_migration_step as decoded", st.Plan, st.Epoch)
+		return err
 	}
 	if err := s.activate(ctx, s.pool, st.Plan, h); err != nil {
 		return err
 	}
 	s.r.metrics.migrationEpoch.Set(float64(st.Epoch))
 	return nil
+}
+
+// stepVisibleWait bounds how long the relay waits for a decoded step's
+// row to be visible to its own queries.
+const stepVisibleWait = 5 * time.Second
+
+// stepsUpTo reads the plan's steps up to st, which must be the last of
+// them. PostgreSQL can send a transaction's changes before that commit is
+// visible to other sessions' snapshots (the walsender decodes the flushed
+// commit record; the committing backend leaves the list of running
+// transactions a moment later): a step decoded but not read yet is read
+// again, for up to stepVisibleWait. Seen on PostgreSQL 18 under load
+// (TestStatusUpdatesGoOnWhileTheNewChannelIsSilent in make test): the
+// session was reset over "step 1 is not in ferry_migration_step".
+func (s *session) stepsUpTo(ctx context.Context, st route.Step) (route.History, error) {
+	deadline := time.Now().Add(stepVisibleWait)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		rows, err := s.r.queries.MigrationSteps(ctx, s.pool, st.Plan)
+		if err != nil {
+			return nil, fmt.Errorf("read the steps of migration plan %q: %w", st.Plan, err)
+		}
+		var h route.History
+		for _, r := range rows {
+			if int(r.Epoch) <= st.Epoch {
+				h = append(h, route.Step{Plan: r.Migration, Epoch: int(r.Epoch), Phase: migration.Phase(r.Phase), Slices: int(r.Slices)})
+			}
+		}
+		switch {
+		case len(h) > 0 && h[len(h)-1] == st:
+			return h, nil
+		case len(h) > 0 && h[len(h)-1].Epoch == st.Epoch, time.Now().After(deadline):
+			return nil, fmt.Errorf("migration plan %q: step %d is not in ferry_migration_step as decoded", st.Plan, st.Epoch)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // publishRouted hands one event to the channels the step in effect names,
