@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferryhq/ferry/internal/rabbitmq"
@@ -57,14 +56,7 @@ type crossRun struct {
 //  5. The bridge runs again and copies the second messages.
 func crossKindScenario(t *testing.T, unsafe bool) crossRun {
 	m := setupLiveMigrationKinds(t, 3*time.Minute, migration.RabbitMQ, migration.Kafka)
-	w, err := New(m.workerConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
-		return insertEffect(ctx, tx, msg, msg.Topic)
-	})
-	m.start(w)
+	m.startEffects(m.workerConfig())
 	cleanup := &rbundle{rcfg: *m.rabbitOld, topic: m.oldTopic, consumer: bridge.GroupPrefix + "move"}
 	t.Cleanup(cleanup.deleteTopology)
 	cfg := &bridge.Config{Plan: "move", DB: m.db.Pool, Topics: []string{m.oldTopic},

@@ -460,14 +460,7 @@ func gatesOpenOnReports(t *testing.T, m *liveMigration) {
 	// The quiet a RabbitMQ old channel's drain waits for (Report.OldQuiet).
 	cfg.RetryBackoffMax, cfg.HandlerTimeout = time.Second, 5*time.Second
 	m.writeEvery = 3 * time.Millisecond
-	w, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
-		return insertEffect(ctx, tx, msg, msg.Topic)
-	})
-	m.start(w)
+	m.startEffects(cfg)
 	plan := migration.Plan{Name: "move", Old: m.oldChannel}
 
 	m.request(migration.DualWrite, 0)
@@ -907,14 +900,7 @@ func TestNoShadowIsMissingAfterOldRetired(t *testing.T) {
 	// one channel fall ever further behind the other's.
 	cfg.MigrationReportWindow = 30 * time.Second
 	m.writeEvery = 3 * time.Millisecond
-	w, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
-		return insertEffect(ctx, tx, msg, msg.Topic)
-	})
-	m.start(w)
+	m.startEffects(cfg)
 	stop := make(chan struct{})
 	errs := m.writeUntil(stop)
 	m.afterMore(50)
@@ -1262,14 +1248,7 @@ func TestAForeignProducerOnRabbitMQIsSeen(t *testing.T) {
 	m := setupLiveMigrationKinds(t, 2*time.Minute, migration.RabbitMQ, migration.Kafka)
 	cfg := m.workerConfig()
 	cfg.MigrationReportInterval = 100 * time.Millisecond
-	w, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
-		return insertEffect(ctx, tx, msg, msg.Topic)
-	})
-	m.start(w)
+	m.startEffects(cfg)
 	m.request(migration.DualWrite, 0)
 	stop := make(chan struct{})
 	errs := m.writeUntil(stop)
@@ -1326,14 +1305,7 @@ func TestARabbitMQWorkerFollowsKafkaWithItsClientSettings(t *testing.T) {
 	m := setupLiveMigrationKinds(t, 2*time.Minute, migration.RabbitMQ, migration.Kafka)
 	cfg := m.workerConfig()
 	cfg.KafkaOpts = []kgo.Opt{kgo.SessionTimeout(7 * time.Second), kgo.HeartbeatInterval(time.Second)}
-	w, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
-		return insertEffect(ctx, tx, msg, msg.Topic)
-	})
-	m.start(w)
+	w := m.startEffects(cfg)
 	m.request(migration.DualWrite, 0)
 	var f *groupConsumer
 	m.waitFor("the worker to follow the new channel", func() (bool, error) {
@@ -1347,4 +1319,20 @@ func TestARabbitMQWorkerFollowsKafkaWithItsClientSettings(t *testing.T) {
 	if seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string); !slices.Equal(seeds, ferrytest.BrokersB(t)) {
 		t.Errorf("the new channel's seed brokers are %v, want the plan's %v", seeds, ferrytest.BrokersB(t))
 	}
+}
+
+// startEffects runs a worker of cfg for m's consumer, each message of the
+// old topic (or its peer on the new channel) an effect row tagged with
+// the topic it came from, until the test ends.
+func (m *liveMigration) startEffects(cfg *Config) *Worker {
+	m.t.Helper()
+	w, err := New(cfg)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	w.Handle(m.consumer, m.oldTopic, func(ctx context.Context, tx pgx.Tx, msg *Message) error {
+		return insertEffect(ctx, tx, msg, msg.Topic)
+	})
+	m.start(w)
+	return w
 }
