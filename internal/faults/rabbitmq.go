@@ -125,7 +125,14 @@ func (p *pipeline) deleteRabbitMQ() {
 		_, _ = ch.QueueDelete(t.topic+rabbitmq.DeadLetterStreamSuffix, false, false, false)
 		_ = ch.ExchangeDelete(t.topic, false, false)
 		_ = ch.ExchangeDelete(t.topic+rabbitmq.DeadLetterExchangeSuffix, false, false)
+		_ = ch.ExchangeDelete(unboundVia(t.topic, 0), false, false) // a fault cut short
 	}
+}
+
+// unboundVia is the exchange unbindShard moves shard's queues of topic
+// behind.
+func unboundVia(topic string, shard int) string {
+	return topic + ".fault-unbound." + rabbitmq.RoutingKey(shard)
 }
 
 // management GETs path of the node's management API.
@@ -231,9 +238,17 @@ func (p *pipeline) rabbitWorkerArgs() []string {
 	return []string{"--rabbitmq-shards", strconv.Itoa(p.o.shards()), "--rabbitmq-no-create"}
 }
 
-// unbindShard unbinds (bind=false) or binds again shard's queue of every
-// consumer from the topic's exchange: meanwhile the shard's routing key
-// reaches no queue.
+// unbindShard makes shard's routing key reach no queue (bind=false) or
+// every consumer's queue again (bind=true), for every consumer at once.
+// Unbinding the queues one by one would pass through a state in which the
+// key reaches some consumers' queues and not others': the broker confirms
+// such a message and returns nothing, and it is lost for the others, which
+// no relay can see (mandatory only reports a message no queue took). So the
+// queues are moved behind an exchange of the fault's own, bound to the
+// topic's exchange by one binding that is removed and made again in one
+// step; the queues' own bindings are back before it goes. Each state in
+// between routes the key to every queue or to none: a queue reached by two
+// bindings gets the message once.
 func (p *pipeline) unbindShard(ctx context.Context, shard int, bind bool) error {
 	conn, err := p.dialRabbit(ctx, "bind")
 	if err != nil {
@@ -245,16 +260,43 @@ func (p *pipeline) unbindShard(ctx context.Context, shard int, bind bool) error 
 		return err
 	}
 	defer func() { _ = ch.Close() }()
-	for _, c := range p.consumers {
-		q := rabbitmq.QueueName(p.topic, shard, c)
-		if bind {
-			err = ch.QueueBind(q, rabbitmq.RoutingKey(shard), p.topic, false, nil)
-		} else {
-			err = ch.QueueUnbind(q, rabbitmq.RoutingKey(shard), p.topic, nil)
-		}
+	key, via := rabbitmq.RoutingKey(shard), unboundVia(p.topic, shard)
+	queues := make([]string, len(p.consumers))
+	for i, c := range p.consumers {
+		queues[i] = rabbitmq.QueueName(p.topic, shard, c)
+	}
+	step := func(what string, err error) error {
 		if err != nil {
-			return fmt.Errorf("bind %t %s: %w", bind, q, err)
+			return fmt.Errorf("unbind shard %d (bind %t): %s: %w", shard, bind, what, err)
+		}
+		return nil
+	}
+	if bind {
+		if err := step("bind "+via, ch.ExchangeBind(via, key, p.topic, false, nil)); err != nil {
+			return err
+		}
+		for _, q := range queues {
+			if err := step("bind "+q, ch.QueueBind(q, key, p.topic, false, nil)); err != nil {
+				return err
+			}
+		}
+		return step("delete "+via, ch.ExchangeDelete(via, false, false))
+	}
+	if err := step("declare "+via, ch.ExchangeDeclare(via, amqp.ExchangeDirect, true, false, false, false, nil)); err != nil {
+		return err
+	}
+	for _, q := range queues {
+		if err := step("bind "+q+" to "+via, ch.QueueBind(q, key, via, false, nil)); err != nil {
+			return err
 		}
 	}
-	return nil
+	if err := step("bind "+via, ch.ExchangeBind(via, key, p.topic, false, nil)); err != nil {
+		return err
+	}
+	for _, q := range queues {
+		if err := step("unbind "+q, ch.QueueUnbind(q, key, p.topic, nil)); err != nil {
+			return err
+		}
+	}
+	return step("unbind "+via, ch.ExchangeUnbind(via, key, p.topic, false, nil))
 }
