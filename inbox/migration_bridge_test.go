@@ -74,7 +74,12 @@ func startForeign(t *testing.T, m *liveMigration) *foreignProducer {
 				return
 			}
 			if f.published.Add(1) > foreignBurst {
-				time.Sleep(5 * time.Millisecond) // a pace, not a wait for anything
+				// A pace, not a wait for anything: slower than the
+				// worker applies the foreign aggregates on the old
+				// channel (50 ms each, four at a time), so that the
+				// backlog there is the burst's and does not grow for
+				// as long as the test runs.
+				time.Sleep(20 * time.Millisecond)
 			}
 		}
 	}()

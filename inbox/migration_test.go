@@ -320,6 +320,10 @@ func followsOnceAndInOrder(t *testing.T, m *liveMigration) {
 		// The drain is asked for while the foreign producer publishes.
 		cfg.MigrationReportInterval = 200 * time.Millisecond
 		cfg.RetryBackoffMax, cfg.HandlerTimeout = time.Second, 5*time.Second
+		// Paced: the drain waits out the old work's quiet window while
+		// the load flows, and unpaced the writer puts 50,000 events
+		// through the relay and the worker meanwhile.
+		m.writeEvery = 3 * time.Millisecond
 	}
 	w, err := New(cfg)
 	if err != nil {
