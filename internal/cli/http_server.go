@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"regexp"
 	"slices"
 	"strings"
@@ -44,11 +45,16 @@ const (
 	httpReadTimeout       = 10 * time.Second // the whole request
 	httpWriteTimeout      = 30 * time.Second // the response: /metrics of a busy process takes far less
 	httpIdleTimeout       = time.Minute      // between two requests on a keep-alive connection
+	// With /debug/pprof served, a response may take as long as the CPU
+	// profile or trace asked for (?seconds=N, 30 by default): net/http/pprof
+	// refuses N at or beyond the write timeout.
+	httpPprofWriteTimeout = 2 * time.Minute
 )
 
 // HTTPServer serves /metrics, /healthz and /readyz on one port.
 type HTTPServer struct {
 	srv *http.Server
+	mux *http.ServeMux
 	ln  net.Listener
 }
 
@@ -76,8 +82,29 @@ func NewHTTPServer(addr string, gatherer prometheus.Gatherer, probes Probes) (*H
 			WriteTimeout:      httpWriteTimeout,
 			IdleTimeout:       httpIdleTimeout,
 		},
-		ln: ln,
+		mux: mux,
+		ln:  ln,
 	}, nil
+}
+
+// ServePprof adds Go's profiles under /debug/pprof/ (net/http/pprof): the
+// index, the named profiles (heap, goroutine, allocs, block, mutex,
+// threadcreate), a CPU profile (/debug/pprof/profile?seconds=N, N under
+// 120) and an execution trace (/debug/pprof/trace?seconds=N). Not
+// /debug/pprof/cmdline: a command line can hold a password. Call it before
+// Run.
+func (s *HTTPServer) ServePprof() {
+	if s == nil {
+		return
+	}
+	s.srv.WriteTimeout = httpPprofWriteTimeout
+	s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	s.mux.HandleFunc("GET /debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not served: a command line can hold a password", http.StatusNotFound)
+	})
 }
 
 func probeHandler(p Probe, hide []string) http.HandlerFunc {
@@ -184,18 +211,36 @@ func (s *HTTPServer) Run(ctx context.Context, logger *slog.Logger) {
 // interface, not loopback, because Kubernetes sends its probes, and
 // Prometheus its scrapes, to the pod's IP; the answers hold no secret and
 // no database address (see Probes).
+//
+// Pprof (--http-pprof, off by default) adds /debug/pprof/ on the same
+// address (HTTPServer.ServePprof): a profile tells whoever reaches the port
+// what the process runs and holds in memory, so it is for a port only
+// operators reach, switched on while profiling.
 type HTTP struct {
-	Addr string
+	Addr  string
+	Pprof bool
 }
 
-// Register binds the setting to f with the binary's default address.
+// Register binds the settings to f with the binary's default address.
 func (h *HTTP) Register(f *Flags, def string) {
 	f.StringVar(&h.Addr, "http-addr", def, "address of /metrics, /healthz and /readyz; off disables")
+	f.BoolVar(&h.Pprof, "http-pprof", false, "also serve Go's profiles under /debug/pprof/ on --http-addr (CPU, heap, goroutines, trace; not the command line); for a port only operators reach")
 }
 
-// Serve is ServeHTTP on the configured address.
+// Serve is ServeHTTP on the configured address, with /debug/pprof/ when
+// Pprof is set.
 func (h *HTTP) Serve(gatherer prometheus.Gatherer, probes Probes, logger *slog.Logger) (stop func(), err error) {
-	return ServeHTTP(h.Addr, gatherer, probes, logger)
+	if h.Pprof && (h.Addr == "" || h.Addr == "off") {
+		return nil, fmt.Errorf("--http-pprof: serves on --http-addr, which is %q: give it an address", h.Addr)
+	}
+	srv, err := NewHTTPServer(h.Addr, gatherer, probes)
+	if err != nil {
+		return nil, err
+	}
+	if h.Pprof {
+		srv.ServePprof()
+	}
+	return run(srv, logger), nil
 }
 
 // NewRegistry returns a metrics registry with the Go runtime's and the
@@ -214,7 +259,12 @@ func ServeHTTP(addr string, gatherer prometheus.Gatherer, probes Probes, logger 
 	if err != nil {
 		return nil, err
 	}
+	return run(srv, logger), nil
+}
+
+// run serves srv in the background until the returned stop is called.
+func run(srv *HTTPServer, logger *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go srv.Run(ctx, logger)
-	return cancel, nil
+	return cancel
 }

@@ -144,3 +144,51 @@ func TestProbeBodiesNeverShowTheDatabase(t *testing.T) {
 		}
 	}
 }
+
+// /debug/pprof is served only when asked for (--http-pprof), then with the
+// heap and a CPU profile but never the command line, which can hold a
+// password; and asking for it with the server off is an error that names
+// both settings.
+func TestHTTPPprofIsOptIn(t *testing.T) {
+	t.Parallel()
+	get := func(addr, path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, on := range []bool{false, true} {
+		s, err := NewHTTPServer("127.0.0.1:0", prometheus.NewRegistry(), Probes{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if on {
+			s.ServePprof()
+		}
+		serve(t, s)
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/profile?seconds=1", "/debug/pprof/goroutine?debug=1"} {
+			code, body := get(s.Addr(), path)
+			if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on]; code != want {
+				t.Errorf("pprof %t: GET %s = %d, want %d: %.200s", on, path, code, want, body)
+			}
+		}
+		if code, body := get(s.Addr(), "/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(body, "cli.test") {
+			t.Errorf("pprof %t: GET /debug/pprof/cmdline = %d %q; want 404 without the command line", on, code, body)
+		}
+		if on && s.srv.WriteTimeout <= 30*time.Second {
+			t.Errorf("write timeout %s with pprof: the default 30 s CPU profile would be refused", s.srv.WriteTimeout)
+		}
+		if code, _ := get(s.Addr(), "/metrics"); code != http.StatusOK {
+			t.Errorf("pprof %t: /metrics = %d", on, code)
+		}
+	}
+	h := HTTP{Addr: "off", Pprof: true}
+	if _, err := h.Serve(prometheus.NewRegistry(), Probes{}, slog.New(slog.DiscardHandler)); err == nil ||
+		!strings.Contains(err.Error(), "--http-pprof") || !strings.Contains(err.Error(), "--http-addr") {
+		t.Errorf("--http-pprof with --http-addr off: %v; want an error naming both", err)
+	}
+}
