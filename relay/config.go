@@ -33,6 +33,7 @@ const (
 	HealthTimeoutDefault       = time.Minute
 	WALMonitorIntervalDefault  = 10 * time.Second
 	TopicConfigRefreshDefault  = time.Minute
+	KafkaLingerDefault         = time.Millisecond
 	QuarantineOrderDefault     = QuarantineOrderSkip
 )
 
@@ -99,6 +100,14 @@ type Config struct {
 	// StatusInterval is how often the relay confirms its position to
 	// PostgreSQL. Defaults to StatusIntervalDefault (1s); at most 10s.
 	StatusInterval time.Duration
+
+	// KafkaLinger is how long the Kafka producer waits for more records
+	// of a partition before it sends what it has (franz-go's
+	// ProducerLinger): a longer linger makes fewer, larger produce
+	// requests, which costs the relay and the brokers less CPU per event
+	// at low rates, and delays each event by up to that much. Defaults to
+	// KafkaLingerDefault (1ms); at most 1s.
+	KafkaLinger time.Duration
 
 	// ServerTimeout is how long silence on the replication connection is
 	// tolerated, both ways. The relay sets it as the connection's
@@ -258,6 +267,7 @@ func (c Config) WithDefaults() Config {
 	c.HealthTimeout = cmp.Or(c.HealthTimeout, HealthTimeoutDefault)
 	c.WALMonitorInterval = cmp.Or(c.WALMonitorInterval, WALMonitorIntervalDefault)
 	c.TopicConfigRefresh = cmp.Or(c.TopicConfigRefresh, TopicConfigRefreshDefault)
+	c.KafkaLinger = cmp.Or(c.KafkaLinger, KafkaLingerDefault)
 	c.QuarantineOrder = cmp.Or(c.QuarantineOrder, QuarantineOrderDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -337,6 +347,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay: Config.MaxInFlightBytes is %d: must be at least 1", c.MaxInFlightBytes)
 	case c.StatusInterval <= 0 || c.StatusInterval > 10*time.Second:
 		return fmt.Errorf("relay: Config.StatusInterval is %s: must be within (0, 10s] so PostgreSQL's wal_sender_timeout never fires", c.StatusInterval)
+	case c.KafkaLinger < 0 || c.KafkaLinger > time.Second:
+		return fmt.Errorf("relay: Config.KafkaLinger is %s: must be within (0, 1s]", c.KafkaLinger)
 	case c.ServerTimeout < 3*c.StatusInterval:
 		return fmt.Errorf("relay: Config.ServerTimeout is %s: must be at least 3 × Config.StatusInterval (%s), so that status updates keep a healthy connection alive", c.ServerTimeout, 3*c.StatusInterval)
 	case c.StandbyPoll <= 0:

@@ -38,10 +38,19 @@ type metrics struct {
 	nacks         prometheus.Counter
 	returns       prometheus.Counter
 	channelCloses *prometheus.CounterVec
-	nPublished    atomic.Int64
-	nQuarantined  atomic.Int64
-	nSessions     atomic.Int64
-	lastConfirmed atomic.Uint64
+	// Where the wake-ups go: reads of the replication socket that returned
+	// data, the stream's messages by kind, status updates sent, and Kafka
+	// produce requests written (docs/benchmarks.md divides them by events).
+	replReads       prometheus.Counter
+	replMessages    *prometheus.CounterVec
+	walMessages     prometheus.Counter // replMessages' wal
+	keepalives      prometheus.Counter // and keepalive
+	statusUpdates   prometheus.Counter
+	produceRequests prometheus.Counter
+	nPublished      atomic.Int64
+	nQuarantined    atomic.Int64
+	nSessions       atomic.Int64
+	lastConfirmed   atomic.Uint64
 }
 
 // newMetrics registers the relay's series on reg (nil: none); ready is
@@ -123,11 +132,25 @@ func newMetrics(reg prometheus.Registerer, ready func() error) *metrics {
 		channelCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_relay_channel_closes_total", Help: "RabbitMQ publishing channels and connections the broker closed, by AMQP reply code; each fails the session.",
 		}, []string{"code"}),
+		replReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_replication_reads_total", Help: "Reads of the replication connection's socket that returned data; the stream's messages divided by them is how many each read brought.",
+		}),
+		replMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_relay_replication_messages_total", Help: "Messages of the replication stream, by kind: wal (XLogData: begin, insert, commit, relation) or keepalive.",
+		}, []string{"kind"}),
+		statusUpdates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_status_updates_total", Help: "Standby status updates sent to PostgreSQL (the confirmed position).",
+		}),
+		produceRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_relay_kafka_produce_requests_total", Help: "Produce requests written to Kafka brokers, every channel's.",
+		}),
 	}
+	m.walMessages, m.keepalives = m.replMessages.WithLabelValues("wal"), m.replMessages.WithLabelValues("keepalive")
 	if reg != nil {
 		reg.MustRegister(m.published, m.bytes, m.quarantined, m.inFlight, m.unconfirmed, m.retainedWAL, m.slotActive, m.ready,
 			m.confirmedLSN, m.commitToAck, m.commitToReceive, m.receiveToAck, m.sessions, m.standby, m.pruned, m.droppedParts, m.heldTopics,
-			m.migrationEpoch, m.fences, m.copies, m.nacks, m.returns, m.channelCloses)
+			m.migrationEpoch, m.fences, m.copies, m.nacks, m.returns, m.channelCloses,
+			m.replReads, m.replMessages, m.statusUpdates, m.produceRequests)
 	}
 	return m
 }

@@ -1,11 +1,13 @@
 package relay_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
 )
 
@@ -68,5 +70,72 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	t.Fatalf("%s: no single series in the registry", name)
+	return 0
+}
+
+// The counters that say where a relay's wake-ups go follow the stream:
+// every transaction of one event brings at least three WAL messages
+// (begin, insert, commit), brought by at least one read of the socket and
+// at most one read per message; the position is confirmed by status
+// updates, and the events went to Kafka in produce requests.
+func TestWakeUpCountersFollowTheStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.topic(t, "order", 2)
+	cfg := b.cfg
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	r := b.start(t, cfg)
+	const n = 40
+	for i := range n {
+		b.write(t, outbox.Event{AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i%5), EventType: "Placed", Payload: []byte("{}")})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Stats().Published < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events published", r.Stats().Published, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wal := counterValue(t, reg, "ferry_relay_replication_messages_total", "kind", "wal")
+	reads := counterValue(t, reg, "ferry_relay_replication_reads_total", "", "")
+	updates := counterValue(t, reg, "ferry_relay_status_updates_total", "", "")
+	produces := counterValue(t, reg, "ferry_relay_kafka_produce_requests_total", "", "")
+	t.Logf("%d events: %v WAL messages, %v reads, %v status updates, %v produce requests", n, wal, reads, updates, produces)
+	if wal < 3*n {
+		t.Errorf("%v WAL messages for %d transactions of one event: want at least %d", wal, n, 3*n)
+	}
+	if reads < 1 || reads > wal+counterValue(t, reg, "ferry_relay_replication_messages_total", "kind", "keepalive")+10 {
+		t.Errorf("%v reads of the socket for %v messages: want at least one, at most one per message (and the start-up's)", reads, wal)
+	}
+	if updates < 1 || produces < 1 {
+		t.Errorf("%v status updates, %v produce requests for %d events: want some of each", updates, produces, n)
+	}
+}
+
+// counterValue reads counter name from reg: its series with label = value,
+// or its one series when label is empty.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" && len(mf.GetMetric()) == 1 {
+				return m.GetCounter().GetValue()
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("%s{%s=%q}: no such series in the registry", name, label, value)
 	return 0
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/backoff"
@@ -342,8 +343,19 @@ func (r *Relay) producerOptsOwn() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.MaxBufferedRecords(math.MaxInt),
-		kgo.ProducerLinger(time.Millisecond),
+		kgo.ProducerLinger(r.cfg.KafkaLinger),
 		kgo.RecordPartitioner(fencePartitioner()),
+		kgo.WithHooks(produceCounter{r.metrics.produceRequests}),
+	}
+}
+
+// produceCounter counts the produce requests a client writes
+// (ferry_relay_kafka_produce_requests_total).
+type produceCounter struct{ c prometheus.Counter }
+
+func (p produceCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == 0 && err == nil { // Produce
+		p.c.Inc()
 	}
 }
 

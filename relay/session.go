@@ -209,6 +209,7 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	// PostgreSQL drops this walsender after ServerTimeout without a status
 	// update, which frees the slot of a frozen relay for a standby.
 	cfg.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(r.cfg.ServerTimeout.Milliseconds(), 10)
+	cfg.DialFunc = countReads(cfg.DialFunc, r.metrics.replReads)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		if pgerr.InsufficientPrivilege(err) {
@@ -386,6 +387,7 @@ func (s *session) handleCopyData(data []byte) (replyNow bool, err error) {
 	}
 	switch data[0] {
 	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		s.r.metrics.keepalives.Inc()
 		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
 		if err != nil {
 			return false, fmt.Errorf("parse keepalive: %w", err)
@@ -395,6 +397,7 @@ func (s *session) handleCopyData(data []byte) (replyNow bool, err error) {
 		}
 		return ka.ReplyRequested, nil
 	case pglogrepl.XLogDataByteID:
+		s.r.metrics.walMessages.Inc()
 		// pgproto3 reuses the buffer on the next receive; decoded values
 		// must outlive it while their records are in flight.
 		buf := append([]byte(nil), data[1:]...)
@@ -574,6 +577,7 @@ func (s *session) report(periodic bool) error {
 	if err != nil {
 		return fmt.Errorf("send standby status: %w", err)
 	}
+	s.r.metrics.statusUpdates.Inc()
 	s.tracker.reported(flush)
 	n := s.tracker.unacknowledged()
 	s.r.metrics.inFlight.Set(float64(n))

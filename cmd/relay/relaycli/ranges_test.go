@@ -34,6 +34,8 @@ func TestRangesAreRefusedByFlagName(t *testing.T) {
 		{with("--status-interval", "0"), "status-interval"},
 		{with("--status-interval", "30s"), "--status-interval"},
 		{with("--server-timeout", "0"), "server-timeout"},
+		{with("--kafka-linger", "0"), "kafka-linger"},
+		{with("--kafka-linger", "2s"), "--kafka-linger"},
 		{with("--unknown-topic-wait", "0"), "unknown-topic-wait"},
 		{with("--health-timeout", "0"), "health-timeout"},
 		{with("--shutdown-timeout", "0"), "shutdown-timeout"},

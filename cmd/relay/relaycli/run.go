@@ -37,6 +37,7 @@ var configFlags = map[string]string{
 	"Config.RabbitMQ.Consumers":       "rabbitmq-require-consumers",
 	"Config.MaxInFlightRecords":       "max-in-flight",
 	"Config.StatusInterval":           "status-interval",
+	"Config.KafkaLinger":              "kafka-linger",
 	"Config.ServerTimeout":            "server-timeout",
 	"Config.UnknownTopicWait":         "unknown-topic-wait",
 	"Config.HealthTimeout":            "health-timeout",
@@ -60,6 +61,7 @@ type engine struct {
 	topic       *string
 	maxInFlight *int
 	status      *time.Duration
+	linger      *time.Duration
 	server      *time.Duration
 	unknown     *time.Duration
 	health      *time.Duration
@@ -117,6 +119,7 @@ func (e *engine) register(f *cli.Flags) {
 	e.topic = f.String("topic-template", relay.TopicTemplateDefault, "topic of each event; {aggregate_type} and {event_type} are replaced")
 	e.maxInFlight = f.Count("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
 	e.status = f.PositiveDuration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
+	e.linger = f.PositiveDuration("kafka-linger", relay.KafkaLingerDefault, "how long the Kafka producer waits for more records of a partition before it sends them, at most 1s: longer makes fewer produce requests (less CPU for the relay and the brokers at low rates) and delays each event by up to that much")
 	e.server = f.PositiveDuration("server-timeout", relay.ServerTimeoutDefault, "silence tolerated on the replication connection, both ways: set as its wal_sender_timeout (a frozen relay's slot is freed for a standby) and the relay reconnects when the server says nothing for this long")
 	e.unknown = f.PositiveDuration("unknown-topic-wait", relay.UnknownTopicWaitDefault, "how long the records of a topic that does not exist are held (other topics flow) before they are quarantined as unknown_topic")
 	e.health = f.PositiveDuration("health-timeout", relay.HealthTimeoutDefault, "/healthz fails when the relay's loops made no progress for this long")
@@ -170,6 +173,7 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 		TopicTemplate:      *e.topic,
 		MaxInFlightRecords: *e.maxInFlight,
 		StatusInterval:     *e.status,
+		KafkaLinger:        *e.linger,
 		ServerTimeout:      *e.server,
 		UnknownTopicWait:   *e.unknown,
 		HealthTimeout:      *e.health,
