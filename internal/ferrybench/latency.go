@@ -25,6 +25,7 @@ import (
 
 	"github.com/ferryhq/ferry/inbox"
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/procs"
 	"github.com/ferryhq/ferry/outbox"
 )
 
@@ -241,12 +242,16 @@ type latencyResult struct {
 	relay          map[string]histogram
 	relayCPU       float64 // CPU seconds of the relay process in the measured phase
 	relayGC        float64 // GC cycles of the relay in the measured phase
-	schedP99       float64 // the bench process's goroutine scheduling latency p99
-	tailFetch      map[string]float64
-	tailEffect     map[string]float64
-	tailWindows    [2]int    // distinct 100 ms windows holding the fetch and effect tails
-	cores          []coreUse // how the processes shared the cores in the measured phase
-	box            float64   // the machine's share busy meanwhile
+	// Per event of the measured phase: the relay's thread switches, and
+	// its wake-up counters (reads of the replication socket, WAL
+	// messages, status updates, produce requests).
+	relaySwitches, relayReads, relayWAL, relayUpdates, relayProduces float64
+	schedP99                                                         float64 // the bench process's goroutine scheduling latency p99
+	tailFetch                                                        map[string]float64
+	tailEffect                                                       map[string]float64
+	tailWindows                                                      [2]int    // distinct 100 ms windows holding the fetch and effect tails
+	cores                                                            []coreUse // how the processes shared the cores in the measured phase
+	box                                                              float64   // the machine's share busy meanwhile
 }
 
 // core is the use of the process group named name (zero if none is).
@@ -391,11 +396,19 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 		{"PostgreSQL's other processes (the writers' and the worker's backends, WAL writer, checkpointer, ...)", postgresPids(walsender)},
 		{fmt.Sprintf("this bench process (%d writers, the plain consumer, the worker)", o.writers), []int{os.Getpid()}},
 	})
+	switches0, err := procs.ContextSwitches(p.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
 	sent, achieved, err := offer(ctx, pool, book, o, o.duration, true)
 	if err != nil {
 		return nil, err
 	}
 	use, box := cores.since()
+	switches1, err := procs.ContextSwitches(p.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
 	// Everything measured arrives, or 30s pass.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if pending(book) == 0 {
@@ -422,6 +435,12 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 	}
 	r.relayCPU = after.counters["process_cpu_seconds_total"] - before.counters["process_cpu_seconds_total"]
 	r.relayGC = after.counters["go_gc_duration_seconds_count"] - before.counters["go_gc_duration_seconds_count"]
+	perEvent := func(name string) float64 {
+		return (after.counters[name] - before.counters[name]) / float64(max(sent, 1))
+	}
+	r.relaySwitches = (switches1 - switches0) / float64(max(sent, 1))
+	r.relayReads, r.relayWAL = perEvent("ferry_relay_replication_reads_total"), perEvent(`ferry_relay_replication_messages_total{kind="wal"}`)
+	r.relayUpdates, r.relayProduces = perEvent("ferry_relay_status_updates_total"), perEvent("ferry_relay_kafka_produce_requests_total")
 	r.schedP99 = histQuantile(schedLatencies(), sched0, .99)
 	r.cores, r.box = use, box
 	return r, nil
@@ -606,7 +625,7 @@ func scrapeRelay(url string) (relayScrape, error) {
 			out.hists[name] = h
 			continue
 		}
-		if name, v, ok := strings.Cut(line, " "); ok && !strings.Contains(name, "{") {
+		if name, v, ok := strings.Cut(line, " "); ok { // a labelled series by its name with the labels
 			if f, err := strconv.ParseFloat(v, 64); err == nil {
 				out.counters[name] = f
 			}
@@ -703,6 +722,12 @@ func latencyMarkdown(o *latencyOpts, rs []*latencyResult) string {
 		med(func(r *latencyResult) float64 { return r.relayCPU / float64(max(r.events, 1)) * 1000 }),
 		med(func(r *latencyResult) float64 { return r.relayGC }),
 		ms(med(func(r *latencyResult) float64 { return r.schedP99 })))
+	fmt.Fprintf(&b, "Relay, per event: %s thread switches (`/proc/PID/task/*/status`), %s reads of the replication socket bringing %s WAL messages, %s status updates, %s Kafka produce requests.\n",
+		spreadOf(rs, func(r *latencyResult) float64 { return r.relaySwitches }, "%.2f"),
+		spreadOf(rs, func(r *latencyResult) float64 { return r.relayReads }, "%.2f"),
+		spreadOf(rs, func(r *latencyResult) float64 { return r.relayWAL }, "%.2f"),
+		spreadOf(rs, func(r *latencyResult) float64 { return r.relayUpdates }, "%.3f"),
+		spreadOf(rs, func(r *latencyResult) float64 { return r.relayProduces }, "%.2f"))
 	return b.String()
 }
 

@@ -115,3 +115,35 @@ func RunQueueWait(pid int) (float64, error) {
 	}
 	return ns / 1e9, nil
 }
+
+// ContextSwitches is how many times the threads of pid alive now gave up
+// or lost their core (voluntary_ctxt_switches plus nonvoluntary_ctxt_switches
+// of /proc/PID/task/TID/status), summed.
+func ContextSwitches(pid int) (float64, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the thread exited since the listing
+			}
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || (k != "voluntary_ctxt_switches" && k != "nonvoluntary_ctxt_switches") {
+				continue
+			}
+			c, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc status %s: %w", k, err)
+			}
+			n += c
+		}
+	}
+	return n, nil
+}

@@ -138,3 +138,32 @@ func TestRunQueueWaitCountsTimeWithoutACore(t *testing.T) {
 		t.Error("RunQueueWait of no process: no error")
 	}
 }
+
+// A thread that sleeps a hundred times gives up its core at least a hundred
+// times: ContextSwitches counts them, over every thread of the process.
+func TestContextSwitchesCountsAThreadsSleeps(t *testing.T) {
+	before, err := ContextSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // its sleeps are this thread's, not a goroutine's parked on another
+		defer runtime.UnlockOSThread()
+		for range 100 {
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	<-done
+	after, err := ContextSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 100 {
+		t.Errorf("%v context switches over 100 sleeps of a thread, want at least 100", after-before)
+	}
+	if _, err := ContextSwitches(1 << 30); err == nil {
+		t.Error("ContextSwitches of no process: no error")
+	}
+}
