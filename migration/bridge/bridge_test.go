@@ -422,18 +422,28 @@ func TestStoppedMidStreamAndRestartedLosesNothing(t *testing.T) {
 	// was, under -race on a busy machine) let everything out first.
 	cfg.NewKafkaOpts = []kgo.Opt{kgo.ProducerLinger(time.Minute), kgo.ProducerBatchMaxBytes(2 << 10)}
 	cfg.ShutdownTimeout = time.Millisecond
-	first := b.start(cfg)
-	b.waitFor("a first part published and more waiting", func() bool {
+	// A full batch's request also carries the other partition's partial
+	// one, so a bridge caught up with A can have everything out at the
+	// instant it stops (a run under -race in make test did): such a stop
+	// abandons nothing, and the bridge is started and stopped again, from
+	// what it committed, until one does.
+	for run := 1; ; run++ {
+		first := b.start(cfg)
+		b.waitFor("a first part published and more waiting", func() bool {
+			st := first.Stats()
+			return st.Published >= 400 && st.Consumed > st.Published
+		})
+		if err := first.stop(t); err != nil {
+			t.Fatal(err)
+		}
 		st := first.Stats()
-		return st.Published >= 400 && st.Consumed > st.Published
-	})
-	if err := first.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	st := first.Stats()
-	t.Logf("first run: consumed %d, published %d", st.Consumed, st.Published)
-	if st.Consumed == st.Published {
-		t.Fatal("the stop abandoned no copy: the test proves nothing")
+		t.Logf("stopped run %d: consumed %d, published %d", run, st.Consumed, st.Published)
+		if st.Consumed > st.Published {
+			break
+		}
+		if run == 3 {
+			t.Fatal("three stops abandoned no copy: the test proves nothing")
+		}
 	}
 	producing.Wait()
 
