@@ -33,9 +33,12 @@ const (
 	HealthTimeoutDefault       = time.Minute
 	WALMonitorIntervalDefault  = 10 * time.Second
 	TopicConfigRefreshDefault  = time.Minute
-	KafkaLingerDefault         = time.Millisecond
+	ReadWindowDefault          = 5 * time.Millisecond
 	QuarantineOrderDefault     = QuarantineOrderSkip
 )
+
+// ReadWindowOff is a Config.ReadWindow that reads whatever arrives at once.
+const ReadWindowOff time.Duration = -1
 
 // QuarantineOrder says what happens to the later events of an aggregate
 // one of whose events is quarantined (Config.QuarantineOrder).
@@ -101,12 +104,24 @@ type Config struct {
 	// PostgreSQL. Defaults to StatusIntervalDefault (1s); at most 10s.
 	StatusInterval time.Duration
 
+	// ReadWindow is how long the relay lets the replication stream gather
+	// after a read that took everything the socket held, before it reads
+	// again: at low rates the transactions that arrive meanwhile are then
+	// read, decoded and sent to Kafka together (one produce request),
+	// instead of each waking the relay, at a cost of up to this much
+	// latency per event. A read that fills the buffer (a backlog) is
+	// followed at once. Defaults to ReadWindowDefault (5ms); at most
+	// 100ms; ReadWindowOff reads whatever arrives at once.
+	ReadWindow time.Duration
+
 	// KafkaLinger is how long the Kafka producer waits for more records
 	// of a partition before it sends what it has (franz-go's
-	// ProducerLinger): a longer linger makes fewer, larger produce
-	// requests, which costs the relay and the brokers less CPU per event
-	// at low rates, and delays each event by up to that much. Defaults to
-	// KafkaLingerDefault (1ms); at most 1s.
+	// ProducerLinger). Zero, the default, sends at once: the read window
+	// already batches, and the records of a read reach the producer
+	// before it runs when the relay runs on one P (`relay run`'s
+	// GOMAXPROCS default). A relay on more Ps, or a library user's, makes
+	// a produce request per record without a linger at low rates; 1ms
+	// or more gathers them. At most 1s.
 	KafkaLinger time.Duration
 
 	// ServerTimeout is how long silence on the replication connection is
@@ -267,7 +282,7 @@ func (c Config) WithDefaults() Config {
 	c.HealthTimeout = cmp.Or(c.HealthTimeout, HealthTimeoutDefault)
 	c.WALMonitorInterval = cmp.Or(c.WALMonitorInterval, WALMonitorIntervalDefault)
 	c.TopicConfigRefresh = cmp.Or(c.TopicConfigRefresh, TopicConfigRefreshDefault)
-	c.KafkaLinger = cmp.Or(c.KafkaLinger, KafkaLingerDefault)
+	c.ReadWindow = cmp.Or(c.ReadWindow, ReadWindowDefault)
 	c.QuarantineOrder = cmp.Or(c.QuarantineOrder, QuarantineOrderDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -348,7 +363,9 @@ func (c Config) validate() error {
 	case c.StatusInterval <= 0 || c.StatusInterval > 10*time.Second:
 		return fmt.Errorf("relay: Config.StatusInterval is %s: must be within (0, 10s] so PostgreSQL's wal_sender_timeout never fires", c.StatusInterval)
 	case c.KafkaLinger < 0 || c.KafkaLinger > time.Second:
-		return fmt.Errorf("relay: Config.KafkaLinger is %s: must be within (0, 1s]", c.KafkaLinger)
+		return fmt.Errorf("relay: Config.KafkaLinger is %s: must be within [0, 1s]", c.KafkaLinger)
+	case c.ReadWindow > 100*time.Millisecond || (c.ReadWindow < 0 && c.ReadWindow != ReadWindowOff):
+		return fmt.Errorf("relay: Config.ReadWindow is %s: must be within (0, 100ms], or ReadWindowOff", c.ReadWindow)
 	case c.ServerTimeout < 3*c.StatusInterval:
 		return fmt.Errorf("relay: Config.ServerTimeout is %s: must be at least 3 × Config.StatusInterval (%s), so that status updates keep a healthy connection alive", c.ServerTimeout, 3*c.StatusInterval)
 	case c.StandbyPoll <= 0:

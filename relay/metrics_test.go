@@ -90,13 +90,7 @@ func TestWakeUpCountersFollowTheStream(t *testing.T) {
 	for i := range n {
 		b.write(t, outbox.Event{AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i%5), EventType: "Placed", Payload: []byte("{}")})
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for r.Stats().Published < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d events published", r.Stats().Published, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitStats(t, r, n)
 	wal := counterValue(t, reg, "ferry_relay_replication_messages_total", "kind", "wal")
 	reads := counterValue(t, reg, "ferry_relay_replication_reads_total", "", "")
 	updates := counterValue(t, reg, "ferry_relay_status_updates_total", "", "")
@@ -138,4 +132,49 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value str
 	}
 	t.Fatalf("%s{%s=%q}: no such series in the registry", name, label, value)
 	return 0
+}
+
+// The read window gathers what arrives after a read that emptied the
+// socket: transactions committed a millisecond apart reach a relay with a
+// 20 ms window in a few reads, and one without it in about one read each.
+func TestReadWindowGathersTransactions(t *testing.T) {
+	t.Parallel()
+	reads := func(window time.Duration) float64 {
+		b := setup(t)
+		b.topic(t, "order", 2)
+		cfg := b.cfg
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.ReadWindow = reg, window
+		r := b.start(t, cfg)
+		b.write(t, outbox.Event{AggregateType: "order", AggregateID: "warm-up", EventType: "Placed", Payload: []byte("{}")})
+		waitStats(t, r, 1)
+		before := counterValue(t, reg, "ferry_relay_replication_reads_total", "", "")
+		const n = 40
+		for i := range n {
+			b.write(t, outbox.Event{AggregateType: "order", AggregateID: fmt.Sprintf("o-%d", i%5), EventType: "Placed", Payload: []byte("{}")})
+			time.Sleep(time.Millisecond) // a pace, not a wait for anything
+		}
+		waitStats(t, r, n+1)
+		return counterValue(t, reg, "ferry_relay_replication_reads_total", "", "") - before
+	}
+	with, without := reads(20*time.Millisecond), reads(relay.ReadWindowOff)
+	t.Logf("40 transactions a millisecond apart: %v reads with a 20 ms window, %v without", with, without)
+	if with > 40/3 {
+		t.Errorf("%v reads for 40 transactions with a 20 ms window: want them gathered, a third at most", with)
+	}
+	if without <= with {
+		t.Errorf("%v reads without a window, %v with: the window should be what gathers them", without, with)
+	}
+}
+
+// waitStats waits until r published n events.
+func waitStats(t *testing.T, r *relay.Relay, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Stats().Published < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events published", r.Stats().Published, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -343,7 +343,7 @@ func (r *Relay) producerOptsOwn() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.MaxBufferedRecords(math.MaxInt),
-		kgo.ProducerLinger(r.cfg.KafkaLinger),
+		kgo.ProducerLinger(r.cfg.KafkaLinger), // zero: none, the read window batches
 		kgo.RecordPartitioner(fencePartitioner()),
 		kgo.WithHooks(produceCounter{r.metrics.produceRequests}),
 	}

@@ -209,7 +209,7 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	// PostgreSQL drops this walsender after ServerTimeout without a status
 	// update, which frees the slot of a frozen relay for a standby.
 	cfg.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(r.cfg.ServerTimeout.Milliseconds(), 10)
-	cfg.DialFunc = countReads(cfg.DialFunc, r.metrics.replReads)
+	cfg.DialFunc = replicationDial(cfg.DialFunc, r.cfg.ReadWindow, r.metrics.replReads)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		if pgerr.InsufficientPrivilege(err) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +39,7 @@ var configFlags = map[string]string{
 	"Config.MaxInFlightRecords":       "max-in-flight",
 	"Config.StatusInterval":           "status-interval",
 	"Config.KafkaLinger":              "kafka-linger",
+	"Config.ReadWindow":               "read-window",
 	"Config.ServerTimeout":            "server-timeout",
 	"Config.UnknownTopicWait":         "unknown-topic-wait",
 	"Config.HealthTimeout":            "health-timeout",
@@ -62,6 +64,7 @@ type engine struct {
 	maxInFlight *int
 	status      *time.Duration
 	linger      *time.Duration
+	window      *time.Duration
 	server      *time.Duration
 	unknown     *time.Duration
 	health      *time.Duration
@@ -119,7 +122,8 @@ func (e *engine) register(f *cli.Flags) {
 	e.topic = f.String("topic-template", relay.TopicTemplateDefault, "topic of each event; {aggregate_type} and {event_type} are replaced")
 	e.maxInFlight = f.Count("max-in-flight", relay.MaxInFlightRecordsDefault, "records sent and not yet acknowledged, at most")
 	e.status = f.PositiveDuration("status-interval", relay.StatusIntervalDefault, "how often to confirm the position to PostgreSQL, at most 10s")
-	e.linger = f.PositiveDuration("kafka-linger", relay.KafkaLingerDefault, "how long the Kafka producer waits for more records of a partition before it sends them, at most 1s: longer makes fewer produce requests (less CPU for the relay and the brokers at low rates) and delays each event by up to that much")
+	e.linger = f.Duration("kafka-linger", 0, "how long the Kafka producer waits for more records of a partition before it sends them, at most 1s; 0 sends at once, which the read window and GOMAXPROCS=1 make one request per read (give 1ms or more with GOMAXPROCS above 1)")
+	e.window = f.Duration("read-window", relay.ReadWindowDefault, "after a read of the replication stream that took all it held, let it gather this long before the next (at low rates several transactions per wake-up, at up to this much latency each; a backlog is read at once), at most 100ms; 0 reads at once")
 	e.server = f.PositiveDuration("server-timeout", relay.ServerTimeoutDefault, "silence tolerated on the replication connection, both ways: set as its wal_sender_timeout (a frozen relay's slot is freed for a standby) and the relay reconnects when the server says nothing for this long")
 	e.unknown = f.PositiveDuration("unknown-topic-wait", relay.UnknownTopicWaitDefault, "how long the records of a topic that does not exist are held (other topics flow) before they are quarantined as unknown_topic")
 	e.health = f.PositiveDuration("health-timeout", relay.HealthTimeoutDefault, "/healthz fails when the relay's loops made no progress for this long")
@@ -174,6 +178,7 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 		MaxInFlightRecords: *e.maxInFlight,
 		StatusInterval:     *e.status,
 		KafkaLinger:        *e.linger,
+		ReadWindow:         readWindow(*e.window),
 		ServerTimeout:      *e.server,
 		UnknownTopicWait:   *e.unknown,
 		HealthTimeout:      *e.health,
@@ -184,6 +189,15 @@ func (e *engine) parse(ctx context.Context, f *cli.Flags, args []string, stderr 
 		TraceEvents:        *e.traceEvents,
 		Logger:             logger,
 	}, nil
+}
+
+// readWindow is the --read-window setting as Config.ReadWindow: 0 turns the
+// window off.
+func readWindow(d time.Duration) time.Duration {
+	if d == 0 {
+		return relay.ReadWindowOff
+	}
+	return d
 }
 
 // cloudEvents is the CloudEvents mapping the flags ask for; nil when off.
@@ -246,7 +260,7 @@ func runRelay(ctx context.Context, args []string, _, stderr io.Writer) error {
 	logger.Info("relay starting",
 		slog.String("database", e.DB.Redacted()), channel,
 		slog.String("slot", cfg.Slot), slog.String("publication", cfg.Publication), slog.String("topic_template", cfg.TopicTemplate),
-		slog.String("quarantine_order", string(cfg.QuarantineOrder)))
+		slog.String("quarantine_order", string(cfg.QuarantineOrder)), slog.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 	if err := r.Run(ctx); err != nil {
 		return err
 	}
