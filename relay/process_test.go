@@ -5,7 +5,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,6 +47,12 @@ func (s *syncBuffer) String() string {
 // startProc runs `relay run` against the bundle's database and topics.
 func (b *bundle) startProc(t *testing.T, name string, extra ...string) *proc {
 	t.Helper()
+	return b.startProcEnv(t, name, os.Environ(), extra...)
+}
+
+// startProcEnv is startProc with environ instead of the test's environment.
+func (b *bundle) startProcEnv(t *testing.T, name string, environ []string, extra ...string) *proc {
+	t.Helper()
 	args := append([]string{"run",
 		"--slot", b.slot,
 		"--topic-template", b.cfg.TopicTemplate,
@@ -53,7 +61,7 @@ func (b *bundle) startProc(t *testing.T, name string, extra ...string) *proc {
 		"--log-level", "debug",
 	}, extra...)
 	cmd := exec.Command(relayBin, args...)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(slices.Clone(environ),
 		"FERRY_DATABASE_URL="+b.db.URL,
 		"FERRY_KAFKA_BROKERS="+ferrytest.Brokers(t)[0],
 	)
@@ -77,6 +85,24 @@ func (p *proc) signal(sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		p.t.Fatalf("signal %s: %v", p.name, err)
 	}
+}
+
+// `relay run` runs Go code on one P (GOMAXPROCS=1) unless GOMAXPROCS says
+// otherwise, and says so when it starts.
+func TestRelayRunsOnOnePUnlessGOMAXPROCSIsSet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.topic(t, "order", 1)
+	var unset []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			unset = append(unset, kv)
+		}
+	}
+	one := b.startProcEnv(t, "relay-default", unset)
+	one.waitLog("gomaxprocs=1", 30*time.Second)
+	two := b.startProcEnv(t, "relay-gomaxprocs-2", append(unset, "GOMAXPROCS=2"))
+	two.waitLog("gomaxprocs=2", 30*time.Second)
 }
 
 // wait waits for the process to exit and returns its exit code.
