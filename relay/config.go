@@ -104,14 +104,17 @@ type Config struct {
 	// PostgreSQL. Defaults to StatusIntervalDefault (1s); at most 10s.
 	StatusInterval time.Duration
 
-	// ReadWindow is how long the relay lets the replication stream gather
-	// after a read that took everything the socket held, before it reads
-	// again: at low rates the transactions that arrive meanwhile are then
-	// read, decoded and sent to Kafka together (one produce request),
-	// instead of each waking the relay, at a cost of up to this much
-	// latency per event. A read that fills the buffer (a backlog) is
-	// followed at once. Defaults to ReadWindowDefault (5ms); at most
-	// 100ms; ReadWindowOff reads whatever arrives at once.
+	// ReadWindow is how long, at most, the relay lets the replication
+	// stream gather after a read that took everything the socket held,
+	// before it reads again: at low rates the transactions that arrive
+	// meanwhile are then read, decoded and sent to Kafka together (one
+	// produce request), instead of each waking the relay, at a cost of up
+	// to this much latency per event. It waits less when the stream comes
+	// fast: as long as the stream takes, at its rate, to bring 32 KiB, so
+	// that a backlog never fills the socket's buffer meanwhile; a read
+	// that fills the buffer is followed at once. Defaults to
+	// ReadWindowDefault (5ms); at most 100ms; ReadWindowOff reads whatever
+	// arrives at once.
 	ReadWindow time.Duration
 
 	// KafkaLinger is how long the Kafka producer waits for more records

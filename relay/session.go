@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/pgerr"
+	"github.com/ferryhq/ferry/internal/replsock"
 	"github.com/ferryhq/ferry/migration"
 )
 
@@ -209,7 +210,7 @@ func (r *Relay) replicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	// PostgreSQL drops this walsender after ServerTimeout without a status
 	// update, which frees the slot of a frozen relay for a standby.
 	cfg.RuntimeParams["wal_sender_timeout"] = strconv.FormatInt(r.cfg.ServerTimeout.Milliseconds(), 10)
-	cfg.DialFunc = replicationDial(cfg.DialFunc, r.cfg.ReadWindow, r.metrics.replReads)
+	cfg.DialFunc = replsock.Dial(cfg.DialFunc, r.cfg.ReadWindow, r.metrics.replReads.Inc)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		if pgerr.InsufficientPrivilege(err) {

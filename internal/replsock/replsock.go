@@ -1,0 +1,128 @@
+// Package replsock is the socket of a logical replication connection that
+// reads in batches: after a read that took everything the socket held, the
+// next waits for the stream to gather (see Conn). The relay reads its
+// stream through it, and ferrybench's walsender bound reads the same way,
+// so that the bound is the walsender's and not its client's.
+package replsock
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Dial wraps dial: the connection's socket calls read (when not nil) for
+// each read that brought data and, with a window, lets the stream gather
+// after a read that emptied it (see Conn). It lies beneath TLS when the
+// connection has it: both are about the socket's reads.
+func Dial(dial pgconn.DialFunc, window time.Duration, read func()) pgconn.DialFunc {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &Conn{Conn: c, read: read, window: max(window, 0)}, nil
+	}
+}
+
+// Conn is a replication connection's socket. One goroutine
+// reads it at a time; pgconn may set its deadline from another (a
+// cancelled context), hence the atomic.
+//
+// At low rates the walsender sends each transaction's messages as it
+// decodes them, and a relay that reads whatever arrived wakes for each
+// one: a read, a decode, a produce request and the Go runtime's own
+// wake-ups, per event. After a read that took everything the socket held
+// (it did not fill the buffer), the next read waits, up to the read
+// deadline, for as long as the stream took, at the rate it came since the
+// socket was last emptied, to bring gatherBytes, and at most window: at
+// low rates the window (the transactions that arrive meanwhile are read,
+// decoded and published together), during a backlog a fraction of a
+// millisecond or nothing, so that what gathers stays far below what the
+// socket's buffer holds and the walsender never waits on it. A read that
+// fills the buffer is followed at once.
+type Conn struct {
+	net.Conn
+	read     func()
+	window   time.Duration
+	wait     time.Duration // how long after emptied the next read waits
+	emptied  time.Time     // when a read last took everything the socket held; zero after a full one
+	since    time.Time     // when the socket was emptied before, for the rate
+	gathered int           // bytes read since then
+	deadline atomic.Int64  // the read deadline last set, in Unix nanoseconds; 0: none
+}
+
+// gatherBytes is what a wait lets the stream bring at most, at its rate;
+// minWait the shortest wait worth a timer.
+const (
+	gatherBytes = 32 << 10
+	minWait     = 200 * time.Microsecond
+)
+
+func (c *Conn) setDeadline(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	c.deadline.Store(ns)
+}
+
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *Conn) Read(b []byte) (int, error) {
+	if c.wait > 0 && !c.emptied.IsZero() {
+		until := c.emptied.Add(c.wait)
+		if ns := c.deadline.Load(); ns != 0 && ns < until.UnixNano() {
+			until = time.Unix(0, ns)
+		}
+		if d := time.Until(until); d > 0 {
+			time.Sleep(d)
+		}
+	}
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		if c.read != nil {
+			c.read()
+		}
+		c.gathered += n
+		if n < len(b) {
+			c.emptied = time.Now()
+			c.wait = c.nextWait(c.emptied)
+			c.since, c.gathered = c.emptied, 0
+		} else {
+			c.emptied = time.Time{}
+		}
+	}
+	return n, err
+}
+
+// nextWait is the wait after the socket was emptied at now: as long as the
+// stream, at its rate since the socket was emptied before, takes to bring
+// gatherBytes, at most window; none below minWait.
+func (c *Conn) nextWait(now time.Time) time.Duration {
+	if c.window <= 0 {
+		return 0
+	}
+	wait := c.window
+	if elapsed := now.Sub(c.since); !c.since.IsZero() && elapsed > 0 && c.gathered > 0 {
+		wait = min(wait, time.Duration(float64(elapsed)*gatherBytes/float64(c.gathered)))
+	}
+	if wait < minWait {
+		return 0
+	}
+	return wait
+}
