@@ -31,7 +31,7 @@ import (
 	"github.com/ferryhq/ferry/relay"
 )
 
-const usage = `usage: ferrybench relay|worker|writer|latency|curves|rabbitmq|retention|all [flags]   (ferrybench <command> -h for the flags)`
+const usage = `usage: ferrybench relay|worker|writer|latency|curves|rabbitmq|retention|shapes|all [flags]   (ferrybench <command> -h for the flags)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -131,6 +131,8 @@ func main() {
 		})
 	case "retention":
 		err = runRetention(ctx, fs, os.Args[2:])
+	case "shapes":
+		err = runShapes(ctx, fs, os.Args[2:])
 	case "all":
 		relayFlags()
 		workerFlags()

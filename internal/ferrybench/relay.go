@@ -87,8 +87,8 @@ type relayResult struct {
 	drainAll    samples    // the machine's CPU microseconds per event during the drain, every process
 	drainKafka  samples    // the Kafka broker's CPU microseconds per event during the drain
 	traced      samples    // the relay with --trace-events, exporting its spans, events/s
-	oneP        samples    // the relay with GOMAXPROCS=1, events/s
-	onePCost    samples    // its CPU microseconds per event
+	former      samples    // the relay with its defaults before 2026-12-04 (formerDefaults), events/s
+	formerCost  samples    // its CPU microseconds per event
 	tracedCost  samples    // its CPU microseconds per event
 	tracedSpans samples    // spans its exporter delivered
 	drain       samples    // the relay, backlog to confirmed, events/s
@@ -255,17 +255,17 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 		log("round %d: relay drain %.0f events/s (walsender %.0f%% of a core, relay %.0f%%, streaming after %s, held by back-pressure %.0f%% of the time, peak window %.0f), peak RSS %.1f MB",
 			i+1, rate, d.walsenderBusy()*100, w.busy*100, d.attached.Round(time.Millisecond), w.held()*100, w.windowPeak, w.peakRSS)
 
-		// The same drain with the relay's Go runtime on one P: one walsender
-		// feeds one relay, whose work per event is below the walsender's.
+		// The same drain with the relay's former defaults: its Go runtime
+		// on one P per core, no read window, a 1 ms linger.
 		oe := *e
-		oe.environ = append(slices.Clone(e.environ), "GOMAXPROCS=1")
-		d1, w1, err := drainOnce(ctx, &oe, relayBin, url, pool, onePSlot(i), onePTopic(i), target)
+		oe.environ = append(slices.Clone(e.environ), formerEnv...)
+		d1, w1, err := drainOnce(ctx, &oe, relayBin, url, pool, onePSlot(i), onePTopic(i), target, formerArgs...)
 		if err != nil {
 			return nil, err
 		}
 		rate = float64(o.events) / d1.elapsed.Seconds()
-		res.oneP, res.onePCost = append(res.oneP, rate), append(res.onePCost, w1.busy*d1.elapsed.Seconds()/float64(o.events)*1e6)
-		log("round %d: relay drain with GOMAXPROCS=1 %.0f events/s (walsender %.0f%% of a core, relay %.0f%%)", i+1, rate, d1.walsenderBusy()*100, w1.busy*100)
+		res.former, res.formerCost = append(res.former, rate), append(res.formerCost, w1.busy*d1.elapsed.Seconds()/float64(o.events)*1e6)
+		log("round %d: relay drain with the former defaults %.0f events/s (walsender %.0f%% of a core, relay %.0f%%)", i+1, rate, d1.walsenderBusy()*100, w1.busy*100)
 
 		traced, err := tracedDrain(ctx, e, relayBin, url, pool, traceSlot(i), traceTopic(i), target)
 		if err != nil {
@@ -324,8 +324,8 @@ func (r *relayResult) markdown() string {
 		r.drainAll.Format("%.1f"), r.drainKafka.Format("%.1f"), runtime.NumCPU(), float64(runtime.NumCPU())*1e6/r.drainAll.Median())
 	fmt.Fprintf(&b, "| second line: the walsender streaming to a minimal Go client (pglogrepl) that discards every change and confirms as the relay does | %s events/s, walsender at %s%% of a core (%s µs per event); drain / this %.2f (%s) | |\n",
 		r.walsender.Format("%.0f"), scale(r.wsBusy, 100).Format("%.0f"), perEvent(r.wsBusy, r.walsender).Format("%.1f"), drain/r.walsender.Median(), stats.Ratios(r.drain, r.walsender).Range("%.2f"))
-	fmt.Fprintf(&b, "| relay drain with `GOMAXPROCS=1` (the Go runtime on one thread of Go code; the default is one per core) | %s events/s, relay %s µs CPU per event; / the drain with the default: %.2f (%s) | |\n",
-		r.oneP.Format("%.0f"), r.onePCost.Format("%.1f"), r.oneP.Median()/drain, stats.Ratios(r.oneP, r.drain).Range("%.2f"))
+	fmt.Fprintf(&b, "| relay drain with its defaults before 2026-12-04 (`GOMAXPROCS=%d`, one P per core, `relay run %s`; today's run on one P, with a 5 ms read window and no linger: [relay.md](relay.md#cpu)) | %s events/s, relay %s µs CPU per event; today's drain / this: %.2f (%s) | |\n",
+		runtime.NumCPU(), strings.Join(formerArgs, " "), r.former.Format("%.0f"), r.formerCost.Format("%.1f"), drain/r.former.Median(), stats.Ratios(r.drain, r.former).Range("%.2f"))
 	fmt.Fprintf(&b, "| relay drain with `--trace-events`: a producer span per event, exported with OTLP over HTTP to a receiver on this machine (batches of %d, queue %d) | %s events/s, relay %s µs CPU per event, %s spans exported; / the drain without: %.2f (%s) | |\n",
 		tracedBatch, tracedQueue, r.traced.Format("%.0f"), r.tracedCost.Format("%.1f"), r.tracedSpans.Format("%.0f"), r.traced.Median()/drain, stats.Ratios(r.traced, r.drain).Range("%.2f"))
 	fmt.Fprintf(&b, "| start to streaming (until the slot's walsender is active, polled every 20 ms, inside the times above): ceiling / relay (process start) | %s / %s ms | |\n",
@@ -355,6 +355,13 @@ func (r *relayResult) markdown() string {
 }
 
 // scale multiplies every sample by k.
+// formerEnv and formerArgs give `relay run` its defaults before
+// 2026-12-04: one P per core, reads as soon as data arrives, a 1 ms linger.
+var (
+	formerEnv  = []string{"GOMAXPROCS=" + strconv.Itoa(runtime.NumCPU())}
+	formerArgs = []string{"--read-window", "0", "--kafka-linger", "1ms"}
+)
+
 func scale(s samples, k float64) samples {
 	out := make(samples, len(s))
 	for i, x := range s {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/internal/procs"
+	"github.com/ferryhq/ferry/internal/replsock"
 	"github.com/ferryhq/ferry/relay"
 )
 
@@ -42,6 +43,8 @@ func walsenderOnce(ctx context.Context, url string, pool *pgxpool.Pool, slot, ta
 		return drained{}, err
 	}
 	cfg.RuntimeParams["replication"] = "database"
+	// As the relay reads: in batches, with its default window (replsock).
+	cfg.DialFunc = replsock.Dial(cfg.DialFunc, relay.ReadWindowDefault, nil)
 	start := time.Now()
 	// As the relay: start at LSN 0 (the slot's confirmed position), whose
 	// value is the first status update's flush position.

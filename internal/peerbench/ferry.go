@@ -83,8 +83,8 @@ func (f *ferryPeer) Settings() string {
 			relay.RabbitMQShardsDefault, relay.RabbitMQChannelsDefault, relay.MaxInFlightRecordsDefault)
 	}
 	return fmt.Sprintf("relay run --slot %s --topic-template %s --http-addr ADDR --log-format json\n"+
-		"every other setting at its default: --max-in-flight %d, --status-interval %s; producer: acks=all, linger 1ms, "+
-		"franz-go's default compression (snappy)\n", f.db.slot, f.topicTemplate(), relay.MaxInFlightRecordsDefault, relay.StatusIntervalDefault)
+		"every other setting at its default: --max-in-flight %d, --status-interval %s, --read-window %s, GOMAXPROCS 1; producer: acks=all, no linger, "+
+		"franz-go's default compression (snappy)\n", f.db.slot, f.topicTemplate(), relay.MaxInFlightRecordsDefault, relay.StatusIntervalDefault, relay.ReadWindowDefault)
 }
 
 func (f *ferryPeer) Marks() string {

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+)
+
+// shapesOpts is `ferrybench shapes`: the relay's drain of a backlog
+// written in transactions of each shape, against the walsender's own bound
+// for that shape (walsenderOnce: the walsender streaming the same WAL with
+// the same plugin options to a client that reads as the relay does, in
+// batches, and discards every change), in the same rounds.
+type shapesOpts struct {
+	events    int
+	shapes    []int
+	runs      int
+	payload   int
+	relayArgs []string
+	relayEnv  []string
+	label     string
+}
+
+// shapeResult is one shape's rounds.
+type shapeResult struct {
+	perTx                int
+	walsender, relay     samples // events/s
+	ratio                samples // relay / walsender, paired per round
+	relayCost, relayBusy samples // µs of relay CPU per event, its share of a core
+}
+
+func runShapes(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	var o shapesOpts
+	fs.IntVar(&o.events, "events", 100_000, "backlog of each shape, in events")
+	shapes := fs.String("shapes", "1,3,10,100,1000", "events per transaction of each backlog")
+	fs.IntVar(&o.runs, "runs", 3, "rounds of each shape: the walsender's bound, then the relay, each on a slot of its own made before the backlog")
+	fs.IntVar(&o.payload, "payload", 200, "payload bytes per event")
+	relayArgs := fs.String("relay-args", "", "extra arguments of the relay's run command, space-separated")
+	relayEnv := fs.String("relay-env", "", "extra environment of the relay process, space-separated NAME=VALUE (e.g. GOMAXPROCS=2)")
+	fs.StringVar(&o.label, "label", "", "names this configuration in the output")
+	_ = fs.Parse(args)
+	for _, f := range strings.Split(*shapes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-shapes: %q is not a positive number of events per transaction", f)
+		}
+		o.shapes = append(o.shapes, n)
+	}
+	if o.runs < 1 || o.events < 1 {
+		return fmt.Errorf("-runs %d, -events %d: want at least 1 of each", o.runs, o.events)
+	}
+	o.relayArgs, o.relayEnv = strings.Fields(*relayArgs), strings.Fields(*relayEnv)
+	return withEnv(func(e *env) error {
+		e.environ = append(e.environ, o.relayEnv...)
+		bin, err := e.build("github.com/ferryhq/ferry/cmd/relay", "relay")
+		if err != nil {
+			return err
+		}
+		var rs []*shapeResult
+		for _, k := range o.shapes {
+			r, err := shapeRounds(ctx, e, bin, o, k)
+			if err != nil {
+				return fmt.Errorf("%d events per transaction: %w", k, err)
+			}
+			rs = append(rs, r)
+		}
+		fmt.Print(shapesMarkdown(o, rs))
+		return nil
+	})
+}
+
+// shapeRounds writes a backlog of o.events in transactions of perTx
+// events and drains it o.runs times with each of the walsender's bound and
+// the relay, in turn.
+func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx int) (*shapeResult, error) {
+	url, drop, err := ferrytest.MainDB("bench_shapes")
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		return nil, err
+	}
+	defer kcl.Close()
+	adm := kadm.NewClient(kcl)
+	if _, err := pool.Exec(ctx, `CREATE PUBLICATION ferry FOR TABLE outbox WITH (publish = 'insert')`); err != nil {
+		return nil, err
+	}
+	suffix := ferrytest.Suffix()
+	wsSlot := func(i int) string { return fmt.Sprintf("bench_%s_ws_%d", suffix, i) }
+	relaySlot := func(i int) string { return fmt.Sprintf("bench_%s_relay_%d", suffix, i) }
+	topic := func(i int) string { return fmt.Sprintf("bench.%s.%d.shape", suffix, i) }
+	var slotNames []string
+	for i := range o.runs {
+		slotNames = append(slotNames, wsSlot(i), relaySlot(i))
+		if _, err := adm.CreateTopic(ctx, 4, 1, nil, topic(i)); err != nil {
+			return nil, err
+		}
+		defer func() { _, _ = adm.DeleteTopics(context.Background(), topic(i)) }()
+	}
+	// Every slot exists before the backlog: each sees all of it, from the
+	// same LSN (copies of the first).
+	for i, name := range slotNames {
+		q, args := `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, []any{name}
+		if i > 0 {
+			q, args = `SELECT pg_copy_logical_replication_slot($1, $2)`, []any{slotNames[0], name}
+		}
+		if _, err := pool.Exec(ctx, q, args...); err != nil {
+			return nil, fmt.Errorf("create slot %s: %w", name, err)
+		}
+		defer func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, name) }()
+	}
+	log("%d events per transaction: writing a backlog of %d events", perTx, o.events)
+	start := time.Now()
+	if err := writeShapedBacklog(ctx, pool, o.events, perTx, o.payload); err != nil {
+		return nil, err
+	}
+	log("%d events per transaction: backlog written in %s", perTx, time.Since(start).Round(time.Millisecond))
+	var target string
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&target); err != nil {
+		return nil, err
+	}
+	r := &shapeResult{perTx: perTx}
+	for i := range o.runs {
+		ws, err := walsenderOnce(ctx, url, pool, wsSlot(i), target)
+		if err != nil {
+			return nil, err
+		}
+		d, w, err := drainOnce(ctx, e, bin, url, pool, relaySlot(i), topic(i), target, o.relayArgs...)
+		if err != nil {
+			return nil, err
+		}
+		wsRate, relayRate := float64(o.events)/ws.elapsed.Seconds(), float64(o.events)/d.elapsed.Seconds()
+		r.walsender, r.relay = append(r.walsender, wsRate), append(r.relay, relayRate)
+		r.ratio = append(r.ratio, relayRate/wsRate)
+		r.relayBusy = append(r.relayBusy, w.busy)
+		r.relayCost = append(r.relayCost, w.busy*d.elapsed.Seconds()/float64(o.events)*1e6)
+		log("%d events per transaction, round %d: walsender's bound %.0f events/s, relay %.0f (%.2f of it; relay %.0f%% of a core)",
+			perTx, i+1, wsRate, relayRate, relayRate/wsRate, w.busy*100)
+	}
+	return r, nil
+}
+
+// writeShapedBacklog commits n events in transactions of perTx (the last
+// one may be smaller), from one session without waiting for each commit's
+// flush: the backlog's shape is what is measured, not how fast it was
+// written.
+func writeShapedBacklog(ctx context.Context, pool *pgxpool.Pool, n, perTx, payload int) error {
+	if _, err := pool.Exec(ctx, `
+		CREATE PROCEDURE bench_shaped_backlog(n int, per_tx int, payload int) LANGUAGE plpgsql AS $$
+		DECLARE
+			written int := 0;
+		BEGIN
+			WHILE written < n LOOP
+				INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+				SELECT gen_random_uuid(), 'load', 'agg-' || ((written + g) % 1000), 'Changed',
+					convert_to(repeat('x', payload), 'UTF8'), '{"k":"v"}'
+				FROM generate_series(1, least(per_tx, n - written)) g;
+				written := written + per_tx;
+				COMMIT;
+			END LOOP;
+		END $$`); err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), `RESET synchronous_commit`) }()
+	_, err = conn.Exec(ctx, `CALL bench_shaped_backlog($1, $2, $3)`, n, perTx, payload)
+	return err
+}
+
+func shapesMarkdown(o shapesOpts, rs []*shapeResult) string {
+	var b strings.Builder
+	config := "`relay run` with its defaults"
+	if len(o.relayArgs)+len(o.relayEnv) > 0 {
+		config = fmt.Sprintf("`relay run %s` with %s", strings.Join(o.relayArgs, " "), strings.Join(slices.Concat(o.relayEnv, []string{"its defaults"}), ", "))
+	}
+	if o.label != "" {
+		config = o.label + ": " + config
+	}
+	fmt.Fprintf(&b, "#### Drain by transaction shape: %s; %d events of %d-byte payloads per shape, 4 partitions; median (min–max) of %d rounds\n\n", config, o.events, o.payload, o.runs)
+	b.WriteString("Each round drains the same backlog twice, from slots made before it: the walsender's bound (the walsender streaming with the relay's plugin options to a client that reads as the relay does, in batches behind the same read window, discards every change and confirms as the relay does), then the relay into Kafka as a real process. Both are timed from their start until the slot confirmed the backlog's end. The ratio is paired within a round.\n\n")
+	b.WriteString("| events per transaction | walsender's bound, events/s | relay, events/s | relay / bound | relay CPU per event | relay's share of a core |\n|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %d | %s | %s | **%s** | %s µs | %s |\n", r.perTx, r.walsender.Format("%.0f"), r.relay.Format("%.0f"),
+			r.ratio.Format("%.2f"), r.relayCost.Format("%.1f"), r.relayBusy.Format("%.2f"))
+	}
+	for _, r := range rs {
+		if r.perTx != 1 || len(r.relay) < 2 {
+			continue
+		}
+		med, lo, hi := r.relay.Median(), r.relay.Min(), r.relay.Max()
+		fmt.Fprintf(&b, "\nOne event per transaction, %d rounds in a row: %.0f to %.0f events/s, every round within %.0f%% of the median (%.0f).\n",
+			len(r.relay), lo, hi, max(med-lo, hi-med)/med*100, med)
+	}
+	return b.String()
+}
