@@ -23,7 +23,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
@@ -129,27 +128,14 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pg_recvlogical, the walsender ceiling's client: %w", err)
 	}
-	url, drop, err := ferrytest.MainDB("bench_relay")
+	ds, err := newDrainSetup(ctx, e, "bench_relay")
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
-	if err != nil {
-		return nil, err
-	}
-	defer kcl.Close()
-	adm := kadm.NewClient(kcl)
+	defer ds.close()
+	url, pool := ds.url, ds.pool
 
 	suffix := ferrytest.Suffix()
-	if _, err := pool.Exec(ctx, `CREATE PUBLICATION ferry FOR TABLE outbox WITH (publish = 'insert')`); err != nil {
-		return nil, err
-	}
 	slot := func(i int) string { return fmt.Sprintf("bench_%s_%d", suffix, i) }
 	wsSlot := func(i int) string { return fmt.Sprintf("bench_%s_ws_%d", suffix, i) }
 	recvSlot := func(i int) string { return fmt.Sprintf("bench_%s_recv_%d", suffix, i) }
@@ -170,22 +156,12 @@ func runRelay(ctx context.Context, e *env, o relayOpts) (*relayResult, error) {
 			slots = append(slots, slot(i))
 		}
 		slots = append(slots, wsSlot(i), recvSlot(i), traceSlot(i), onePSlot(i))
-		for _, t := range []string{topic(i), produceTopic(i), traceTopic(i), onePTopic(i)} {
-			if _, err := adm.CreateTopic(ctx, 4, 1, nil, t); err != nil {
-				return nil, err
-			}
-			defer func() { _, _ = adm.DeleteTopics(context.Background(), t) }()
+		if err := ds.topics(ctx, topic(i), produceTopic(i), traceTopic(i), onePTopic(i)); err != nil {
+			return nil, err
 		}
 	}
-	for i, name := range slots {
-		q, args := `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, []any{name}
-		if i > 0 {
-			q, args = `SELECT pg_copy_logical_replication_slot($1, $2)`, []any{slots[0], name}
-		}
-		if _, err := pool.Exec(ctx, q, args...); err != nil {
-			return nil, fmt.Errorf("create slot %s: %w", name, err)
-		}
-		defer func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, name) }()
+	if err := ds.slots(ctx, slots...); err != nil {
+		return nil, err
 	}
 
 	log("writing a backlog of %d events", o.events)

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
 )
@@ -83,25 +81,12 @@ func runShapes(ctx context.Context, fs *flag.FlagSet, args []string) error {
 // events and drains it o.runs times with each of the walsender's bound and
 // the relay, in turn.
 func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx int) (*shapeResult, error) {
-	url, drop, err := ferrytest.MainDB("bench_shapes")
+	ds, err := newDrainSetup(ctx, e, "bench_shapes")
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
-	if err != nil {
-		return nil, err
-	}
-	defer kcl.Close()
-	adm := kadm.NewClient(kcl)
-	if _, err := pool.Exec(ctx, `CREATE PUBLICATION ferry FOR TABLE outbox WITH (publish = 'insert')`); err != nil {
-		return nil, err
-	}
+	defer ds.close()
+	url, pool := ds.url, ds.pool
 	suffix := ferrytest.Suffix()
 	wsSlot := func(i int) string { return fmt.Sprintf("bench_%s_ws_%d", suffix, i) }
 	relaySlot := func(i int) string { return fmt.Sprintf("bench_%s_relay_%d", suffix, i) }
@@ -109,22 +94,12 @@ func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx in
 	var slotNames []string
 	for i := range o.runs {
 		slotNames = append(slotNames, wsSlot(i), relaySlot(i))
-		if _, err := adm.CreateTopic(ctx, 4, 1, nil, topic(i)); err != nil {
+		if err := ds.topics(ctx, topic(i)); err != nil {
 			return nil, err
 		}
-		defer func() { _, _ = adm.DeleteTopics(context.Background(), topic(i)) }()
 	}
-	// Every slot exists before the backlog: each sees all of it, from the
-	// same LSN (copies of the first).
-	for i, name := range slotNames {
-		q, args := `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, []any{name}
-		if i > 0 {
-			q, args = `SELECT pg_copy_logical_replication_slot($1, $2)`, []any{slotNames[0], name}
-		}
-		if _, err := pool.Exec(ctx, q, args...); err != nil {
-			return nil, fmt.Errorf("create slot %s: %w", name, err)
-		}
-		defer func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, name) }()
+	if err := ds.slots(ctx, slotNames...); err != nil {
+		return nil, err
 	}
 	log("%d events per transaction: writing a backlog of %d events", perTx, o.events)
 	start := time.Now()

@@ -90,19 +90,7 @@ func MachineCPU() (busy, all float64, err error) {
 // of threads that have exited is not counted). An error when the process is
 // gone, on another machine, or the kernel keeps no scheduler statistics.
 func RunQueueWait(pid int) (float64, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return 0, err
-	}
-	var ns float64
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue // the thread exited since the listing
-			}
-			return 0, err
-		}
+	ns, err := sumTasks(pid, "schedstat", func(b []byte) (float64, error) {
 		f := strings.Fields(string(b))
 		if len(f) < 2 {
 			return 0, errors.New("short /proc schedstat")
@@ -111,28 +99,17 @@ func RunQueueWait(pid int) (float64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("/proc schedstat: %w", err)
 		}
-		ns += w
-	}
-	return ns / 1e9, nil
+		return w, nil
+	})
+	return ns / 1e9, err
 }
 
 // ContextSwitches is how many times the threads of pid alive now gave up
 // or lost their core (voluntary_ctxt_switches plus nonvoluntary_ctxt_switches
 // of /proc/PID/task/TID/status), summed.
 func ContextSwitches(pid int) (float64, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return 0, err
-	}
-	var n float64
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue // the thread exited since the listing
-			}
-			return 0, err
-		}
+	return sumTasks(pid, "status", func(b []byte) (float64, error) {
+		var n float64
 		for _, line := range strings.Split(string(b), "\n") {
 			k, v, ok := strings.Cut(line, ":")
 			if !ok || (k != "voluntary_ctxt_switches" && k != "nonvoluntary_ctxt_switches") {
@@ -144,6 +121,31 @@ func ContextSwitches(pid int) (float64, error) {
 			}
 			n += c
 		}
+		return n, nil
+	})
+}
+
+// sumTasks sums what value reads from file of /proc/PID/task/TID of every
+// thread of pid alive now.
+func sumTasks(pid int, file string, value func([]byte) (float64, error)) (float64, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
 	}
-	return n, nil
+	var sum float64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/%s", pid, t.Name(), file))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the thread exited since the listing
+			}
+			return 0, err
+		}
+		v, err := value(b)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
 }
