@@ -122,9 +122,10 @@ type Config struct {
 	// ProducerLinger). Zero, the default, sends at once: the read window
 	// already batches, and the records of a read reach the producer
 	// before it runs when the relay runs on one P (`relay run`'s
-	// GOMAXPROCS default). A relay on more Ps, or a library user's, makes
-	// a produce request per record without a linger at low rates; 1ms
-	// or more gathers them. At most 1s.
+	// GOMAXPROCS default). On more Ps (a library user's relay, as a
+	// rule) the producer may send the first records of a read before the
+	// rest reach it, two or three requests where one would do; 1ms or
+	// more gathers them. At most 1s.
 	KafkaLinger time.Duration
 
 	// ServerTimeout is how long silence on the replication connection is

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -64,6 +65,11 @@ func walsenderOnce(ctx context.Context, url string, pool *pgxpool.Pool, slot, ta
 	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: relayPluginArgs}); err != nil {
 		return drained{}, fmt.Errorf("start replication on slot %q: %w", slot, err)
 	}
+	// As the relay runs: on one P (`relay run`'s default). With this
+	// process's P per core the Go runtime keeps a thread spinning for
+	// work beside the walsender, on the same two cores, and the client
+	// would hold the walsender back more than the relay does.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- discard(sctx, conn, from) }()
