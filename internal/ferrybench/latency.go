@@ -435,12 +435,12 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 	}
 	r.relayCPU = after.counters["process_cpu_seconds_total"] - before.counters["process_cpu_seconds_total"]
 	r.relayGC = after.counters["go_gc_duration_seconds_count"] - before.counters["go_gc_duration_seconds_count"]
-	perEvent := func(name string) float64 {
+	perSent := func(name string) float64 {
 		return (after.counters[name] - before.counters[name]) / float64(max(sent, 1))
 	}
 	r.relaySwitches = (switches1 - switches0) / float64(max(sent, 1))
-	r.relayReads, r.relayWAL = perEvent("ferry_relay_replication_reads_total"), perEvent(`ferry_relay_replication_messages_total{kind="wal"}`)
-	r.relayUpdates, r.relayProduces = perEvent("ferry_relay_status_updates_total"), perEvent("ferry_relay_kafka_produce_requests_total")
+	r.relayReads, r.relayWAL = perSent("ferry_relay_replication_reads_total"), perSent(`ferry_relay_replication_messages_total{kind="wal"}`)
+	r.relayUpdates, r.relayProduces = perSent("ferry_relay_status_updates_total"), perSent("ferry_relay_kafka_produce_requests_total")
 	r.schedP99 = histQuantile(schedLatencies(), sched0, .99)
 	r.cores, r.box = use, box
 	return r, nil
