@@ -50,11 +50,17 @@ func newDrainSetup(ctx context.Context, e *env, prefix string) (s *drainSetup, e
 
 // topics creates each topic with 4 partitions, deleted on close.
 func (s *drainSetup) topics(ctx context.Context, names ...string) error {
+	return s.topicsOn(ctx, s.adm, 4, names...)
+}
+
+// topicsOn creates each topic with partitions partitions through adm (a
+// cluster's admin client), deleted on close.
+func (s *drainSetup) topicsOn(ctx context.Context, adm *kadm.Client, partitions int32, names ...string) error {
 	for _, t := range names {
-		if _, err := s.adm.CreateTopic(ctx, 4, 1, nil, t); err != nil {
-			return err
+		if _, err := adm.CreateTopic(ctx, partitions, 1, nil, t); err != nil {
+			return fmt.Errorf("create topic %s: %w", t, err)
 		}
-		s.cleanups = append(s.cleanups, func() { _, _ = s.adm.DeleteTopics(context.Background(), t) })
+		s.cleanups = append(s.cleanups, func() { _, _ = adm.DeleteTopics(context.Background(), t) })
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ import (
 	"github.com/ferryhq/ferry/relay"
 )
 
-const usage = `usage: ferrybench relay|worker|writer|latency|curves|rabbitmq|retention|shapes|all [flags]   (ferrybench <command> -h for the flags)`
+const usage = `usage: ferrybench relay|worker|writer|latency|curves|rabbitmq|retention|shapes|migration|all [flags]   (ferrybench <command> -h for the flags)`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -71,6 +71,13 @@ func main() {
 		fs.IntVar(&rabbit.onePerTx, "rabbitmq-one-per-tx", 20_000, "messages of the one-per-transaction RabbitMQ worker run")
 		fs.IntVar(&rabbit.batched, "rabbitmq-batched", 100_000, "messages of the batched RabbitMQ worker run")
 		fs.IntVar(&rabbit.workerRuns, "rabbitmq-worker-runs", 3, "samples of the RabbitMQ worker and of its SQL-only ceiling, taken in turn")
+	}
+	mo := migrationOpts{batch: 100, payload: 200}
+	migrationFlags := func() {
+		fs.IntVar(&mo.relayEvents, "migration-events", 300_000, "backlog of each of the relay's drains to one channel and to two")
+		fs.IntVar(&mo.onePerTx, "migration-one-per-tx", 20_000, "messages of the one-per-transaction worker samples in OLD_ONLY and DUAL_WRITE")
+		fs.IntVar(&mo.batched, "migration-batched", 100_000, "messages of the batched worker samples in OLD_ONLY and DUAL_WRITE")
+		fs.IntVar(&mo.runs, "migration-runs", 3, "rounds of each: one channel, then two")
 	}
 	var err error
 	switch os.Args[1] {
@@ -133,12 +140,27 @@ func main() {
 		err = runRetention(ctx, fs, os.Args[2:])
 	case "shapes":
 		err = runShapes(ctx, fs, os.Args[2:])
+	case "migration":
+		migrationFlags()
+		fs.IntVar(&mo.payload, "payload", 200, "payload bytes per event")
+		fs.IntVar(&mo.batch, "batch", 100, "messages per transaction of the batched worker samples")
+		relayArgs := fs.String("relay-args", "", "extra arguments of the relay's run command, space-separated")
+		_ = fs.Parse(os.Args[2:])
+		mo.relayArgs = strings.Fields(*relayArgs)
+		err = withEnv(func(e *env) error {
+			r, err := benchMigration(ctx, e, mo)
+			if err == nil {
+				fmt.Print(r.markdown())
+			}
+			return err
+		})
 	case "all":
 		relayFlags()
 		workerFlags()
 		writerFlags()
 		curveFlags()
 		rabbitFlags()
+		migrationFlags()
 		withRabbit := fs.Bool("rabbitmq", true, "measure the relay and the worker on RabbitMQ next to their ceilings (about three minutes)")
 		curves := fs.Bool("curves", true, "measure how cost grows (a few minutes; charts into bench/ beside -out)")
 		e2eRates := fs.String("e2e-rates", "250,500,1000", "offered rates (events/s) of the end-to-end latency runs, with a Ferry worker; empty skips them")
@@ -169,9 +191,10 @@ func main() {
 			rabbit.payload, rabbit.batch = ro.payload, wo.batch
 			rop = &rabbit
 		}
+		mo.payload, mo.batch = ro.payload, wo.batch
 		if err == nil {
 			err = withEnv(func(e *env) error {
-				return benchAll(ctx, e, ro, wo, writerEvents, cop, rop, e2eOpts{rates, *e2eRuns}, *out)
+				return benchAll(ctx, e, ro, wo, writerEvents, cop, rop, mo, e2eOpts{rates, *e2eRuns}, *out)
 			})
 		}
 	default:
@@ -242,7 +265,7 @@ func writerMarkdown(ws []writerResult, drain float64) string {
 
 // benchAll runs every benchmark and writes the report; co nil skips the
 // curves, rbo nil RabbitMQ.
-func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, rbo *rabbitOpts, eo e2eOpts, out string) error {
+func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, rbo *rabbitOpts, mo migrationOpts, eo e2eOpts, out string) error {
 	pool, err := pgxpool.New(ctx, e.admin)
 	if err != nil {
 		return err
@@ -269,6 +292,10 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 			return err
 		}
 		rabbitMD = rr.markdown()
+	}
+	mr, err := benchMigration(ctx, e, mo)
+	if err != nil {
+		return err
 	}
 	e2e, err := benchEndToEnd(ctx, e, eo)
 	if err != nil {
@@ -298,6 +325,7 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 		"sent straight to PostgreSQL by as many clients as the worker's concurrency, sampled in turn with the worker from the same table state.\n\n")
 	b.WriteString(workerMarkdown(wr))
 	b.WriteString(rabbitMD)
+	b.WriteString(mr.markdown())
 	b.WriteString(e2e)
 	b.WriteString(curves)
 	fmt.Fprint(os.Stdout, b.String())

@@ -437,6 +437,10 @@ func (p *relayProc) stop() error {
 // `relay run` flags.
 func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool, slot, topic, target string, extra ...string) (d drained, w watched, err error) {
 	start := time.Now()
+	profile := os.Getenv("FERRYBENCH_PROFILE_DIR")
+	if profile != "" {
+		extra = append(extra, "--http-pprof")
+	}
 	p, err := startRelay(e, bin, url, slot, topic, extra...)
 	if err != nil {
 		return d, w, err
@@ -446,6 +450,9 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 			err = serr
 		}
 	}()
+	if profile != "" {
+		go profileRelay(p, filepath.Join(profile, slot+".pprof"))
+	}
 	exited := make(chan error, 1)
 	stopWatch := make(chan struct{})
 	watchedc := make(chan watched, 1)
@@ -464,7 +471,7 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 			}
 			select {
 			case err := <-p.done:
-				exited <- fmt.Errorf("relay exited during the drain: %v (log %s)", err, p.logFile)
+				exited <- fmt.Errorf("relay exited during the drain: %v; its log ends:\n%s", err, logTail(p.logFile, 3))
 				p.done <- err // for stop
 				watchedc <- w
 				return
@@ -485,6 +492,40 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 	}
 	w.busy = relayCPU / d.elapsed.Seconds()
 	return d, w, nil
+}
+
+// profileRelay writes a CPU profile of the relay's first 2 seconds of
+// drain (FERRYBENCH_PROFILE_DIR: where a drain's time goes).
+func profileRelay(p *relayProc, path string) {
+	u := strings.TrimSuffix(p.metrics, "/metrics") + "/debug/pprof/profile?seconds=2"
+	var resp *http.Response
+	var err error
+	for range 100 {
+		if resp, err = http.Get(u); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		log("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		log("profile: %v", err)
+	}
+}
+
+// logTail is the last n lines of a log file (the scratch directory that
+// holds it goes when ferrybench ends).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // watched is what drainOnce saw of the relay process.

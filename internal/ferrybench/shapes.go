@@ -135,16 +135,31 @@ func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx in
 // writeShapedBacklog commits n events in transactions of perTx (the last
 // one may be smaller), from one session without waiting for each commit's
 // flush: the backlog's shape is what is measured, not how fast it was
-// written.
+// written. Its events are of aggregate type "load", keyed agg-0 to agg-999.
 func writeShapedBacklog(ctx context.Context, pool *pgxpool.Pool, n, perTx, payload int) error {
+	return writeBacklog(ctx, pool, outboxEvents{n: n, perTx: perTx, payload: payload, aggregateType: "load", keyPrefix: "agg-", keys: 1000})
+}
+
+// outboxEvents are what writeBacklog commits: n events of aggregateType in
+// transactions of perTx, the i-th keyed keyPrefix followed by i % keys.
+type outboxEvents struct {
+	n, perTx, payload int
+	aggregateType     string
+	keyPrefix         string
+	keys              int
+}
+
+// writeBacklog commits b from one session without waiting for each
+// commit's flush.
+func writeBacklog(ctx context.Context, pool *pgxpool.Pool, b outboxEvents) error {
 	if _, err := pool.Exec(ctx, `
-		CREATE PROCEDURE bench_shaped_backlog(n int, per_tx int, payload int) LANGUAGE plpgsql AS $$
+		CREATE OR REPLACE PROCEDURE bench_backlog(n int, per_tx int, payload int, agg_type text, key_prefix text, keys int) LANGUAGE plpgsql AS $$
 		DECLARE
 			written int := 0;
 		BEGIN
 			WHILE written < n LOOP
 				INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
-				SELECT gen_random_uuid(), 'load', 'agg-' || ((written + g) % 1000), 'Changed',
+				SELECT gen_random_uuid(), agg_type, key_prefix || ((written + g) % keys), 'Changed',
 					convert_to(repeat('x', payload), 'UTF8'), '{"k":"v"}'
 				FROM generate_series(1, least(per_tx, n - written)) g;
 				written := written + per_tx;
@@ -162,7 +177,7 @@ func writeShapedBacklog(ctx context.Context, pool *pgxpool.Pool, n, perTx, paylo
 		return err
 	}
 	defer func() { _, _ = conn.Exec(context.Background(), `RESET synchronous_commit`) }()
-	_, err = conn.Exec(ctx, `CALL bench_shaped_backlog($1, $2, $3)`, n, perTx, payload)
+	_, err = conn.Exec(ctx, `CALL bench_backlog($1, $2, $3, $4, $5, $6)`, b.n, b.perTx, b.payload, b.aggregateType, b.keyPrefix, b.keys)
 	return err
 }
 

@@ -189,14 +189,15 @@ func newWorkerTopic(ctx context.Context, e *env, s workerShape, n, conns int) (_
 func messageID(i int) string { return "w-" + strconv.Itoa(i) }
 
 // resetWorkerTables puts what the worker and its ceiling write back in the
-// same state before every sample: an empty inbox, fresh accounts, both
-// vacuumed, then a checkpoint, so that every sample pays the same
-// full-page writes.
-func resetWorkerTables(ctx context.Context, pool *pgxpool.Pool) error {
+// same state before every sample: an empty inbox (and more tables, empty
+// too), fresh accounts, all vacuumed, then a checkpoint, so that every
+// sample pays the same full-page writes.
+func resetWorkerTables(ctx context.Context, pool *pgxpool.Pool, more ...string) error {
+	tables := strings.Join(append([]string{"inbox", "bench_accounts"}, more...), ", ")
 	for _, q := range []string{
-		`TRUNCATE inbox, bench_accounts`,
+		`TRUNCATE ` + tables,
 		fmt.Sprintf(`INSERT INTO bench_accounts SELECT i, 0, 0 FROM generate_series(0, %d) i`, workerAccounts-1),
-		`VACUUM (ANALYZE) inbox, bench_accounts`,
+		`VACUUM (ANALYZE) ` + tables,
 		`CHECKPOINT`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
@@ -223,6 +224,12 @@ func workerOnce(ctx context.Context, e *env, pool *pgxpool.Pool, topic, consumer
 // handler as consumer over topic's n messages and returns messages/s from
 // the moment it is ready to the last commit.
 func runWorker(ctx context.Context, cfg *inbox.Config, topic, consumer string, n int) (float64, error) {
+	return runWorkerUntil(ctx, cfg, topic, consumer, n, nil)
+}
+
+// runWorkerUntil is runWorker whose run, when settle is not nil, ends
+// only once settle returns after the last commit.
+func runWorkerUntil(ctx context.Context, cfg *inbox.Config, topic, consumer string, n int, settle func(context.Context) error) (float64, error) {
 	w, err := inbox.New(cfg)
 	if err != nil {
 		return 0, err
@@ -252,6 +259,11 @@ func runWorker(ctx context.Context, cfg *inbox.Config, topic, consumer string, n
 			return 0, ctx.Err()
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if settle != nil {
+		if err := settle(ctx); err != nil {
+			return 0, err
+		}
 	}
 	elapsed := time.Since(start)
 	stop()
