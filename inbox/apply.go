@@ -224,7 +224,6 @@ func (p *partition) settle(d *delivery) bool {
 // commit both.
 func (p *partition) applyOne(d *delivery) (outcome, error) {
 	ctx := p.workCtx
-	q := p.w.queries
 	tx, err := p.w.cfg.DB.Begin(ctx)
 	if err != nil {
 		return p.dbOutcome(), err
@@ -235,14 +234,9 @@ func (p *partition) applyOne(d *delivery) (outcome, error) {
 			rollback(tx)
 		}
 	}()
-	claimed, err := p.w.claimOne(ctx, tx, d.m.Consumer, d.m.ID)
+	claimed, err := p.claimWithCopy(ctx, tx, d)
 	if err != nil {
 		return p.dbOutcome(), err
-	}
-	if d.copyRow != nil {
-		if err := q.InboxCopyInsert(ctx, tx, *d.copyRow); err != nil {
-			return p.dbOutcome(), err
-		}
 	}
 	if !claimed {
 		done = true
@@ -361,12 +355,8 @@ func (p *partition) applyBatchTx(ds []*delivery) (batchResult, outcome, error) {
 	if err != nil {
 		return res, p.dbOutcome(), err
 	}
-	for _, d := range ds {
-		if d.copyRow != nil {
-			if err := q.InboxCopyInsert(ctx, tx, *d.copyRow); err != nil {
-				return res, p.dbOutcome(), err
-			}
-		}
+	if err := p.recordCopies(ctx, tx, ds); err != nil {
+		return res, p.dbOutcome(), err
 	}
 	claimed := make(map[string]bool, len(claimedIDs)) // new ids not yet given to a handler
 	for _, id := range claimedIDs {
@@ -554,4 +544,47 @@ func permanentReason(err error) DeadLetterReason {
 		return pe.Reason
 	}
 	return ReasonPermanent
+}
+
+// claimWithCopy is claimOne of d that also writes its ferry_inbox_copy row
+// (a live migration's copy) in tx: in the same statement, one round trip,
+// for an authoritative copy in an inbox that is not partitioned.
+func (p *partition) claimWithCopy(ctx context.Context, tx pgx.Tx, d *delivery) (bool, error) {
+	r := d.copyRow
+	if r != nil && r.Role == string(route.Authoritative) && !p.w.partitionedInbox && r.Consumer == d.m.Consumer && r.MessageID == d.m.ID {
+		n, err := p.w.queries.InboxCopyClaim(ctx, tx, dbsqlc.InboxCopyClaimParams{Consumer: r.Consumer, MessageID: r.MessageID,
+			Plan: r.Plan, Side: r.Side, Epoch: r.Epoch, Digest: r.Digest, ReceivedAt: r.ReceivedAt, Alone: r.Alone})
+		return n == 1, err
+	}
+	claimed, err := p.w.claimOne(ctx, tx, d.m.Consumer, d.m.ID)
+	if err != nil || r == nil {
+		return claimed, err
+	}
+	return claimed, p.w.queries.InboxCopyInsert(ctx, tx, *r)
+}
+
+// recordCopies writes the ferry_inbox_copy rows of ds (a live migration's
+// copies) in tx: the authoritative copies of the partition's consumer in
+// one statement, any other one by one.
+func (p *partition) recordCopies(ctx context.Context, tx pgx.Tx, ds []*delivery) error {
+	q := p.w.queries
+	many := dbsqlc.InboxAuthoritativeCopyInsertManyParams{Consumer: p.g.name}
+	for _, d := range ds {
+		r := d.copyRow
+		switch {
+		case r == nil:
+		case r.Role == string(route.Authoritative) && r.Consumer == p.g.name:
+			many.MessageIds, many.Plans, many.Sides = append(many.MessageIds, r.MessageID), append(many.Plans, r.Plan), append(many.Sides, r.Side)
+			many.Epochs, many.Digests = append(many.Epochs, r.Epoch), append(many.Digests, r.Digest)
+			many.ReceivedAts, many.Alones = append(many.ReceivedAts, r.ReceivedAt), append(many.Alones, r.Alone)
+		default:
+			if err := q.InboxCopyInsert(ctx, tx, *r); err != nil {
+				return err
+			}
+		}
+	}
+	if len(many.MessageIds) == 0 {
+		return nil
+	}
+	return q.InboxAuthoritativeCopyInsertMany(ctx, tx, many)
 }

@@ -708,6 +708,42 @@ func (b *bundle) stamped(id string, side migration.Side, role route.Role) *kgo.R
 	return r
 }
 
+// Each authoritative copy a worker applies is recorded once in
+// ferry_inbox_copy, with its plan, side, epoch and payload digest, whether
+// it is applied in a batch (its copies in one statement) or alone (its copy
+// in the statement that claims it); a copy brought again is neither applied
+// nor recorded twice. The shadow gate counts these rows.
+func TestAppliedAuthoritativeCopiesAreRecordedOnce(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 16} {
+		t.Run(fmt.Sprintf("batch %d", batch), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 1)
+			const n = 40
+			var recs []*kgo.Record
+			for i := range n {
+				recs = append(recs, b.stamped(fmt.Sprintf("m-%d", i), migration.OldSide, route.Authoritative))
+			}
+			recs = append(recs, b.stamped("m-3", migration.OldSide, route.Authoritative)) // brought again
+			b.produce(recs...)
+			cfg := b.config()
+			cfg.BatchSize = batch
+			b.start(b.newWorker(cfg, effectHandler))
+			b.waitCommitted(b.consumer, 0, int64(len(recs)))
+			if got := b.count(`SELECT count(*) FROM effects`); got != n {
+				t.Fatalf("%d effects, want %d", got, n)
+			}
+			rows := b.count(`SELECT count(*) FROM ferry_inbox_copy`)
+			good := b.count(`SELECT count(DISTINCT c.message_id) FROM ferry_inbox_copy c JOIN inbox i USING (consumer, message_id)
+				WHERE c.consumer = $1 AND c.plan = 'move' AND c.side = 'old' AND c.role = 'authoritative' AND c.epoch = 1
+				AND c.digest = sha256('1'::bytea) AND NOT c.alone AND c.topic IS NULL`, b.consumer)
+			if rows != n || good != n {
+				t.Fatalf("ferry_inbox_copy holds %d rows, %d of them the applied authoritative copies as sent; want %d and %d", rows, good, n, n)
+			}
+		})
+	}
+}
+
 // A fence in the middle of a batch is passed once the records before it are
 // applied, and the records after it go on: with batches, the records before
 // the fence used to wait in the batch for the fence, which waited for them

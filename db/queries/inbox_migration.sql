@@ -33,6 +33,28 @@ VALUES (@consumer, @message_id, @plan, @side, @role, @epoch, @digest, @received_
     sqlc.narg('record_value'), sqlc.narg('record_headers'))
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
 
+-- name: InboxCopyClaim :execrows
+-- InboxInsert of an authoritative copy together with its ferry_inbox_copy
+-- row, in one statement (one round trip for a message per transaction):
+-- the number of inbox rows it inserted, 0 when the consumer already
+-- processed the message. The copy row is written either way.
+WITH copy AS (
+    INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone)
+    VALUES (@consumer, @message_id, @plan, @side, 'authoritative', @epoch, @digest, @received_at, @alone)
+    ON CONFLICT (consumer, message_id, side) DO NOTHING
+)
+INSERT INTO inbox (consumer, message_id, processed_at)
+VALUES (@consumer, @message_id, now())
+ON CONFLICT (consumer, message_id) DO NOTHING;
+
+-- name: InboxAuthoritativeCopyInsertMany :exec
+-- Records the authoritative copies of a batch in one statement.
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone)
+SELECT @consumer, unnest(@message_ids::text[]), unnest(@plans::text[]), unnest(@sides::text[]),
+       'authoritative', unnest(@epochs::int[]), unnest(@digests::bytea[]), unnest(@received_ats::timestamptz[]),
+       unnest(@alones::boolean[])
+ON CONFLICT (consumer, message_id, side) DO NOTHING;
+
 -- name: InboxShadowInsertMany :exec
 -- Records many shadow copies in one statement (the worker's shadow writer).
 INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,

@@ -13,6 +13,40 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const inboxAuthoritativeCopyInsertMany = `-- name: InboxAuthoritativeCopyInsertMany :exec
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone)
+SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),
+       'authoritative', unnest($5::int[]), unnest($6::bytea[]), unnest($7::timestamptz[]),
+       unnest($8::boolean[])
+ON CONFLICT (consumer, message_id, side) DO NOTHING
+`
+
+type InboxAuthoritativeCopyInsertManyParams struct {
+	Consumer    string
+	MessageIds  []string
+	Plans       []string
+	Sides       []string
+	Epochs      []int32
+	Digests     [][]byte
+	ReceivedAts []time.Time
+	Alones      []bool
+}
+
+// Records the authoritative copies of a batch in one statement.
+func (q *Queries) InboxAuthoritativeCopyInsertMany(ctx context.Context, db DBTX, arg InboxAuthoritativeCopyInsertManyParams) error {
+	_, err := db.Exec(ctx, inboxAuthoritativeCopyInsertMany,
+		arg.Consumer,
+		arg.MessageIds,
+		arg.Plans,
+		arg.Sides,
+		arg.Epochs,
+		arg.Digests,
+		arg.ReceivedAts,
+		arg.Alones,
+	)
+	return err
+}
+
 const inboxChannelLearn = `-- name: InboxChannelLearn :execrows
 INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -123,6 +157,49 @@ func (q *Queries) InboxChannels(ctx context.Context, db DBTX, consumer string) (
 		return nil, err
 	}
 	return items, nil
+}
+
+const inboxCopyClaim = `-- name: InboxCopyClaim :execrows
+WITH copy AS (
+    INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone)
+    VALUES ($1, $2, $3, $4, 'authoritative', $5, $6, $7, $8)
+    ON CONFLICT (consumer, message_id, side) DO NOTHING
+)
+INSERT INTO inbox (consumer, message_id, processed_at)
+VALUES ($1, $2, now())
+ON CONFLICT (consumer, message_id) DO NOTHING
+`
+
+type InboxCopyClaimParams struct {
+	Consumer   string
+	MessageID  string
+	Plan       string
+	Side       string
+	Epoch      int32
+	Digest     []byte
+	ReceivedAt time.Time
+	Alone      bool
+}
+
+// InboxInsert of an authoritative copy together with its ferry_inbox_copy
+// row, in one statement (one round trip for a message per transaction):
+// the number of inbox rows it inserted, 0 when the consumer already
+// processed the message. The copy row is written either way.
+func (q *Queries) InboxCopyClaim(ctx context.Context, db DBTX, arg InboxCopyClaimParams) (int64, error) {
+	result, err := db.Exec(ctx, inboxCopyClaim,
+		arg.Consumer,
+		arg.MessageID,
+		arg.Plan,
+		arg.Side,
+		arg.Epoch,
+		arg.Digest,
+		arg.ReceivedAt,
+		arg.Alone,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const inboxCopyInsert = `-- name: InboxCopyInsert :exec
