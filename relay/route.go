@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/backoff"
@@ -132,6 +133,25 @@ type router struct {
 	// epoch mirrors the step in effect for watchAbandon; abandonAt is the
 	// epoch after which watchAbandon found OLD_ONLY committed (0: not yet).
 	epoch, abandonAt atomic.Int64
+
+	// copies are the counters of ferry_relay_migration_copies_total by
+	// side and role, looked up once: every copy counts in one.
+	copies [4]prometheus.Counter
+}
+
+// copiesOf is the counter of c's side and role, from vec.
+func (rt *router) copiesOf(vec *prometheus.CounterVec, c route.Copy) prometheus.Counter {
+	i := 0
+	if c.Side == migration.NewSide {
+		i += 2
+	}
+	if c.Role == route.Shadow {
+		i++
+	}
+	if rt.copies[i] == nil {
+		rt.copies[i] = vec.WithLabelValues(string(c.Side), string(c.Role))
+	}
+	return rt.copies[i]
 }
 
 type fenceKey struct {
@@ -568,13 +588,13 @@ func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 		q.fill(topic.name, s.cfg.CloudEvents)
 		s.r.tracing.start(q)
 		q.out, q.shadow = out, c.Role == route.Shadow
-		q.copies = s.r.metrics.copies.WithLabelValues(string(c.Side), string(c.Role))
+		q.copies = rt.copiesOf(s.r.metrics.copies, c)
 		stamp := route.Stamp{Plan: rt.plan.Name, Epoch: st.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
 		if c.Role == route.Authoritative && st.Phase != migration.OldRetired && rt.since[slice] > 0 {
 			stamp.Since = rt.since[slice]
 			stamp.Peer = peer
 		}
-		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte(stamp.String())})
+		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: stamp.Bytes()})
 		q.size = recordSize(&q.rec)
 		if topic.problem == "" && st.Phase != migration.OldRetired {
 			s.fence(out, topic.name, peer, p.tx)

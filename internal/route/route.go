@@ -142,10 +142,37 @@ func (st Stamp) Alone() bool {
 
 // String renders the stamp as HeaderRoute's value:
 // "plan=move-1;epoch=3;slice=17;side=new;role=authoritative;since=3;peer=orders".
-func (st Stamp) String() string {
-	return "plan=" + st.Plan + ";epoch=" + strconv.Itoa(st.Epoch) + ";slice=" + strconv.Itoa(st.Slice) +
-		";side=" + string(st.Side) + ";role=" + string(st.Role) + ";since=" + strconv.Itoa(st.Since) + ";peer=" + st.Peer +
-		map[bool]string{true: bridgedSuffix}[st.Bridged]
+func (st Stamp) String() string { return string(st.Append(nil)) }
+
+// Append appends the stamp's String to dst: a relay stamps every copy it
+// writes, so one allocation (the header's value) is what a stamp costs.
+func (st Stamp) Append(dst []byte) []byte {
+	dst = append(dst, "plan="...)
+	dst = append(dst, st.Plan...)
+	dst = append(dst, ";epoch="...)
+	dst = strconv.AppendInt(dst, int64(st.Epoch), 10)
+	dst = append(dst, ";slice="...)
+	dst = strconv.AppendInt(dst, int64(st.Slice), 10)
+	dst = append(dst, ";side="...)
+	dst = append(dst, st.Side...)
+	dst = append(dst, ";role="...)
+	dst = append(dst, st.Role...)
+	dst = append(dst, ";since="...)
+	dst = strconv.AppendInt(dst, int64(st.Since), 10)
+	dst = append(dst, ";peer="...)
+	dst = append(dst, st.Peer...)
+	if st.Bridged {
+		dst = append(dst, bridgedSuffix...)
+	}
+	return dst
+}
+
+// stampFixed is the length of a stamp's field names and separators.
+const stampFixed = len("plan=;epoch=;slice=;side=;role=;since=;peer=")
+
+// Bytes is the stamp's String as a slice of its own, sized for it.
+func (st Stamp) Bytes() []byte {
+	return st.Append(make([]byte, 0, stampFixed+len(st.Plan)+len(st.Side)+len(st.Role)+len(st.Peer)+len(bridgedSuffix)+3*20))
 }
 
 // ParseStamp reads a HeaderRoute value. It is strict: every field once, in

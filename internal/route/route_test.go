@@ -44,6 +44,23 @@ func TestRouteFollowsThePhaseAndTheSlice(t *testing.T) {
 	}
 }
 
+// A stamp's Bytes are its String, made in one allocation: the relay
+// stamps every copy it writes during a migration.
+func TestStampBytesAreItsStringInOneAllocation(t *testing.T) {
+	for _, st := range []route.Stamp{
+		{Plan: "move-1", Epoch: 3, Slice: 127, Side: route.NewSide, Role: route.Shadow},
+		{Plan: "a-long-plan-name-of-sixty-three-characters-at-most-0123456789ab", Epoch: 1 << 30, Slice: 127, Side: route.NewSide,
+			Role: route.Authoritative, Since: 1 << 30, Peer: strings.Repeat("t", 249), Bridged: true},
+	} {
+		if got, want := string(st.Bytes()), st.String(); got != want {
+			t.Fatalf("Bytes() = %q, String() = %q", got, want)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = st.Bytes() }); n != 1 {
+			t.Errorf("Bytes() of %q: %.0f allocations, want 1", st.String(), n)
+		}
+	}
+}
+
 // A stamp reads back as written, and a malformed one is refused naming the
 // field at fault.
 func TestStampRoundTripAndStrictParse(t *testing.T) {

@@ -58,7 +58,7 @@ func (c *copier) copyOf(r *kgo.Record, step route.Step) (out *kgo.Record, derive
 	// Since and Peer stay empty: the bridge writes no fences (see the
 	// package doc).
 	stamp := route.Stamp{Plan: c.plan, Epoch: step.Epoch, Slice: route.Slice(r.Key), Side: migration.NewSide, Role: role}
-	headers = append(headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte(stamp.String())})
+	headers = append(headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: stamp.Bytes()})
 	return &kgo.Record{
 		Topic:     newTopic(c.topicMap, c.template, r.Topic),
 		Key:       r.Key,

@@ -486,7 +486,7 @@ func (c *copier) copyOfDelivery(d *amqp.Delivery, exchange string, shard int, st
 	headers = append(headers, kgo.RecordHeader{Key: outbox.HeaderID, Value: id})
 	stamp := route.Stamp{Plan: c.plan, Epoch: step.Epoch, Slice: route.Slice(r.Key), Side: migration.NewSide,
 		Role: route.Authoritative, Since: since, Peer: exchange, Bridged: true}
-	headers = append(headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: []byte(stamp.String())})
+	headers = append(headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: stamp.Bytes()})
 	return &kgo.Record{
 		Topic:     newTopic(c.topicMap, c.template, exchange),
 		Key:       r.Key,
