@@ -1,6 +1,10 @@
 package replsock
 
 import (
+	"bytes"
+	"context"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -33,5 +37,98 @@ func TestReadWaitFollowsTheStreamsRate(t *testing.T) {
 	}
 	if got := (&Conn{}).nextWait(now); got != 0 {
 		t.Errorf("no window: wait %s, want none", got)
+	}
+}
+
+// A burst the socket holds at once is read from it in one system call,
+// however small the reads the connection's reader makes (pgconn's are 8
+// KiB), and every byte comes through in order.
+func TestABurstIsOneSocketRead(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	burst := make([]byte, 100<<10)
+	for i := range burst {
+		burst[i] = byte(i * 7)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		s, err := ln.Accept()
+		if err == nil {
+			_, err = s.Write(burst)
+			defer s.Close()
+		}
+		sent <- err
+		time.Sleep(time.Second) // the client reads before the close
+	}()
+	reads := 0
+	c, err := Dial(nil, 5*time.Millisecond, func() { reads++ })(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the burst is in the socket's buffer
+	var got []byte
+	b := make([]byte, 8<<10)
+	for len(got) < len(burst) {
+		n, err := c.Read(b)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+		got = append(got, b[:n]...)
+	}
+	if !bytes.Equal(got, burst) {
+		t.Fatal("the bytes read are not the bytes sent")
+	}
+	if reads != 1 {
+		t.Errorf("%d reads of the socket for a %d-byte burst it held, want 1", reads, len(burst))
+	}
+}
+
+// The low-water mark a waiting read raises is the socket's, and it comes
+// back to 1.
+func TestLowatIsTheSockets(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if s, err := ln.Accept(); err == nil {
+			defer s.Close()
+			time.Sleep(time.Second)
+		}
+	}()
+	nc, err := Dial(nil, 5*time.Millisecond, nil)(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := nc.(*Conn)
+	get := func() int {
+		var v int
+		var gerr error
+		if err := c.raw.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT) }); err != nil {
+			t.Fatal(err)
+		}
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		return v
+	}
+	c.lowat(quietLowat)
+	if v := get(); v < 64<<10 {
+		t.Errorf("SO_RCVLOWAT %d while quiet, want it raised (asked %d)", v, quietLowat)
+	}
+	c.lowat(1)
+	if v := get(); v != 1 {
+		t.Errorf("SO_RCVLOWAT %d after, want 1", v)
 	}
 }
