@@ -485,8 +485,13 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 	}()
 	d, err = waitConfirmed(ctx, pool, slot, target, start, exited)
 	relayCPU := cpuSeconds(p.cmd.Process.Pid)
+	if err == nil {
+		w.counts = scrapeCounts(p.metrics)
+	}
 	close(stopWatch)
+	counts := w.counts
 	w = <-watchedc
+	w.counts = counts
 	if err != nil {
 		return d, w, err
 	}
@@ -528,12 +533,26 @@ func logTail(path string, n int) string {
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
+// wakeCounts are a relay's counters of its wake-ups: replication socket
+// reads, WAL messages received, Kafka produce requests (0 when not read).
+type wakeCounts struct{ reads, wal, produces float64 }
+
+// scrapeCounts reads a relay's wakeCounts from its metrics.
+func scrapeCounts(metrics string) wakeCounts {
+	var c wakeCounts
+	c.reads, _ = scrapeGauge(metrics, "ferry_relay_replication_reads_total")
+	c.wal, _ = scrapeGauge(metrics, `ferry_relay_replication_messages_total{kind="wal"}`)
+	c.produces, _ = scrapeGauge(metrics, "ferry_relay_kafka_produce_requests_total")
+	return c
+}
+
 // watched is what drainOnce saw of the relay process.
 type watched struct {
-	peakRSS                   float64 // MB
-	busy                      float64 // share of one core
-	windowSamples, windowFull int     // metrics scrapes, and those with the window at its limit
-	windowPeak                float64 // the largest window seen
+	counts                    wakeCounts // at the end of the drain
+	peakRSS                   float64    // MB
+	busy                      float64    // share of one core
+	windowSamples, windowFull int        // metrics scrapes, and those with the window at its limit
+	windowPeak                float64    // the largest window seen
 }
 
 // held is the share of the drain the relay's back-pressure held it.

@@ -126,8 +126,13 @@ func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx in
 		r.ratio = append(r.ratio, relayRate/wsRate)
 		r.relayBusy = append(r.relayBusy, w.busy)
 		r.relayCost = append(r.relayCost, w.busy*d.elapsed.Seconds()/float64(o.events)*1e6)
-		log("%d events per transaction, round %d: walsender's bound %.0f events/s, relay %.0f (%.2f of it; relay %.0f%% of a core)",
-			perTx, i+1, wsRate, relayRate, relayRate/wsRate, w.busy*100)
+		dOn, dNo, dNeither := pct(d.walsenderTime)
+		wOn, wNo, wNeither := pct(ws.walsenderTime)
+		log("%d events per transaction, round %d: walsender's bound %.0f events/s, relay %.0f (%.2f of it; relay %.0f%% of a core; "+
+			"per 1000 events: %.0f socket reads, %.0f WAL messages, %.0f produce requests; its walsender on a core / waiting for one / neither %.0f/%.0f/%.0f%%, %.1f µs per event; the bound's %.0f/%.0f/%.0f%%, %.1f µs)",
+			perTx, i+1, wsRate, relayRate, relayRate/wsRate, w.busy*100,
+			w.counts.reads/float64(o.events)*1000, w.counts.wal/float64(o.events)*1000, w.counts.produces/float64(o.events)*1000,
+			dOn, dNo, dNeither, d.cpu/float64(o.events)*1e6, wOn, wNo, wNeither, ws.cpu/float64(o.events)*1e6)
 	}
 	return r, nil
 }
@@ -206,4 +211,10 @@ func shapesMarkdown(o shapesOpts, rs []*shapeResult) string {
 			len(r.relay), lo, hi, max(med-lo, hi-med)/med*100, med)
 	}
 	return b.String()
+}
+
+// pct is a three-way split of time as percentages.
+func pct(split func() (a, b, c float64)) (float64, float64, float64) {
+	a, b, c := split()
+	return a * 100, b * 100, c * 100
 }
