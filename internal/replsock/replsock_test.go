@@ -132,3 +132,54 @@ func TestLowatIsTheSockets(t *testing.T) {
 		t.Errorf("SO_RCVLOWAT %d after, want 1", v)
 	}
 }
+
+// A socket to a walsender on the same host gets the small receive buffer
+// (the kernel doubles what it is given, for its bookkeeping); one to
+// another host keeps the kernel's autotuned buffer, as does a connection
+// read without a window.
+func TestALoopbackSocketGetsTheSmallReceiveBuffer(t *testing.T) {
+	t.Parallel()
+	if n := receiveBuffer(&net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 5432}); n != 0 {
+		t.Errorf("a remote walsender's socket: receive buffer %d, want the kernel's (0)", n)
+	}
+	if n := receiveBuffer(&net.UnixAddr{Name: "/run/postgresql/.s.PGSQL.5432", Net: "unix"}); n != 0 {
+		t.Errorf("a Unix socket: receive buffer %d, want the kernel's (0)", n)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer s.Close()
+		}
+	}()
+	rcvbuf := func(window time.Duration) int {
+		nc, err := Dial(nil, window, nil)(context.Background(), "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		raw, err := nc.(*Conn).Conn.(syscall.Conn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v int
+		var gerr error
+		if err := raw.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) }); err != nil || gerr != nil {
+			t.Fatal(err, gerr)
+		}
+		return v
+	}
+	if got := rcvbuf(5 * time.Millisecond); got != 2*loopbackRcvBuf {
+		t.Errorf("loopback socket read with a window: SO_RCVBUF %d, want %d", got, 2*loopbackRcvBuf)
+	}
+	if got := rcvbuf(0); got == 2*loopbackRcvBuf {
+		t.Errorf("loopback socket read without a window: SO_RCVBUF %d, want the kernel's", got)
+	}
+}
