@@ -484,7 +484,7 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 		}
 	}()
 	d, err = waitConfirmed(ctx, pool, slot, target, start, exited)
-	relayCPU := cpuSeconds(p.cmd.Process.Pid)
+	relayCPU, relayWait := cpuSeconds(p.cmd.Process.Pid), runQueueWait(p.cmd.Process.Pid)
 	if err == nil {
 		w.counts = scrapeCounts(p.metrics)
 	}
@@ -495,7 +495,7 @@ func drainOnce(ctx context.Context, e *env, bin, url string, pool *pgxpool.Pool,
 	if err != nil {
 		return d, w, err
 	}
-	w.busy = relayCPU / d.elapsed.Seconds()
+	w.busy, w.noCore = relayCPU/d.elapsed.Seconds(), relayWait/d.elapsed.Seconds()
 	return d, w, nil
 }
 
@@ -551,6 +551,7 @@ type watched struct {
 	counts                    wakeCounts // at the end of the drain
 	peakRSS                   float64    // MB
 	busy                      float64    // share of one core
+	noCore                    float64    // its threads' time runnable without a core, s per s
 	windowSamples, windowFull int        // metrics scrapes, and those with the window at its limit
 	windowPeak                float64    // the largest window seen
 }

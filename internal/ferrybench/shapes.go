@@ -128,9 +128,9 @@ func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx in
 		r.relayCost = append(r.relayCost, w.busy*d.elapsed.Seconds()/float64(o.events)*1e6)
 		dOn, dNo, dNeither := pct(d.walsenderTime)
 		wOn, wNo, wNeither := pct(ws.walsenderTime)
-		log("%d events per transaction, round %d: walsender's bound %.0f events/s, relay %.0f (%.2f of it; relay %.0f%% of a core; "+
+		log("%d events per transaction, round %d: walsender's bound %.0f events/s, relay %.0f (%.2f of it; relay %.0f%% of a core, its threads runnable without one %.0f ms/s, held by its window %.0f%% of the time; "+
 			"per 1000 events: %.0f socket reads, %.0f WAL messages, %.0f produce requests; its walsender on a core / waiting for one / neither %.0f/%.0f/%.0f%%, %.1f µs per event; the bound's %.0f/%.0f/%.0f%%, %.1f µs)",
-			perTx, i+1, wsRate, relayRate, relayRate/wsRate, w.busy*100,
+			perTx, i+1, wsRate, relayRate, relayRate/wsRate, w.busy*100, w.noCore*1000, w.held()*100,
 			w.counts.reads/float64(o.events)*1000, w.counts.wal/float64(o.events)*1000, w.counts.produces/float64(o.events)*1000,
 			dOn, dNo, dNeither, d.cpu/float64(o.events)*1e6, wOn, wNo, wNeither, ws.cpu/float64(o.events)*1e6)
 	}
