@@ -91,8 +91,10 @@ type Config struct {
 	// grow behind it) plus the unacknowledged ones of the transaction being
 	// read. The relay reads no further WAL while it is reached. After a
 	// crash at most this many records, plus the rest of the transaction
-	// being read, are published again. Defaults to
-	// MaxInFlightRecordsDefault (10,000).
+	// being read, are published again. While a live migration writes both
+	// channels, an event's two copies count once: the bound is in events,
+	// and a crash publishes both copies again (MaxInFlightBytes counts
+	// both). Defaults to MaxInFlightRecordsDefault (10,000).
 	MaxInFlightRecords int
 
 	// MaxInFlightBytes bounds the bytes of the same window, so that a large

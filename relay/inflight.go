@@ -33,6 +33,7 @@ type inflight struct {
 	probing atomic.Bool        // sent alone to test a topic Kafka refused (topicGate)
 	out     *channelOut        // the channel it is written to
 	shadow  bool               // a migration's shadow copy: outside the aggregate hold
+	copy    bool               // a further copy of an event (a migration's second): outside the window's record count
 	copies  prometheus.Counter // a migration's copy: its counter of ferry_relay_migration_copies_total
 	span    trace.Span         // its producer span with Config.TraceEvents (tracing.go); nil otherwise
 }

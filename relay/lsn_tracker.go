@@ -15,8 +15,11 @@ type txn struct {
 	step         bool          // a migration step in it has not applied yet (holdStep)
 	pending      int           // records produced and not yet acknowledged
 	pendingBytes int64         // their size
-	records      int           // records produced
-	bytes        int64         // their size
+	// pendingRecords are those of pending the window counts: all but the
+	// further copies of an event (produceCopy).
+	pendingRecords int
+	records        int   // records produced that the window counts
+	bytes          int64 // the size of every record produced
 }
 
 // lsnTracker decides which WAL position is safe to confirm: the end of the
@@ -79,18 +82,31 @@ func (t *lsnTracker) begin() *txn {
 // produce counts one record of x as in flight. A record of a transaction
 // already committed (a migration step's fences) joins the committed
 // window.
-func (t *lsnTracker) produce(x *txn, size int) {
+func (t *lsnTracker) produce(x *txn, size int) { t.add(x, size, true) }
+
+// produceCopy counts a further copy of an event produce counted (a live
+// migration writes an event to both channels): in flight, holding x's
+// confirmation, and in the window's bytes, not in its records, which
+// bound the events (not the copies) a crash would publish again.
+func (t *lsnTracker) produceCopy(x *txn, size int) { t.add(x, size, false) }
+
+func (t *lsnTracker) add(x *txn, size int, counted bool) {
 	t.mu.Lock()
 	x.pending++
 	x.pendingBytes += int64(size)
-	x.records++
 	x.bytes += int64(size)
 	t.inFlight++
+	n := 0
+	if counted {
+		n = 1
+		x.pendingRecords++
+		x.records++
+	}
 	if x.committed {
-		t.held++
+		t.held += n
 		t.heldBytes += int64(size)
 	} else {
-		t.open++
+		t.open += n
 		t.openBytes += int64(size)
 	}
 	t.mu.Unlock()
@@ -122,7 +138,7 @@ func (t *lsnTracker) commit(x *txn, end pglogrepl.LSN, at time.Time) {
 	t.mu.Lock()
 	x.end, x.at = end, at
 	x.committed = true
-	t.open -= x.pending
+	t.open -= x.pendingRecords
 	t.openBytes -= x.pendingBytes
 	t.held += x.records
 	t.heldBytes += x.bytes
@@ -131,13 +147,22 @@ func (t *lsnTracker) commit(x *txn, end pglogrepl.LSN, at time.Time) {
 }
 
 // ack marks one record of x acknowledged.
-func (t *lsnTracker) ack(x *txn, size int) {
+func (t *lsnTracker) ack(x *txn, size int) { t.ackOne(x, size, false) }
+
+// ackOne marks one record of x acknowledged: a further copy of an event
+// (produceCopy) when copy is true.
+func (t *lsnTracker) ackOne(x *txn, size int, copy bool) {
 	t.mu.Lock()
 	x.pending--
 	x.pendingBytes -= int64(size)
 	t.inFlight--
+	if !copy {
+		x.pendingRecords--
+	}
 	if !x.committed {
-		t.open--
+		if !copy {
+			t.open--
+		}
 		t.openBytes -= int64(size)
 	}
 	t.advanceLocked()

@@ -190,6 +190,51 @@ func TestTrackerRecordsOfACommittedTransactionCountOnce(t *testing.T) {
 	}
 }
 
+// A live migration's second copy of an event holds its transaction's
+// confirmation like any record and counts in the window's bytes, but not
+// in its records: the window bounds the events a crash would publish
+// again, and an event's two copies are one event. Acknowledged in either
+// order, committed before or after, the window comes back to 0.
+func TestTrackerCountsAnEventsCopiesOnceInTheWindow(t *testing.T) {
+	t.Parallel()
+	for _, ackFirst := range []bool{false, true} {
+		tr := newLSNTracker(10)
+		x := tr.begin()
+		for range 3 {
+			tr.produce(x, 100)     // the old channel's copy
+			tr.produceCopy(x, 100) // the new channel's
+		}
+		if _, n, b, _ := tr.position(); n != 3 || b != 600 {
+			t.Fatalf("open transaction: window %d records, %d bytes; want 3 events, 600 bytes", n, b)
+		}
+		if ackFirst {
+			tr.ackOne(x, 100, false)
+			tr.ackOne(x, 100, true)
+		}
+		tr.commit(x, 20, at(20))
+		if _, n, b, _ := tr.position(); n != 3 || b != 600 {
+			t.Fatalf("committed (acknowledged first: %t): window %d records, %d bytes; want 3, 600", ackFirst, n, b)
+		}
+		for i := range 3 {
+			if ackFirst && i == 0 {
+				continue
+			}
+			tr.ack(x, 100)
+			if got := confirmed(tr); got != 10 {
+				t.Fatalf("confirmed %d with a copy unacknowledged, want 10", got)
+			}
+			tr.ackOne(x, 100, true)
+		}
+		if got := confirmed(tr); got != 20 {
+			t.Fatalf("confirmed %d once every copy was acknowledged, want 20", got)
+		}
+		tr.reported(20)
+		if _, n, b, busy := tr.position(); n != 0 || b != 0 || busy {
+			t.Fatalf("window %d records, %d bytes, busy %t after the transaction was reported; want 0, 0, false", n, b, busy)
+		}
+	}
+}
+
 // A migration step's hold keeps its transaction unconfirmed until the step
 // applies, and counts in no window: with --max-in-flight 1 the hold of a
 // step decoded in an open transaction spent the whole budget, and the

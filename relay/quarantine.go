@@ -86,7 +86,7 @@ func (q *quarantiner) run(ctx context.Context) {
 			if !q.store(ctx, item) {
 				return
 			}
-			q.tracker.ack(item.p.tx, item.p.size)
+			q.tracker.ackOne(item.p.tx, item.p.size, item.p.copy)
 		}
 	}
 }

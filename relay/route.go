@@ -75,11 +75,12 @@ type channelOut struct {
 type pendingCopy struct {
 	tx   *txn
 	size int
+	copy bool // a further copy of an event (lsnTracker.produceCopy)
 }
 
 // track counts a record sent to the channel as pending; false when the
 // channel was released (the record is not to be sent).
-func (c *channelOut) track(key any, tx *txn, size int) bool {
+func (c *channelOut) track(key any, tx *txn, size int, copy bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.released.Load() {
@@ -88,7 +89,7 @@ func (c *channelOut) track(key any, tx *txn, size int) bool {
 	if c.pending == nil {
 		c.pending = map[any]pendingCopy{}
 	}
-	c.pending[key] = pendingCopy{tx, size}
+	c.pending[key] = pendingCopy{tx, size, copy}
 	return true
 }
 
@@ -426,7 +427,7 @@ func (s *session) releaseNew() bool {
 	}
 	pending := out.release()
 	for _, p := range pending {
-		s.tracker.ack(p.tx, p.size)
+		s.tracker.ackOne(p.tx, p.size, p.copy)
 	}
 	s.r.newGate.Store(nil)
 	s.log.Warn("live migration abandoned while its new channel holds the relay back: the shadow copies pending there are given up, "+
@@ -599,7 +600,12 @@ func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 		if topic.problem == "" && st.Phase != migration.OldRetired {
 			s.fence(out, topic.name, peer, p.tx)
 		}
-		s.tracker.produce(q.tx, q.size)
+		if i == 0 {
+			s.tracker.produce(q.tx, q.size)
+		} else {
+			q.copy = true
+			s.tracker.produceCopy(q.tx, q.size)
+		}
 		if i == 0 && s.hold != nil && !s.hold.admit(s.sctx, q) {
 			continue // behind an earlier event of its aggregate; its shadow copy goes on
 		}
@@ -795,7 +801,7 @@ func (s *session) writeFences(out *channelOut, topic, peer string, n int, tx *tx
 		f.rec = kgo.Record{Topic: topic, Partition: int32(part), Context: f, Value: value,
 			Headers: []kgo.RecordHeader{{Key: route.HeaderFence, Value: fence}}}
 		f.size = recordSize(&f.rec)
-		if out.side == migration.NewSide && !out.track(f, tx, f.size) {
+		if out.side == migration.NewSide && !out.track(f, tx, f.size, false) {
 			return // given up (releaseNew)
 		}
 		s.tracker.produce(tx, f.size)

@@ -484,8 +484,8 @@ func (s *session) publish(p *inflight) {
 // its topic is one the relay will not write to (topicProblem), or when the
 // row's own headers use a name Ferry reserves.
 func (s *session) send(p *inflight, topicProblem string) {
-	if p.out.side == migration.NewSide && !p.out.track(p, p.tx, p.size) {
-		s.tracker.ack(p.tx, p.size) // its channel was given up (releaseNew)
+	if p.out.side == migration.NewSide && !p.out.track(p, p.tx, p.size, p.copy) {
+		s.tracker.ackOne(p.tx, p.size, p.copy) // its channel was given up (releaseNew)
 		return
 	}
 	if topicProblem != "" {
@@ -500,7 +500,7 @@ func (s *session) send(p *inflight, topicProblem string) {
 	if s.cfg.unsafeConfirmOnSend {
 		p.out.sink.Produce(s.sctx, &p.rec, func(*kgo.Record, error) {})
 		if p.out.side != migration.NewSide || p.out.settle(p) {
-			s.tracker.ack(p.tx, p.size)
+			s.tracker.ackOne(p.tx, p.size, p.copy)
 		}
 		return
 	}
@@ -532,7 +532,7 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		if !p.heard.IsZero() {
 			s.r.metrics.receiveToAck.Observe(now.Sub(p.heard).Seconds())
 		}
-		s.tracker.ack(p.tx, p.size)
+		s.tracker.ackOne(p.tx, p.size, p.copy)
 		if p.copies != nil {
 			p.copies.Inc()
 		}
