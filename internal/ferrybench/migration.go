@@ -196,8 +196,8 @@ func lsn(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 // of o.relayEvents (100 per transaction) with the plan in OLD_ONLY (the
 // relay writes its own channel) and in DUAL_WRITE (both, every copy
 // stamped and acknowledged by both clusters before the position is
-// confirmed). One slot, one relay binary, one database; each drain is a
-// real process timed from its start.
+// confirmed). One relay binary, one database, a slot for each drain; each
+// drain is a real process timed from its start.
 func relayDualWriteRounds(ctx context.Context, e *env, bin string, brokersB []string, res *migrationResult) error {
 	o := res.o
 	m, err := newMigrationSetup(ctx, e, brokersB, "bench_dualwrite")

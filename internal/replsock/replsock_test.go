@@ -45,11 +45,7 @@ func TestReadWaitFollowsTheStreamsRate(t *testing.T) {
 // KiB), and every byte comes through in order.
 func TestABurstIsOneSocketRead(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listen(t)
 	burst := make([]byte, 100<<10)
 	for i := range burst {
 		burst[i] = byte(i * 7)
@@ -95,11 +91,7 @@ func TestABurstIsOneSocketRead(t *testing.T) {
 // back to 1.
 func TestLowatIsTheSockets(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listen(t)
 	go func() {
 		if s, err := ln.Accept(); err == nil {
 			defer s.Close()
@@ -112,17 +104,7 @@ func TestLowatIsTheSockets(t *testing.T) {
 	}
 	defer nc.Close()
 	c := nc.(*Conn)
-	get := func() int {
-		var v int
-		var gerr error
-		if err := c.raw.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT) }); err != nil {
-			t.Fatal(err)
-		}
-		if gerr != nil {
-			t.Fatal(gerr)
-		}
-		return v
-	}
+	get := func() int { return sockopt(t, c, syscall.SO_RCVLOWAT) }
 	c.lowat(quietLowat)
 	if v := get(); v < 64<<10 {
 		t.Errorf("SO_RCVLOWAT %d while quiet, want it raised (asked %d)", v, quietLowat)
@@ -145,11 +127,7 @@ func TestALoopbackSocketGetsTheSmallReceiveBuffer(t *testing.T) {
 	if n := receiveBuffer(&net.UnixAddr{Name: "/run/postgresql/.s.PGSQL.5432", Net: "unix"}); n != 0 {
 		t.Errorf("a Unix socket: receive buffer %d, want the kernel's (0)", n)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := listen(t)
 	go func() {
 		for {
 			s, err := ln.Accept()
@@ -165,16 +143,7 @@ func TestALoopbackSocketGetsTheSmallReceiveBuffer(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		raw, err := nc.(*Conn).Conn.(syscall.Conn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v int
-		var gerr error
-		if err := raw.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) }); err != nil || gerr != nil {
-			t.Fatal(err, gerr)
-		}
-		return v
+		return sockopt(t, nc.(*Conn), syscall.SO_RCVBUF)
 	}
 	if got := rcvbuf(5 * time.Millisecond); got != 2*loopbackRcvBuf {
 		t.Errorf("loopback socket read with a window: SO_RCVBUF %d, want %d", got, 2*loopbackRcvBuf)
@@ -182,4 +151,30 @@ func TestALoopbackSocketGetsTheSmallReceiveBuffer(t *testing.T) {
 	if got := rcvbuf(0); got == 2*loopbackRcvBuf {
 		t.Errorf("loopback socket read without a window: SO_RCVBUF %d, want the kernel's", got)
 	}
+}
+
+// listen is a loopback listener, closed when the test ends.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
+}
+
+// sockopt reads an int socket option of c's socket.
+func sockopt(t *testing.T, c *Conn, opt int) int {
+	t.Helper()
+	raw, err := c.Conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := raw.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, opt) }); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	return v
 }
