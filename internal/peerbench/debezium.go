@@ -49,8 +49,8 @@ func (d *debeziumPeer) Prepare(ctx context.Context) error {
 	return d.db.prepare(ctx, "peers_debezium", "peers_debezium_"+d.b.suffix)
 }
 
-func (d *debeziumPeer) WriteBacklog(ctx context.Context, n int) error {
-	return d.db.writeBacklog(ctx, n, d.b.payload)
+func (d *debeziumPeer) WriteBacklog(ctx context.Context, n, perTx int) error {
+	return d.db.writeBacklog(ctx, n, perTx, d.b.payload)
 }
 
 // connectorProps is the connector's configuration; password stands in for
@@ -127,6 +127,11 @@ func (d *debeziumPeer) Start(ctx context.Context) (*process, error) {
 		return nil, err
 	}
 	if err := writeProps(connector, d.connectorProps(password)); err != nil {
+		return nil, err
+	}
+	// Ready reads the log: a start after a stop must not find the earlier
+	// start's "Processing messages" in it.
+	if err := os.Remove(filepath.Join(d.b.dir, "connect.log")); err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
 	args := append([]string{}, d.b.jvmOpts...)

@@ -29,8 +29,8 @@ func (f *ferryPeer) Prepare(ctx context.Context) error {
 	return f.db.prepare(ctx, "peers_ferry", "peers_ferry_"+f.b.suffix)
 }
 
-func (f *ferryPeer) WriteBacklog(ctx context.Context, n int) error {
-	return f.db.writeBacklog(ctx, n, f.b.payload)
+func (f *ferryPeer) WriteBacklog(ctx context.Context, n, perTx int) error {
+	return f.db.writeBacklog(ctx, n, perTx, f.b.payload)
 }
 
 func (f *ferryPeer) topicTemplate() string {

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -48,7 +49,8 @@ func run(ctx context.Context) error {
 	var o opts
 	b := &bench{partitions: 4}
 	flag.IntVar(&o.events, "events", 200_000, "backlog written before each peer starts")
-	flag.IntVar(&o.rate, "rate", 1000, "events per second offered in the latency phase")
+	rates := flag.String("rates", "1000,5000", "events per second offered in the latency phases, one after the other, one event per transaction")
+	flag.IntVar(&o.onePerTx, "one-per-tx-events", 100_000, "then a second backlog, one event per transaction, drained from a new start of each peer; 0 skips it")
 	flag.DurationVar(&o.latencyFor, "latency-duration", 30*time.Second, "length of the latency phase")
 	flag.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Minute, "how long a peer may take to drain and confirm the backlog")
 	flag.IntVar(&b.payload, "payload", 200, "payload bytes per event")
@@ -66,6 +68,13 @@ func run(ctx context.Context) error {
 	rabbitEvents := flag.Int("rabbitmq-events", 50_000, "backlog of the RabbitMQ rounds (Watermill's publisher waits for each confirm)")
 	note := flag.String("note", "", "a line printed in bold at the top of the section, e.g. that other work shared the machine")
 	flag.Parse()
+	for _, f := range strings.Split(*rates, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-rates: %q is not a positive number of events per second", f)
+		}
+		o.rates = append(o.rates, n)
+	}
 	if *runs < 1 {
 		return fmt.Errorf("-runs %d: at least 1", *runs)
 	}

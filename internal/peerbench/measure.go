@@ -14,13 +14,16 @@ import (
 
 // opts are the sizes of one run.
 type opts struct {
-	events       int
-	rate         int
+	events       int   // the backlog, in one transaction
+	onePerTx     int   // the second backlog, one event per transaction; 0: none
+	rates        []int // events/s offered in turn after the first drain
 	latencyFor   time.Duration
 	drainTimeout time.Duration
 }
 
-// result is one peer's figures.
+// result is one peer's figures: those of a drain, or of a fixed rate. A
+// peer's result for a round is its first drain's, with the fixed rates'
+// (rates) and its second drain's (onePerTx) results.
 type result struct {
 	peer                         peer
 	events                       int
@@ -29,12 +32,16 @@ type result struct {
 	ready, inKafka, confirmed    time.Duration // after process start
 	drainCPU, drainRSS           float64       // CPU seconds and peak RSS (MiB) when the backlog was in Kafka and confirmed
 	drainMarks                   int           // confirmed position advances seen during the drain
+	rate                         int           // events/s offered
 	offered, matched             int
 	achieved                     float64 // events/s
 	p50, p95, p99, max           time.Duration
 	rateCPU, rateRSS             float64       // CPU seconds per second, peak VmRSS (MiB) at the fixed rate
 	rateMarks                    int           // advances seen at the fixed rate
 	markInterval, markIntervalHi time.Duration // median and longest gap between advances at the fixed rate
+
+	rates    []*result // at each of opts.rates, after the first drain, on the same process
+	onePerTx *result   // the second drain; nil when opts.onePerTx is 0
 }
 
 // marks records when a peer's confirmed position changed.
@@ -68,10 +75,11 @@ func sumEndOffsets(ctx context.Context, adm *kadm.Client, topic string) (int64, 
 }
 
 // measure writes the backlog, starts the peer, times its ready state, the
-// backlog in Kafka and the backlog confirmed, then offers events at a fixed
-// rate to the same process and times commit to a consumer's fetch.
+// backlog in Kafka and the backlog confirmed, then offers events at each
+// fixed rate to the same process and times commit to a consumer's fetch;
+// then, with o.onePerTx, stops it, writes a backlog one event per
+// transaction and drains that from a new start.
 func measure(ctx context.Context, b *bench, adm *kadm.Client, p peer, o opts) (*result, error) {
-	r := &result{peer: p, events: o.events, payloadBytes: b.payload, partitions: b.partitions}
 	if err := p.Prepare(ctx); err != nil {
 		return nil, fmt.Errorf("%s: prepare: %w", p.Name(), err)
 	}
@@ -81,29 +89,67 @@ func measure(ctx context.Context, b *bench, adm *kadm.Client, p peer, o opts) (*
 	}
 	defer func() { _, _ = adm.DeleteTopics(context.Background(), p.Topic()) }()
 
-	log("%s: writing a backlog of %d events", p.Name(), o.events)
+	r, proc, err := drain(ctx, b, adm, p, o, o.events, o.events)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { proc.stop() }()
+	for _, rate := range o.rates {
+		rr := &result{peer: p, rate: rate}
+		if err := fixedRate(ctx, b, p, proc, o, rr); err != nil {
+			return nil, fmt.Errorf("%s: fixed rate %d/s: %w", p.Name(), rate, err)
+		}
+		r.rates = append(r.rates, rr)
+	}
+	if o.onePerTx > 0 {
+		proc.stop()
+		one, again, err := drain(ctx, b, adm, p, o, o.onePerTx, 1)
+		if err != nil {
+			return nil, err
+		}
+		again.stop()
+		r.onePerTx = one
+	}
+	return r, nil
+}
+
+// drain writes a backlog of n events in transactions of perTx, starts the
+// peer and times its ready state, the backlog in Kafka and the backlog
+// confirmed. The process is left running.
+func drain(ctx context.Context, b *bench, adm *kadm.Client, p peer, o opts, n, perTx int) (*result, *process, error) {
+	r := &result{peer: p, events: n, payloadBytes: b.payload, partitions: b.partitions}
+	before, err := sumEndOffsets(ctx, adm, p.Topic())
+	if err != nil {
+		return nil, nil, err
+	}
+	log("%s: writing a backlog of %d events, %d per transaction", p.Name(), n, perTx)
 	start := time.Now()
-	if err := p.WriteBacklog(ctx, o.events); err != nil {
-		return nil, fmt.Errorf("%s: backlog: %w", p.Name(), err)
+	if err := p.WriteBacklog(ctx, n, perTx); err != nil {
+		return nil, nil, fmt.Errorf("%s: backlog: %w", p.Name(), err)
 	}
 	log("%s: backlog written in %s", p.Name(), time.Since(start).Round(time.Millisecond))
 
 	proc, err := p.Start(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer proc.stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			proc.stop()
+		}
+	}()
 	var m marks
 	deadline := time.After(o.drainTimeout)
 	for r.inKafka == 0 || r.confirmed == 0 {
 		if err := proc.exited(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		now := time.Now()
 		if r.ready == 0 {
 			ok, err := p.Ready(ctx, proc)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if ok {
 				r.ready = now.Sub(proc.started)
@@ -111,18 +157,18 @@ func measure(ctx context.Context, b *bench, adm *kadm.Client, p peer, o opts) (*
 			}
 		}
 		if r.inKafka == 0 {
-			n, err := sumEndOffsets(ctx, adm, p.Topic())
+			in, err := sumEndOffsets(ctx, adm, p.Topic())
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			if n >= int64(o.events) {
+			if in-before >= int64(n) {
 				r.inKafka = now.Sub(proc.started)
 				log("%s: backlog in Kafka after %s", p.Name(), r.inKafka.Round(time.Millisecond))
 			}
 		}
 		mark, done, err := p.Confirmed(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		m.see(mark, now)
 		if done && r.confirmed == 0 {
@@ -131,28 +177,25 @@ func measure(ctx context.Context, b *bench, adm *kadm.Client, p peer, o opts) (*
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-deadline:
-			return nil, fmt.Errorf("%s: backlog not drained and confirmed within %s (log %s)", p.Name(), o.drainTimeout, proc.logFile)
+			return nil, nil, fmt.Errorf("%s: backlog not drained and confirmed within %s (log %s)", p.Name(), o.drainTimeout, proc.logFile)
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
 	if r.ready == 0 {
-		return nil, fmt.Errorf("%s: drained without ever saying it was ready (log %s)", p.Name(), proc.logFile)
+		return nil, nil, fmt.Errorf("%s: drained without ever saying it was ready (log %s)", p.Name(), proc.logFile)
 	}
 	if r.drainCPU, err = proc.cpuSeconds(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.drainRSS = proc.memMB("VmHWM")
 	r.drainMarks = len(m.times)
-
-	if err := fixedRate(ctx, b, p, proc, o, r); err != nil {
-		return nil, fmt.Errorf("%s: fixed rate: %w", p.Name(), err)
-	}
-	return r, nil
+	stopped = true
+	return r, proc, nil
 }
 
-// fixedRate offers o.rate events/s for o.latencyFor and times each from
+// fixedRate offers r.rate events/s for o.latencyFor and times each from
 // its commit returning to a consumer's fetch of its record.
 func fixedRate(ctx context.Context, b *bench, p peer, proc *process, o opts, r *result) error {
 	cons, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumeTopics(p.Topic()),
@@ -215,7 +258,7 @@ func fixedRate(ctx context.Context, b *bench, p peer, proc *process, o opts, r *
 		return err
 	}
 	start := time.Now()
-	offerErr := p.Offer(ctx, o.rate, o.latencyFor, func(id string, at time.Time) {
+	offerErr := p.Offer(ctx, r.rate, o.latencyFor, func(id string, at time.Time) {
 		mu.Lock()
 		committed[id] = at
 		mu.Unlock()

@@ -26,8 +26,9 @@ type peer interface {
 	// Prepare makes the peer's database objects and topic; Close undoes it.
 	Prepare(ctx context.Context) error
 	Close()
-	// WriteBacklog writes n events before the peer starts.
-	WriteBacklog(ctx context.Context, n int) error
+	// WriteBacklog writes n events before the peer starts, in transactions
+	// of perTx (the last may be smaller).
+	WriteBacklog(ctx context.Context, n, perTx int) error
 	// Start starts the peer's relay process.
 	Start(ctx context.Context) (*process, error)
 	// Ready reports whether the started process says it is ready: its
@@ -124,22 +125,30 @@ func (o *outboxDB) close() {
 }
 
 // writeBacklog writes the relay benchmark's rows (internal/ferrybench):
-// 1,000 aggregates, payload bytes of 'x', one header, one transaction.
+// 1,000 aggregates, payload bytes of 'x', one header, in transactions of
+// perTx (the first n-1 rows without waiting for each commit's flush, from
+// a procedure, when perTx is less than n).
 //
 // The target is the WAL insert position just before the last row, taken
-// inside the transaction: the last row's record starts at or after it.
+// inside its transaction: the last row's record starts at or after it.
 // Ferry's relay confirms the end of a transaction's commit record; Debezium
 // confirms the position of the last record Kafka acknowledged (without
 // transaction metadata no record carries the commit), so it never confirms
 // this transaction's commit. Each passes the target once Kafka has the last
 // row, and neither before.
-func (o *outboxDB) writeBacklog(ctx context.Context, n, payload int) error {
+func (o *outboxDB) writeBacklog(ctx context.Context, n, perTx, payload int) error {
 	const insert = `
 		INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
 		SELECT gen_random_uuid(), 'load', 'agg-' || (i % 1000), 'Changed', convert_to(repeat('x', $3), 'UTF8'), '{"k":"v"}'
 		FROM generate_series($1::int, $2::int) i`
+	// The last transaction holds rows first to n; the ones before it a
+	// multiple of perTx (all of them in one when perTx >= n).
+	first := n - (n-1)%max(perTx, 1)
+	if err := o.writeShaped(ctx, first-1, perTx, payload); err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, insert, 1, n-1, payload); err != nil {
+		if _, err := tx.Exec(ctx, insert, first, n-1, payload); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&o.target); err != nil {
@@ -150,6 +159,40 @@ func (o *outboxDB) writeBacklog(ctx context.Context, n, payload int) error {
 	})
 }
 
+// writeShaped commits rows 1 to n in transactions of perTx from a
+// procedure, without waiting for each commit's flush.
+func (o *outboxDB) writeShaped(ctx context.Context, n, perTx, payload int) error {
+	if n < 1 {
+		return nil
+	}
+	if _, err := o.pool.Exec(ctx, `
+		CREATE OR REPLACE PROCEDURE peers_backlog(n int, per_tx int, payload int) LANGUAGE plpgsql AS $$
+		DECLARE
+			written int := 0;
+		BEGIN
+			WHILE written < n LOOP
+				INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, headers)
+				SELECT gen_random_uuid(), 'load', 'agg-' || (i % 1000), 'Changed', convert_to(repeat('x', payload), 'UTF8'), '{"k":"v"}'
+				FROM generate_series(written + 1, least(written + per_tx, n)) i;
+				written := written + per_tx;
+				COMMIT;
+			END LOOP;
+		END $$`); err != nil {
+		return err
+	}
+	conn, err := o.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), `RESET synchronous_commit`) }()
+	_, err = conn.Exec(ctx, `CALL peers_backlog($1, $2, $3)`, n, perTx, payload)
+	return err
+}
+
 func (o *outboxDB) confirmed(ctx context.Context) (string, bool, error) {
 	var lsn string
 	var done bool
@@ -158,11 +201,16 @@ func (o *outboxDB) confirmed(ctx context.Context) (string, bool, error) {
 	return lsn, done, err
 }
 
-// offer writes through outbox.Write, as an application does, from four
-// writers, as internal/ferrybench's latency phase.
+// writersFor is how many writers offer rate events/s: one per 250 events/s,
+// at least four, so that no writer falls behind waiting on its own commits
+// (a commit's flush takes about a millisecond here).
+func writersFor(rate int) int { return max(4, rate/250) }
+
+// offer writes through outbox.Write, as an application does, from
+// writersFor(rate) writers, as internal/ferrybench's latency phase.
 func (o *outboxDB) offer(ctx context.Context, rate int, dur time.Duration, payload int, committed func(string, time.Time)) error {
-	const writers = 4
-	interval := time.Duration(float64(time.Second) * writers / float64(rate))
+	writers := writersFor(rate)
+	interval := time.Duration(float64(time.Second) * float64(writers) / float64(rate))
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	start := time.Now()

@@ -59,10 +59,11 @@ func (p *process) stop() {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case err := <-p.done:
+		p.done <- err // stopped: a second stop returns at once
 	case <-time.After(time.Minute):
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		p.done <- <-p.done
 	}
 }
 

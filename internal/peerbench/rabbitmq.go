@@ -119,7 +119,7 @@ func measureRabbit(ctx context.Context, b *bench, p peer, o opts) (*rabbitResult
 	}
 	defer undo()
 	log("%s (RabbitMQ): writing a backlog of %d events", p.Name(), o.events)
-	if err := p.WriteBacklog(ctx, o.events); err != nil {
+	if err := p.WriteBacklog(ctx, o.events, o.events); err != nil {
 		return nil, fmt.Errorf("%s: backlog: %w", p.Name(), err)
 	}
 	brokerPID := rabbitPID()

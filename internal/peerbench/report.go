@@ -174,37 +174,55 @@ func markdown(rounds [][]*result, o opts, vs, mach [][2]string, started time.Tim
 	for _, v := range vs {
 		w("| %s | %s |\n", v[0], v[1])
 	}
-	w("\n### Backlog drain: %d events written before the process starts\n\n", o.events)
-	header()
-	row("ready after process start (its readiness probe or log line)", "%.2f", " s", func(r *result) float64 { return sec(r.ready) })
-	row("whole backlog in Kafka, after process start", "%.2f", " s", func(r *result) float64 { return sec(r.inKafka) })
-	row("drain rate from process start", "%.0f", " events/s", func(r *result) float64 { return float64(r.events) / sec(r.inKafka) })
-	row("drain rate from ready", "%.0f", " events/s", func(r *result) float64 { return float64(r.events) / sec(r.inKafka-r.ready) })
-	ratioRow("drain time / Ferry's, from start (how many times faster Ferry drains)", func(r *result) float64 { return sec(r.inKafka) })
-	ratioRow("drain time / Ferry's, from ready", func(r *result) float64 { return sec(r.inKafka - r.ready) })
-	row("whole backlog confirmed (slot's confirmed_flush_lsn / offsets row), after start", "%.2f", " s", func(r *result) float64 { return sec(r.confirmed) })
-	row("CPU seconds of the process, start to confirmed", "%.1f", " s", func(r *result) float64 { return r.drainCPU })
-	row("CPU per event", "%.1f", " µs", func(r *result) float64 { return r.drainCPU / float64(r.events) * 1e6 })
-	ratioRow("CPU per event / Ferry's", func(r *result) float64 { return r.drainCPU / float64(r.events) })
-	row("peak RSS (VmHWM)", "%.0f", " MiB", func(r *result) float64 { return r.drainRSS })
-	row("confirmed position advanced, times during the drain", "%.0f", "", func(r *result) float64 { return float64(r.drainMarks) })
+	// of picks, in a peer's result, the result a table is about.
+	of := func(pick func(r *result) *result, f func(r *result) float64) func(r *result) float64 {
+		return func(r *result) float64 { return f(pick(r)) }
+	}
+	drainTable := func(pick func(r *result) *result) {
+		header()
+		row("ready after process start (its readiness probe or log line)", "%.2f", " s", of(pick, func(r *result) float64 { return sec(r.ready) }))
+		row("whole backlog in Kafka, after process start", "%.2f", " s", of(pick, func(r *result) float64 { return sec(r.inKafka) }))
+		row("drain rate from process start", "%.0f", " events/s", of(pick, func(r *result) float64 { return float64(r.events) / sec(r.inKafka) }))
+		row("drain rate from ready", "%.0f", " events/s", of(pick, func(r *result) float64 { return float64(r.events) / sec(r.inKafka-r.ready) }))
+		ratioRow("drain time / Ferry's, from start (how many times faster Ferry drains)", of(pick, func(r *result) float64 { return sec(r.inKafka) }))
+		ratioRow("drain time / Ferry's, from ready", of(pick, func(r *result) float64 { return sec(r.inKafka - r.ready) }))
+		row("whole backlog confirmed (slot's confirmed_flush_lsn / offsets row), after start", "%.2f", " s", of(pick, func(r *result) float64 { return sec(r.confirmed) }))
+		row("CPU seconds of the process, start to confirmed", "%.1f", " s", of(pick, func(r *result) float64 { return r.drainCPU }))
+		row("CPU per event", "%.1f", " µs", of(pick, func(r *result) float64 { return r.drainCPU / float64(r.events) * 1e6 }))
+		ratioRow("CPU per event / Ferry's", of(pick, func(r *result) float64 { return r.drainCPU / float64(r.events) }))
+		row("peak RSS (VmHWM)", "%.0f", " MiB", of(pick, func(r *result) float64 { return r.drainRSS }))
+		row("confirmed position advanced, times during the drain", "%.0f", "", of(pick, func(r *result) float64 { return float64(r.drainMarks) }))
+	}
+	w("\n### Backlog drain: %d events written before the process starts, in one transaction\n\n", o.events)
+	drainTable(func(r *result) *result { return r })
 
-	w("\n### Latency at %d events/s for %s: commit returned to a consumer's fetch\n\n", o.rate, o.latencyFor)
-	w("Four writers, one event per transaction; a franz-go consumer at the topic's end matches each record by its id header.\n" +
-		"Measured on the same process, after its drain.\n\n")
-	header()
-	row("offered", "%.0f", "", func(r *result) float64 { return float64(r.offered) })
-	row("achieved rate", "%.0f", "/s", func(r *result) float64 { return r.achieved })
-	row("fetched and matched", "%.0f", "", func(r *result) float64 { return float64(r.matched) })
-	row("p50", "%.1f", " ms", func(r *result) float64 { return msec(r.p50) })
-	row("p95", "%.1f", " ms", func(r *result) float64 { return msec(r.p95) })
-	row("**p99**", "%.1f", " ms", func(r *result) float64 { return msec(r.p99) })
-	row("max", "%.1f", " ms", func(r *result) float64 { return msec(r.max) })
-	row("CPU of the process (cores busy)", "%.3f", "", func(r *result) float64 { return r.rateCPU })
-	row("peak RSS (VmRSS sampled every 50 ms)", "%.0f", " MiB", func(r *result) float64 { return r.rateRSS })
-	row("confirmed position advanced (times)", "%.0f", "", func(r *result) float64 { return float64(r.rateMarks) })
-	row("median gap between advances (sampled every 50 ms: about 50 ms means at every sample)", "%.1f", " ms", func(r *result) float64 { return msec(r.markInterval) })
-	row("longest gap between advances", "%.1f", " ms", func(r *result) float64 { return msec(r.markIntervalHi) })
+	for k, rate := range o.rates {
+		pick := func(r *result) *result { return r.rates[k] }
+		w("\n### Latency at %d events/s for %s: commit returned to a consumer's fetch\n\n", rate, o.latencyFor)
+		w("%d writers, one event per transaction; a franz-go consumer at the topic's end matches each record by its id header.\n"+
+			"Measured on the same process, after its drain%s.\n\n", writersFor(rate), map[bool]string{true: " and the lower rates'"}[k > 0])
+		header()
+		row("offered", "%.0f", "", of(pick, func(r *result) float64 { return float64(r.offered) }))
+		row("achieved rate", "%.0f", "/s", of(pick, func(r *result) float64 { return r.achieved }))
+		row("fetched and matched", "%.0f", "", of(pick, func(r *result) float64 { return float64(r.matched) }))
+		row("p50", "%.1f", " ms", of(pick, func(r *result) float64 { return msec(r.p50) }))
+		row("p95", "%.1f", " ms", of(pick, func(r *result) float64 { return msec(r.p95) }))
+		row("**p99**", "%.1f", " ms", of(pick, func(r *result) float64 { return msec(r.p99) }))
+		row("max", "%.1f", " ms", of(pick, func(r *result) float64 { return msec(r.max) }))
+		row("**CPU of the process (cores busy)**", "%.3f", "", of(pick, func(r *result) float64 { return r.rateCPU }))
+		ratioRow("CPU / Ferry's", of(pick, func(r *result) float64 { return r.rateCPU }))
+		row("CPU per event", "%.0f", " µs", of(pick, func(r *result) float64 { return r.rateCPU / r.achieved * 1e6 }))
+		row("peak RSS (VmRSS sampled every 50 ms)", "%.0f", " MiB", of(pick, func(r *result) float64 { return r.rateRSS }))
+		row("confirmed position advanced (times)", "%.0f", "", of(pick, func(r *result) float64 { return float64(r.rateMarks) }))
+		row("median gap between advances (sampled every 50 ms: about 50 ms means at every sample)", "%.1f", " ms", of(pick, func(r *result) float64 { return msec(r.markInterval) }))
+		row("longest gap between advances", "%.1f", " ms", of(pick, func(r *result) float64 { return msec(r.markIntervalHi) }))
+	}
+
+	if o.onePerTx > 0 {
+		w("\n### Backlog drain: %d events written one per transaction, before a new start of the process\n\n", o.onePerTx)
+		w("After the latency phases each process is stopped, the backlog written (%d transactions, committed without waiting for each flush) and the process started again on the same slot, offsets and topic.\n\n", o.onePerTx)
+		drainTable(func(r *result) *result { return r.onePerTx })
+	}
 
 	w("\n### How each records its progress, and its settings\n\n")
 	for _, r := range rs {

@@ -84,23 +84,36 @@ func (p namedPeer) Settings() string { return "settings\n" }
 
 // Each figure is the median and range of the rounds, and each ratio to
 // Ferry's is taken within a round: in the second round both peers drained
-// half as fast, which leaves the ratio where it was.
+// half as fast, which leaves the ratio where it was. The same holds for
+// each fixed rate's CPU and for the one-event-per-transaction drain, each
+// in a table of its own.
 func TestReportGivesMediansAndRatiosPairedByRound(t *testing.T) {
 	t.Parallel()
 	ferry, other := namedPeer{name: "Ferry relay"}, namedPeer{name: "Other"}
 	res := func(p peer, inKafka time.Duration) *result {
-		return &result{peer: p, events: 1000, inKafka: inKafka, confirmed: inKafka, ready: 0}
+		k := float64(inKafka) / float64(time.Second) // the round's slowness
+		r := &result{peer: p, events: 1000, inKafka: inKafka, confirmed: inKafka, ready: 0}
+		for _, rate := range []int{1000, 5000} {
+			r.rates = append(r.rates, &result{peer: p, rate: rate, achieved: float64(rate), rateCPU: 0.01 * k * float64(rate) / 1000})
+		}
+		r.onePerTx = &result{peer: p, events: 500, inKafka: 2 * inKafka, confirmed: 2 * inKafka}
+		return r
 	}
 	rounds := [][]*result{
 		{res(ferry, 1*time.Second), res(other, 5*time.Second)},
 		{res(ferry, 2*time.Second), res(other, 10*time.Second)},
 		{res(ferry, 1*time.Second), res(other, 6*time.Second)},
 	}
-	md := markdown(rounds, opts{events: 1000, rate: 10, latencyFor: time.Second}, nil, nil, time.Now(), time.Second, "")
+	md := markdown(rounds, opts{events: 1000, onePerTx: 500, rates: []int{1000, 5000}, latencyFor: time.Second}, nil, nil, time.Now(), time.Second, "")
 	for _, want := range []string{
 		"| whole backlog in Kafka, after process start | 1.00 (1.00–2.00) s | 6.00 (5.00–10.00) s |",
 		"| drain time / Ferry's, from start (how many times faster Ferry drains) | **1.00** | **5.00 (5.00–6.00)** |",
 		"median (min–max) of 3 rounds",
+		"### Latency at 5000 events/s for 1s",
+		"| **CPU of the process (cores busy)** | 0.050 (0.050–0.100) | 0.300 (0.250–0.500) |",
+		"| CPU / Ferry's | **1.00** | **5.00 (5.00–6.00)** |",
+		"### Backlog drain: 500 events written one per transaction",
+		"| whole backlog in Kafka, after process start | 2.00 (2.00–4.00) s | 12.00 (10.00–20.00) s |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -65,8 +65,8 @@ func (w *watermillPeer) run(ctx context.Context, verb string, extra ...string) *
 	return exec.CommandContext(ctx, w.b.watermill, args...)
 }
 
-func (w *watermillPeer) WriteBacklog(ctx context.Context, n int) error {
-	args := []string{"-events", strconv.Itoa(n)}
+func (w *watermillPeer) WriteBacklog(ctx context.Context, n, perTx int) error {
+	args := []string{"-events", strconv.Itoa(n), "-per-tx", strconv.Itoa(perTx)}
 	if w.b.rabbit != nil {
 		args = append(args, "-shard-keys", shardKeys())
 	}
@@ -117,7 +117,7 @@ func (w *watermillPeer) Confirmed(ctx context.Context) (string, bool, error) {
 // Offer runs the binary's writer, which prints "<uuid> <unix ns>" when each
 // event's commit returned.
 func (w *watermillPeer) Offer(ctx context.Context, rate int, dur time.Duration, committed func(string, time.Time)) error {
-	cmd := w.run(ctx, "write", "-rate", strconv.Itoa(rate), "-for", dur.String())
+	cmd := w.run(ctx, "write", "-rate", strconv.Itoa(rate), "-writers", strconv.Itoa(writersFor(rate)), "-for", dur.String())
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

@@ -10,6 +10,7 @@
 // headers) through Watermill's publisher.
 //
 //	watermill-peer backlog  -db URL -forwarder-topic T -topic DEST -events N   write a backlog, one transaction
+//	watermill-peer backlog  ... -per-tx K                                      in transactions of K events
 //	watermill-peer forward  -db URL -brokers B -forwarder-topic T              run the forwarder until SIGTERM; "ready" on stdout once it polls
 //	watermill-peer forward  -db URL -amqp-url U -forwarder-topic T             the same to RabbitMQ with watermill-amqp (password in FERRY_RABBITMQ_PASSWORD)
 //	watermill-peer backlog  ... -shard-keys K0,K1,...                          for RabbitMQ: aggregate agg-i goes with routing key Ki (see amqpTopic)
@@ -75,8 +76,10 @@ func main() {
 	fwdTopic := fs.String("forwarder-topic", "", "the forwarder's SQL topic (table watermill_<topic>)")
 	topic := fs.String("topic", "", "the Kafka topic the events are forwarded to")
 	events := fs.Int("events", 200_000, "backlog size")
+	perTx := fs.Int("per-tx", 0, "backlog in transactions of this many events (0: one transaction)")
 	payload := fs.Int("payload", 200, "payload bytes per event")
 	rate := fs.Int("rate", 1000, "events per second offered by write")
+	writers := fs.Int("writers", 4, "writers of write, each at rate/writers")
 	dur := fs.Duration("for", 15*time.Second, "how long write offers events")
 	amqpURL := fs.String("amqp-url", "", "forward to RabbitMQ at this amqp://user@host:port/vhost (password in FERRY_RABBITMQ_PASSWORD) instead of Kafka")
 	shardKeys := fs.String("shard-keys", "", "backlog for RabbitMQ: the routing key of aggregate agg-i is the i-th of these, comma-separated")
@@ -89,11 +92,11 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "backlog":
-		err = backlog(ctx, *db, *fwdTopic, *topic, *events, *payload, keys)
+		err = backlog(ctx, *db, *fwdTopic, *topic, *events, *perTx, *payload, keys)
 	case "forward":
 		err = forward(ctx, *db, *brokers, *amqpURL, *fwdTopic)
 	case "write":
-		err = write(ctx, *db, *fwdTopic, *topic, *rate, *dur, *payload)
+		err = write(ctx, *db, *fwdTopic, *topic, *rate, *writers, *dur, *payload)
 	case "versions":
 		err = versions()
 	case "settings":
@@ -161,7 +164,7 @@ func newSubscriber(pool *pgxpool.Pool) (*wsql.Subscriber, error) {
 	}, watermill.NopLogger{})
 }
 
-func backlog(ctx context.Context, db, fwdTopic, topic string, events, payload int, keys []string) error {
+func backlog(ctx context.Context, db, fwdTopic, topic string, events, perTx, payload int, keys []string) error {
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		return err
@@ -169,6 +172,25 @@ func backlog(ctx context.Context, db, fwdTopic, topic string, events, payload in
 	defer pool.Close()
 	if err := initSchema(pool, fwdTopic); err != nil {
 		return fmt.Errorf("initialize watermill schema: %w", err)
+	}
+	if perTx > 0 && perTx < events && keys == nil {
+		// Transactions of perTx, as the other peers' shaped backlog,
+		// committed without waiting for each flush.
+		for i := 0; i < events; i += perTx {
+			msgs := make([]*message.Message, 0, perTx)
+			for j := i; j < min(i+perTx, events); j++ {
+				msgs = append(msgs, newMessage(payload, "agg-"+strconv.Itoa(j%1000)))
+			}
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+					return err
+				}
+				return publishTx(tx, fwdTopic, topic, msgs...)
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	// One transaction, as the other peers' backlog; Watermill's insert
 	// takes a message per row of a multi-row INSERT, so it is sent in
@@ -300,14 +322,14 @@ func kafkaPublisher(brokers string) (message.Publisher, error) {
 // write offers rate events per second for dur from four writers, each
 // event in a transaction of its own, and prints each message's uuid and
 // the time its commit returned.
-func write(ctx context.Context, db, fwdTopic, topic string, rate int, dur time.Duration, payload int) error {
+func write(ctx context.Context, db, fwdTopic, topic string, rate, writers int, dur time.Duration, payload int) error {
 	pool, err := pgxpool.New(ctx, db)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	const writers = 4
-	interval := time.Duration(float64(time.Second) * writers / float64(rate))
+	writers = max(writers, 1)
+	interval := time.Duration(float64(time.Second) * float64(writers) / float64(rate))
 	var (
 		mu       sync.Mutex
 		firstErr error
