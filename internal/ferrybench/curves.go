@@ -286,23 +286,14 @@ func (r *relayCurves) point(ctx context.Context, b backlog, extra ...string) (p 
 func (r *relayCurves) writeBacklog(ctx context.Context, b backlog) error {
 	payload := make([]byte, b.payload)
 	_, _ = rand.Read(payload)
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
+	if _, err := r.pool.Exec(ctx, `TRUNCATE curves_payload`); err != nil {
 		return err
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `TRUNCATE curves_payload`); err != nil {
+	if _, err := r.pool.Exec(ctx, `INSERT INTO curves_payload VALUES ($1)`, payload); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, `INSERT INTO curves_payload VALUES ($1)`, payload); err != nil {
-		return err
-	}
-	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
-		return err
-	}
-	defer func() { _, _ = conn.Exec(context.Background(), `RESET synchronous_commit`) }()
 	txs := (b.events + b.perTx - 1) / b.perTx
-	_, err = conn.Exec(ctx, fmt.Sprintf(`DO $$
+	return ferrytest.ExecUnflushed(ctx, r.pool, fmt.Sprintf(`DO $$
 DECLARE p bytea := (SELECT p FROM curves_payload);
 BEGIN
 	FOR t IN 0 .. %d LOOP
@@ -312,7 +303,6 @@ BEGIN
 		COMMIT;
 	END LOOP;
 END $$`, txs-1, b.topics, b.perTx, b.perTx, b.events))
-	return err
 }
 
 // relayColumns and relayRow are the relay sweeps' table, after the swept

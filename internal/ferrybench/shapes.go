@@ -173,17 +173,7 @@ func writeBacklog(ctx context.Context, pool *pgxpool.Pool, b outboxEvents) error
 		END $$`); err != nil {
 		return err
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
-		return err
-	}
-	defer func() { _, _ = conn.Exec(context.Background(), `RESET synchronous_commit`) }()
-	_, err = conn.Exec(ctx, `CALL bench_backlog($1, $2, $3, $4, $5, $6)`, b.n, b.perTx, b.payload, b.aggregateType, b.keyPrefix, b.keys)
-	return err
+	return ferrytest.ExecUnflushed(ctx, pool, `CALL bench_backlog($1, $2, $3, $4, $5, $6)`, b.n, b.perTx, b.payload, b.aggregateType, b.keyPrefix, b.keys)
 }
 
 func shapesMarkdown(o shapesOpts, rs []*shapeResult) string {

@@ -368,3 +368,21 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// ExecUnflushed runs sql on one connection of pool with synchronous_commit
+// off, so that a benchmark's backlog of many small transactions commits
+// without waiting for each flush, and sets it back before the connection
+// returns to the pool.
+func ExecUnflushed(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), `RESET synchronous_commit`) }()
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}

@@ -180,17 +180,7 @@ func (o *outboxDB) writeShaped(ctx context.Context, n, perTx, payload int) error
 		END $$`); err != nil {
 		return err
 	}
-	conn, err := o.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
-		return err
-	}
-	defer func() { _, _ = conn.Exec(context.Background(), `RESET synchronous_commit`) }()
-	_, err = conn.Exec(ctx, `CALL peers_backlog($1, $2, $3)`, n, perTx, payload)
-	return err
+	return ferrytest.ExecUnflushed(ctx, o.pool, `CALL peers_backlog($1, $2, $3)`, n, perTx, payload)
 }
 
 func (o *outboxDB) confirmed(ctx context.Context) (string, bool, error) {
