@@ -18,7 +18,12 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/ferryhq/ferry/internal/kafkaauth"
+	"github.com/ferryhq/ferry/internal/rawsock"
 )
+
+// kafkaDialTimeout bounds a connection's dial and TLS handshake, as
+// franz-go's own dialer does by default (kgo.DialTimeout).
+const kafkaDialTimeout = 10 * time.Second
 
 // SASL mechanisms accepted by Kafka.SASLMechanism.
 const (
@@ -133,13 +138,17 @@ func (k *Kafka) Opts(logger *slog.Logger) ([]kgo.Opt, error) {
 	if k.ClientID != "" {
 		opts = append(opts, kgo.ClientID(k.ClientID))
 	}
+	var tc *tls.Config
 	if k.TLS {
-		tc, err := k.tlsConfig()
-		if err != nil {
+		var err error
+		if tc, err = k.tlsConfig(); err != nil {
 			return nil, err
 		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
+	// Sockets read and written by raw system calls: the process's wake-ups
+	// for Kafka's responses do not wake the Go runtime's monitor thread
+	// (internal/rawsock). TLS, when on, runs above them.
+	opts = append(opts, kgo.Dialer(rawsock.Dialer(kafkaDialTimeout, tc)))
 	if o := kafkaauth.SASL(k.SASLMechanism, k.SASLUsername, k.SASLPassword); o != nil {
 		opts = append(opts, o)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ferryhq/ferry/internal/rawsock"
 )
 
 // Dial wraps dial: the connection's socket calls read (when not nil) for
@@ -28,7 +30,7 @@ func Dial(dial pgconn.DialFunc, window time.Duration, read func()) pgconn.DialFu
 		if err != nil {
 			return nil, err
 		}
-		conn := &Conn{Conn: c, read: read, window: max(window, 0)}
+		conn := &Conn{Conn: rawsock.Wrap(c), read: read, window: max(window, 0)}
 		if sc, ok := c.(syscall.Conn); ok && window > 0 {
 			if raw, err := sc.SyscallConn(); err == nil {
 				conn.raw = raw
@@ -178,9 +180,7 @@ func (c *Conn) lowat(n int) {
 	if c.raw == nil {
 		return
 	}
-	_ = c.raw.Control(func(fd uintptr) {
-		_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n)
-	})
+	_ = rawsock.Setsockopt(c.raw, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n)
 }
 
 // nextWait is the wait after the socket was emptied at now: as long as the
