@@ -26,6 +26,7 @@ type shapesOpts struct {
 	payload   int
 	relayArgs []string
 	relayEnv  []string
+	relayBin  string
 	label     string
 }
 
@@ -45,6 +46,7 @@ func runShapes(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	fs.IntVar(&o.payload, "payload", 200, "payload bytes per event")
 	relayArgs := fs.String("relay-args", "", "extra arguments of the relay's run command, space-separated")
 	relayEnv := fs.String("relay-env", "", "extra environment of the relay process, space-separated NAME=VALUE (e.g. GOMAXPROCS=2)")
+	fs.StringVar(&o.relayBin, "relay-bin", "", "relay binary to run (default: built from this tree)")
 	fs.StringVar(&o.label, "label", "", "names this configuration in the output")
 	_ = fs.Parse(args)
 	for _, f := range strings.Split(*shapes, ",") {
@@ -60,9 +62,12 @@ func runShapes(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	o.relayArgs, o.relayEnv = strings.Fields(*relayArgs), strings.Fields(*relayEnv)
 	return withEnv(func(e *env) error {
 		e.environ = append(e.environ, o.relayEnv...)
-		bin, err := e.build("github.com/ferryhq/ferry/cmd/relay", "relay")
-		if err != nil {
-			return err
+		bin := o.relayBin
+		if bin == "" {
+			var err error
+			if bin, err = e.build("github.com/ferryhq/ferry/cmd/relay", "relay"); err != nil {
+				return err
+			}
 		}
 		var rs []*shapeResult
 		for _, k := range o.shapes {
