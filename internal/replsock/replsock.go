@@ -8,6 +8,7 @@ package replsock
 import (
 	"context"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -155,6 +156,12 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if c.buf == nil {
 		c.buf = make([]byte, readSize)
 	}
+	// Before the socket is read again, the goroutines that the last read's
+	// messages made runnable (the producer's, sending what was decoded)
+	// run: on one P the reader would otherwise keep it while the stream
+	// flows, and they would send only when it stops (its in-flight window
+	// full), while the walsender waits on a full socket.
+	runtime.Gosched()
 	n, err := c.Conn.Read(c.buf)
 	if n > 0 {
 		if c.read != nil {
