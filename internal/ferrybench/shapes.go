@@ -16,9 +16,10 @@ import (
 
 // shapesOpts is `ferrybench shapes`: the relay's drain of a backlog
 // written in transactions of each shape, against the walsender's own bound
-// for that shape (walsenderOnce: the walsender streaming the same WAL with
-// the same plugin options to a client that reads as the relay does, in
-// batches, and discards every change), in the same rounds.
+// in that drain (its share of the drain on a core), and beside a client
+// that streams the same WAL with the same plugin options, reads as the
+// relay does, in batches, and discards every change (walsenderOnce), in
+// the same rounds.
 type shapesOpts struct {
 	events    int
 	shapes    []int
@@ -33,8 +34,10 @@ type shapesOpts struct {
 // shapeResult is one shape's rounds.
 type shapeResult struct {
 	perTx                int
-	walsender, relay     samples // events/s
-	ratio                samples // relay / walsender, paired per round
+	walsender, relay     samples // events/s: the discarding client's drain, the relay's
+	ratio                samples // relay / the discarding client, paired per round
+	own                  samples // relay / the walsender's own bound: its share of the drain on a core
+	noCore, neither      samples // the rest of the walsender's time in the relay's drain: runnable without a core; neither
 	relayCost, relayBusy samples // µs of relay CPU per event, its share of a core
 }
 
@@ -42,7 +45,7 @@ func runShapes(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	var o shapesOpts
 	fs.IntVar(&o.events, "events", 100_000, "backlog of each shape, in events")
 	shapes := fs.String("shapes", "1,3,10,100,1000", "events per transaction of each backlog")
-	fs.IntVar(&o.runs, "runs", 3, "rounds of each shape: the walsender's bound, then the relay, each on a slot of its own made before the backlog")
+	fs.IntVar(&o.runs, "runs", 3, "rounds of each shape: the discarding client, then the relay, each on a slot of its own made before the backlog")
 	fs.IntVar(&o.payload, "payload", 200, "payload bytes per event")
 	relayArgs := fs.String("relay-args", "", "extra arguments of the relay's run command, space-separated")
 	relayEnv := fs.String("relay-env", "", "extra environment of the relay process, space-separated NAME=VALUE (e.g. GOMAXPROCS=2)")
@@ -129,13 +132,15 @@ func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx in
 		wsRate, relayRate := float64(o.events)/ws.elapsed.Seconds(), float64(o.events)/d.elapsed.Seconds()
 		r.walsender, r.relay = append(r.walsender, wsRate), append(r.relay, relayRate)
 		r.ratio = append(r.ratio, relayRate/wsRate)
+		on, noCore, neither := d.walsenderTime()
+		r.own, r.noCore, r.neither = append(r.own, on), append(r.noCore, noCore), append(r.neither, neither)
 		r.relayBusy = append(r.relayBusy, w.busy)
 		r.relayCost = append(r.relayCost, w.busy*d.elapsed.Seconds()/float64(o.events)*1e6)
 		dOn, dNo, dNeither := pct(d.walsenderTime)
 		wOn, wNo, wNeither := pct(ws.walsenderTime)
-		log("%d events per transaction, round %d: walsender's bound %.0f events/s, relay %.0f (%.2f of it; relay %.0f%% of a core, its threads runnable without one %.0f ms/s, held by its window %.0f%% of the time; "+
-			"per 1000 events: %.0f socket reads, %.0f WAL messages, %.0f produce requests; its walsender on a core / waiting for one / neither %.0f/%.0f/%.0f%%, %.1f µs per event; the bound's %.0f/%.0f/%.0f%%, %.1f µs)",
-			perTx, i+1, wsRate, relayRate, relayRate/wsRate, w.busy*100, w.noCore*1000, w.held()*100,
+		log("%d events per transaction, round %d: discarding client %.0f events/s, relay %.0f (%.2f of it, %.2f of the walsender's own bound; relay %.0f%% of a core, its threads runnable without one %.0f ms/s, held by its window %.0f%% of the time; "+
+			"per 1000 events: %.0f socket reads, %.0f WAL messages, %.0f produce requests; its walsender on a core / waiting for one / neither %.0f/%.0f/%.0f%%, %.1f µs per event; the client's %.0f/%.0f/%.0f%%, %.1f µs)",
+			perTx, i+1, wsRate, relayRate, relayRate/wsRate, on, w.busy*100, w.noCore*1000, w.held()*100,
 			w.counts.reads/float64(o.events)*1000, w.counts.wal/float64(o.events)*1000, w.counts.produces/float64(o.events)*1000,
 			dOn, dNo, dNeither, d.cpu/float64(o.events)*1e6, wOn, wNo, wNeither, ws.cpu/float64(o.events)*1e6)
 	}
@@ -191,11 +196,15 @@ func shapesMarkdown(o shapesOpts, rs []*shapeResult) string {
 		config = o.label + ": " + config
 	}
 	fmt.Fprintf(&b, "#### Drain by transaction shape: %s; %d events of %d-byte payloads per shape, 4 partitions; median (min–max) of %d rounds\n\n", config, o.events, o.payload, o.runs)
-	b.WriteString("Each round drains the same backlog twice, from slots made before it: the walsender's bound (the walsender streaming with the relay's plugin options to a client that reads as the relay does, in batches behind the same read window, discards every change and confirms as the relay does), then the relay into Kafka as a real process. Both are timed from their start until the slot confirmed the backlog's end. The ratio is paired within a round.\n\n")
-	b.WriteString("| events per transaction | walsender's bound, events/s | relay, events/s | relay / bound | relay CPU per event | relay's share of a core |\n|---|---|---|---|---|---|\n")
+	b.WriteString("Each round drains the same backlog twice, from slots made before it: a client that reads as the relay does (in batches, behind the same read window), discards every change and confirms as the relay does, then the relay into Kafka as a real process. Both are timed from their start until the slot confirmed the backlog's end. " +
+		"The walsender's own bound is what it would have streamed in the relay's drain had it been on a core all the time it streamed, at the CPU per event it spent there: the relay's drain over it is the walsender's share of that time on a core (`/proc/PID/schedstat`), and no client can pass it. " +
+		"The rest of its time it was runnable but waiting for a core (the relay, the broker and the other processes held both), or neither (its socket full: waiting on the relay; or on WAL or I/O). " +
+		"The discarding client is not a bound: the walsender spends less per event when its client reads later, in larger batches, so either can come out ahead. Ratios are paired within a round.\n\n")
+	b.WriteString("| events per transaction | relay, events/s | **relay / the walsender's own bound** | its walsender runnable without a core / neither | relay CPU per event | relay's share of a core | discarding client, events/s | relay / discarding client |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %d | %s | %s | **%s** | %s µs | %s |\n", r.perTx, r.walsender.Format("%.0f"), r.relay.Format("%.0f"),
-			r.ratio.Format("%.2f"), r.relayCost.Format("%.1f"), r.relayBusy.Format("%.2f"))
+		fmt.Fprintf(&b, "| %d | %s | **%s** | %s / %s%% | %s µs | %s | %s | %s |\n", r.perTx, r.relay.Format("%.0f"), r.own.Format("%.2f"),
+			scale(r.noCore, 100).Format("%.0f"), scale(r.neither, 100).Format("%.0f"),
+			r.relayCost.Format("%.1f"), r.relayBusy.Format("%.2f"), r.walsender.Format("%.0f"), r.ratio.Format("%.2f"))
 	}
 	for _, r := range rs {
 		if r.perTx != 1 || len(r.relay) < 2 {
