@@ -392,7 +392,7 @@ func latencyRun(ctx context.Context, e *env, relayBin string, o *latencyOpts) (*
 	cores := markCores([]procGroup{
 		{"relay", []int{p.cmd.Process.Pid}},
 		{"its walsender", []int{walsender}},
-		{"Kafka broker", []int{brokerPID()}},
+		{"Kafka broker", []int{ferrytest.KafkaBrokerPID()}},
 		{"PostgreSQL's other processes (the writers' and the worker's backends, WAL writer, checkpointer, ...)", postgresPids(walsender)},
 		{fmt.Sprintf("this bench process (%d writers, the plain consumer, the worker)", o.writers), []int{os.Getpid()}},
 	})

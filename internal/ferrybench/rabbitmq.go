@@ -56,21 +56,6 @@ func rabbitConn() (rabbitmq.Conn, error) {
 
 var rabbitNames = rabbitmq.Names{URL: ferrytest.EnvRabbitMQURL, Password: ferrytest.EnvRabbitMQPassword}
 
-// rabbitPID is the stack's RabbitMQ node (beam.smp), from the pid file
-// scripts/stack keeps; 0 when it is not known.
-func rabbitPID() int {
-	f := os.Getenv(ferrytest.EnvRabbitMQPIDFile)
-	if f == "" {
-		return 0
-	}
-	b, err := os.ReadFile(f)
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
-}
-
 // selfCPU is this process's CPU seconds, user and system.
 func selfCPU() float64 {
 	var ru syscall.Rusage

@@ -769,7 +769,7 @@ type cpuMark struct{ busy, all, broker, rabbit float64 }
 
 func markCPU() cpuMark {
 	busy, all, _ := procs.MachineCPU()
-	return cpuMark{busy: busy, all: all, broker: cpuSeconds(brokerPID()), rabbit: cpuSeconds(rabbitPID())}
+	return cpuMark{busy: busy, all: all, broker: cpuSeconds(ferrytest.KafkaBrokerPID()), rabbit: cpuSeconds(ferrytest.RabbitMQPID())}
 }
 
 // since is the machine's share busy since m (over all cores) and the
@@ -786,17 +786,6 @@ func (m cpuMark) sinceAll() (box, kafka, rabbit float64) {
 		box = (n.busy - m.busy) / (n.all - m.all)
 	}
 	return box, n.broker - m.broker, n.rabbit - m.rabbit
-}
-
-// brokerPID is the stack's Kafka broker (cluster A), from the pid file
-// scripts/stack keeps; 0 when it is not known.
-func brokerPID() int {
-	b, err := os.ReadFile(filepath.Join(os.Getenv("FERRY_STACK_DIR"), "kafka", "kafka.pid"))
-	if err != nil || os.Getenv("FERRY_STACK_DIR") == "" {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
 }
 
 // perEvent turns shares of a core into CPU microseconds per event at the

@@ -10,6 +10,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/internal/procs"
 )
 
 // opts are the sizes of one run.
@@ -37,6 +40,7 @@ type result struct {
 	achieved                     float64 // events/s
 	p50, p95, p99, max           time.Duration
 	rateCPU, rateRSS             float64       // CPU seconds per second, peak VmRSS (MiB) at the fixed rate
+	brokerCPU                    float64       // the Kafka broker's CPU seconds per second at the fixed rate (what this peer's producer costs it)
 	rateMarks                    int           // advances seen at the fixed rate
 	markInterval, markIntervalHi time.Duration // median and longest gap between advances at the fixed rate
 
@@ -252,6 +256,8 @@ func fixedRate(ctx context.Context, b *bench, p peer, proc *process, o opts, r *
 		sampled <- err
 	}()
 
+	broker := ferrytest.KafkaBrokerPID()
+	broker0, _ := procs.CPUSeconds(broker)
 	cpu0, err := proc.cpuSeconds()
 	if err != nil {
 		stopSampler()
@@ -275,6 +281,7 @@ func fixedRate(ctx context.Context, b *bench, p peer, proc *process, o opts, r *
 		time.Sleep(100 * time.Millisecond)
 	}
 	cpu1, cpuErr := proc.cpuSeconds()
+	broker1, _ := procs.CPUSeconds(broker)
 	elapsed := time.Since(start)
 	stopSampler()
 	if err := errors.Join(offerErr, cpuErr, <-sampled); err != nil {
@@ -296,6 +303,9 @@ func fixedRate(ctx context.Context, b *bench, p peer, proc *process, o opts, r *
 		r.p50, r.p95, r.p99, r.max = lat[n*50/100], lat[n*95/100], lat[n*99/100], lat[n-1]
 	}
 	r.rateCPU = (cpu1 - cpu0) / elapsed.Seconds()
+	if broker > 0 {
+		r.brokerCPU = (broker1 - broker0) / elapsed.Seconds()
+	}
 	r.rateRSS = rss
 	r.rateMarks = len(m.times)
 	var gaps []time.Duration

@@ -122,7 +122,7 @@ func measureRabbit(ctx context.Context, b *bench, p peer, o opts) (*rabbitResult
 	if err := p.WriteBacklog(ctx, o.events, o.events); err != nil {
 		return nil, fmt.Errorf("%s: backlog: %w", p.Name(), err)
 	}
-	brokerPID := rabbitPID()
+	brokerPID := ferrytest.RabbitMQPID()
 	broker0, _ := procs.CPUSeconds(brokerPID)
 	proc, err := p.Start(ctx)
 	if err != nil {
@@ -168,17 +168,6 @@ func measureRabbit(ctx context.Context, b *bench, p peer, o opts) (*rabbitResult
 		p.Name(), r.ready.Round(time.Millisecond), r.confirmed.Round(time.Millisecond), float64(o.events)/r.confirmed.Seconds(),
 		r.cpu/float64(o.events)*1e6, r.queued)
 	return r, nil
-}
-
-// rabbitPID is the stack's RabbitMQ node, from its pid file; 0 when not
-// known.
-func rabbitPID() int {
-	b, err := os.ReadFile(os.Getenv(ferrytest.EnvRabbitMQPIDFile))
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
 }
 
 // rabbitMarkdown is the RabbitMQ peers' section.

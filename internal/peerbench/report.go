@@ -212,6 +212,8 @@ func markdown(rounds [][]*result, o opts, vs, mach [][2]string, started time.Tim
 		row("**CPU of the process (cores busy)**", "%.3f", "", of(pick, func(r *result) float64 { return r.rateCPU }))
 		ratioRow("CPU / Ferry's", of(pick, func(r *result) float64 { return r.rateCPU }))
 		row("CPU per event", "%.0f", " µs", of(pick, func(r *result) float64 { return r.rateCPU / r.achieved * 1e6 }))
+		row("the Kafka broker's CPU meanwhile (cores busy: what the peer's producer costs it, plus the consumer's fetches)", "%.3f", "", of(pick, func(r *result) float64 { return r.brokerCPU }))
+		ratioRow("broker CPU / with Ferry's", of(pick, func(r *result) float64 { return r.brokerCPU }))
 		row("peak RSS (VmRSS sampled every 50 ms)", "%.0f", " MiB", of(pick, func(r *result) float64 { return r.rateRSS }))
 		row("confirmed position advanced (times)", "%.0f", "", of(pick, func(r *result) float64 { return float64(r.rateMarks) }))
 		row("median gap between advances (sampled every 50 ms: about 50 ms means at every sample)", "%.1f", " ms", of(pick, func(r *result) float64 { return msec(r.markInterval) }))

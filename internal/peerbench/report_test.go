@@ -85,7 +85,8 @@ func (p namedPeer) Settings() string { return "settings\n" }
 // Each figure is the median and range of the rounds, and each ratio to
 // Ferry's is taken within a round: in the second round both peers drained
 // half as fast, which leaves the ratio where it was. The same holds for
-// each fixed rate's CPU and for the one-event-per-transaction drain, each
+// each fixed rate's CPU, its own and the broker's, and for the
+// one-event-per-transaction drain, each
 // in a table of its own.
 func TestReportGivesMediansAndRatiosPairedByRound(t *testing.T) {
 	t.Parallel()
@@ -94,7 +95,8 @@ func TestReportGivesMediansAndRatiosPairedByRound(t *testing.T) {
 		k := float64(inKafka) / float64(time.Second) // the round's slowness
 		r := &result{peer: p, events: 1000, inKafka: inKafka, confirmed: inKafka, ready: 0}
 		for _, rate := range []int{1000, 5000} {
-			r.rates = append(r.rates, &result{peer: p, rate: rate, achieved: float64(rate), rateCPU: 0.01 * k * float64(rate) / 1000})
+			r.rates = append(r.rates, &result{peer: p, rate: rate, achieved: float64(rate), rateCPU: 0.01 * k * float64(rate) / 1000,
+				brokerCPU: 0.1 * k})
 		}
 		r.onePerTx = &result{peer: p, events: 500, inKafka: 2 * inKafka, confirmed: 2 * inKafka}
 		return r
@@ -112,6 +114,7 @@ func TestReportGivesMediansAndRatiosPairedByRound(t *testing.T) {
 		"### Latency at 5000 events/s for 1s",
 		"| **CPU of the process (cores busy)** | 0.050 (0.050–0.100) | 0.300 (0.250–0.500) |",
 		"| CPU / Ferry's | **1.00** | **5.00 (5.00–6.00)** |",
+		"| broker CPU / with Ferry's | **1.00** | **5.00 (5.00–6.00)** |",
 		"### Backlog drain: 500 events written one per transaction",
 		"| whole backlog in Kafka, after process start | 2.00 (2.00–4.00) s | 12.00 (10.00–20.00) s |",
 	} {
