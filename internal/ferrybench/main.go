@@ -161,6 +161,9 @@ func main() {
 		curveFlags()
 		rabbitFlags()
 		migrationFlags()
+		var so shapesOpts
+		shapesParsed := shapesFlags(fs, &so, "shapes-")
+		withShapes := fs.Bool("shapes", true, "drain backlogs of 1 to 1,000 events per transaction against the walsender's own bound (a few minutes)")
 		withRabbit := fs.Bool("rabbitmq", true, "measure the relay and the worker on RabbitMQ next to their ceilings (about three minutes)")
 		curves := fs.Bool("curves", true, "measure how cost grows (a few minutes; charts into bench/ beside -out)")
 		e2eRates := fs.String("e2e-rates", "250,500,1000", "offered rates (events/s) of the end-to-end latency runs, with a Ferry worker; empty skips them")
@@ -192,9 +195,14 @@ func main() {
 			rop = &rabbit
 		}
 		mo.payload, mo.batch = ro.payload, wo.batch
+		var sop *shapesOpts
+		if *withShapes && err == nil {
+			err = shapesParsed()
+			sop = &so
+		}
 		if err == nil {
 			err = withEnv(func(e *env) error {
-				return benchAll(ctx, e, ro, wo, writerEvents, cop, rop, mo, e2eOpts{rates, *e2eRuns}, *out)
+				return benchAll(ctx, e, ro, wo, writerEvents, cop, rop, mo, sop, e2eOpts{rates, *e2eRuns}, *out)
 			})
 		}
 	default:
@@ -265,7 +273,7 @@ func writerMarkdown(ws []writerResult, drain float64) string {
 
 // benchAll runs every benchmark and writes the report; co nil skips the
 // curves, rbo nil RabbitMQ.
-func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, rbo *rabbitOpts, mo migrationOpts, eo e2eOpts, out string) error {
+func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEvents int, co *curveOpts, rbo *rabbitOpts, mo migrationOpts, so *shapesOpts, eo e2eOpts, out string) error {
 	pool, err := pgxpool.New(ctx, e.admin)
 	if err != nil {
 		return err
@@ -284,6 +292,14 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 	wr, err := benchWorkers(ctx, e, wo)
 	if err != nil {
 		return err
+	}
+	var shapesMD string
+	if so != nil {
+		md, err := benchShapes(ctx, e, *so)
+		if err != nil {
+			return fmt.Errorf("shapes: %w", err)
+		}
+		shapesMD = "\n## Drain by transaction shape\n\nThe relay's drain of backlogs written one to 1,000 events per transaction (`go run ./internal/ferrybench shapes`), against the walsender's own bound in each drain.\n\n" + md
 	}
 	var rabbitMD string
 	if rbo != nil {
@@ -321,6 +337,7 @@ func benchAll(ctx context.Context, e *env, ro relayOpts, wo workerOpts, writerEv
 		"the walsender streaming the same WAL with the same options to PostgreSQL's own client, `pg_recvlogical`, writing to `/dev/null` (the path the relay reads, with nothing downstream),\n"+
 		"sampled in turn with the relay; and, as second lines, PostgreSQL decoding the same WAL server-side (peek) and franz-go producing the same records with nothing upstream.\n\n")
 	b.WriteString(rr.markdown())
+	b.WriteString(shapesMD)
 	fmt.Fprintf(&b, "\n## Worker\n\nThe worker (in-process `inbox.Worker`) from Kafka to committed inbox row plus effect, next to the same SQL statements\n"+
 		"sent straight to PostgreSQL by as many clients as the worker's concurrency, sampled in turn with the worker from the same table state.\n\n")
 	b.WriteString(workerMarkdown(wr))

@@ -43,46 +43,67 @@ type shapeResult struct {
 
 func runShapes(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	var o shapesOpts
-	fs.IntVar(&o.events, "events", 100_000, "backlog of each shape, in events")
-	shapes := fs.String("shapes", "1,3,10,100,1000", "events per transaction of each backlog")
-	fs.IntVar(&o.runs, "runs", 3, "rounds of each shape: the discarding client, then the relay, each on a slot of its own made before the backlog")
-	fs.IntVar(&o.payload, "payload", 200, "payload bytes per event")
+	parsed := shapesFlags(fs, &o, "")
 	relayArgs := fs.String("relay-args", "", "extra arguments of the relay's run command, space-separated")
 	relayEnv := fs.String("relay-env", "", "extra environment of the relay process, space-separated NAME=VALUE (e.g. GOMAXPROCS=2)")
 	fs.StringVar(&o.relayBin, "relay-bin", "", "relay binary to run (default: built from this tree)")
 	fs.StringVar(&o.label, "label", "", "names this configuration in the output")
 	_ = fs.Parse(args)
-	for _, f := range strings.Split(*shapes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("-shapes: %q is not a positive number of events per transaction", f)
-		}
-		o.shapes = append(o.shapes, n)
-	}
-	if o.runs < 1 || o.events < 1 {
-		return fmt.Errorf("-runs %d, -events %d: want at least 1 of each", o.runs, o.events)
+	if err := parsed(); err != nil {
+		return err
 	}
 	o.relayArgs, o.relayEnv = strings.Fields(*relayArgs), strings.Fields(*relayEnv)
 	return withEnv(func(e *env) error {
 		e.environ = append(e.environ, o.relayEnv...)
-		bin := o.relayBin
-		if bin == "" {
-			var err error
-			if bin, err = e.build("github.com/ferryhq/ferry/cmd/relay", "relay"); err != nil {
-				return err
-			}
-		}
-		var rs []*shapeResult
-		for _, k := range o.shapes {
-			r, err := shapeRounds(ctx, e, bin, o, k)
-			if err != nil {
-				return fmt.Errorf("%d events per transaction: %w", k, err)
-			}
-			rs = append(rs, r)
-		}
-		fmt.Print(shapesMarkdown(o, rs))
-		return nil
+		md, err := benchShapes(ctx, e, o)
+		fmt.Print(md)
+		return err
 	})
+}
+
+// shapesFlags registers the sizes of the shapes benchmark, each flag's
+// name after prefix (`all` runs it as part of make bench with "shapes-");
+// the function it returns checks them once the flags are parsed.
+func shapesFlags(fs *flag.FlagSet, o *shapesOpts, prefix string) func() error {
+	fs.IntVar(&o.events, prefix+"events", 100_000, "backlog of each shape, in events")
+	shapes := fs.String(prefix+"shapes", "1,3,10,100,1000", "events per transaction of each backlog")
+	fs.IntVar(&o.runs, prefix+"runs", 3, "rounds of each shape: the discarding client, then the relay, each on a slot of its own made before the backlog")
+	fs.IntVar(&o.payload, prefix+"payload", 200, "payload bytes per event")
+	return func() error {
+		o.shapes = nil
+		for _, f := range strings.Split(*shapes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("-%sshapes: %q is not a positive number of events per transaction", prefix, f)
+			}
+			o.shapes = append(o.shapes, n)
+		}
+		if o.runs < 1 || o.events < 1 {
+			return fmt.Errorf("-%sruns %d, -%sevents %d: want at least 1 of each", prefix, o.runs, prefix, o.events)
+		}
+		return nil
+	}
+}
+
+// benchShapes drains each shape's backlog o.runs times and returns its
+// table.
+func benchShapes(ctx context.Context, e *env, o shapesOpts) (string, error) {
+	bin := o.relayBin
+	if bin == "" {
+		var err error
+		if bin, err = e.build("github.com/ferryhq/ferry/cmd/relay", "relay"); err != nil {
+			return "", err
+		}
+	}
+	var rs []*shapeResult
+	for _, k := range o.shapes {
+		r, err := shapeRounds(ctx, e, bin, o, k)
+		if err != nil {
+			return "", fmt.Errorf("%d events per transaction: %w", k, err)
+		}
+		rs = append(rs, r)
+	}
+	return shapesMarkdown(o, rs), nil
 }
 
 // shapeRounds writes a backlog of o.events in transactions of perTx
