@@ -64,6 +64,16 @@ func TestFaultRabbitConsumerTimeoutRedelivers(t *testing.T) {
 	t.Logf("channel closed by the broker %s after the start", time.Since(started).Round(100*time.Millisecond))
 	close(release)
 	b.waitEffects(want)
+	// The effects are all there once the held handler commits, but the
+	// broker requeued what the closed channel held, and the worker takes
+	// it again only after its reconnect backoff: wait for that before the
+	// stop, which leaves unacknowledged whatever it has not taken yet.
+	for w.Stats().Redelivered == 0 || b.queued() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the requeued deliveries were not taken again and acknowledged: stats %+v, %d queued", w.Stats(), b.queued())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
