@@ -97,6 +97,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 			r, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&b[n])), uintptr(len(b)-n), syscall.MSG_NOSIGNAL, 0, 0)
 			switch e {
 			case 0:
+				if r == 0 {
+					errno = syscall.EIO // no progress and no error: do not spin
+					return true
+				}
 				n += int(r)
 			case syscall.EINTR:
 			case syscall.EAGAIN:
@@ -143,14 +147,19 @@ func Setsockopt(raw syscall.RawConn, level, opt, value int) error {
 // DialFunc is the shape of net.Dialer.DialContext, kgo.Dialer's argument.
 type DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// Dialer dials with a net.Dialer of the given timeout (none when 0) and
-// wraps the connection; with tlsConfig, TLS runs above the wrapped socket
+// Dialer dials within the given timeout (none when 0), the TLS handshake
+// included, and wraps the connection; with tlsConfig, TLS runs above the wrapped socket
 // (its ServerName, when empty, is the address's host), as franz-go's
 // kgo.DialTLSConfig would dial it.
 func Dialer(timeout time.Duration, tlsConfig *tls.Config) DialFunc {
-	d := &net.Dialer{Timeout: timeout}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
+		if timeout > 0 {
+			// One bound for the dial and the handshake, as tls.Dialer's.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
