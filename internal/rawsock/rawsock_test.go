@@ -106,11 +106,10 @@ func TestDeadlinesAndBrokenPeersFailAsTheNetPackages(t *testing.T) {
 	s.(*net.TCPConn).SetLinger(0) // close with a reset
 	s.Close()
 	var werr error
-	for range 100 {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if _, werr = c.Write([]byte("after the reset")); werr != nil {
 			break
 		}
-		time.Sleep(time.Millisecond)
 	}
 	var op *net.OpError
 	if !errors.As(werr, &op) || op.Op != "write" {
