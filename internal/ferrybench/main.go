@@ -219,7 +219,11 @@ func withEnv(f func(*env) error) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(e.dir)
+	if os.Getenv("FERRYBENCH_KEEP") == "" { // set: keep the relays' logs, and say where
+		defer os.RemoveAll(e.dir)
+	} else {
+		log("keeping the scratch directory %s", e.dir)
+	}
 	return f(e)
 }
 

@@ -60,6 +60,7 @@ func run(ctx context.Context) error {
 	flag.StringVar(&b.java, "java", "java", "the java command for Kafka Connect")
 	jvm := flag.String("jvm-opts", "-Xms256m -Xmx2g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true",
 		"JVM options of Kafka Connect (connect-standalone.sh's heap and kafka-run-class.sh's performance options)")
+	ferryArgs := flag.String("ferry-args", "", "more flags of Ferry's `relay run`, space-separated (e.g. \"--read-window 10ms\")")
 	flag.StringVar(&b.watermill, "watermill-bin", "", "the watermill-peer binary (bench/peers/watermill; scripts/bench-peers builds it)")
 	out := flag.String("out", "", "write the section between the bench-peers markers of this file (docs/benchmarks.md)")
 	runs := flag.Int("runs", 3, "rounds of every peer in turn; each figure is the median (min–max) of the rounds, each ratio paired within a round")
@@ -79,6 +80,7 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-runs %d: at least 1", *runs)
 	}
 	b.jvmOpts = strings.Fields(*jvm)
+	b.relayArgs = strings.Fields(*ferryArgs)
 
 	var rabbit *rabbitTarget
 	if *withRabbit {

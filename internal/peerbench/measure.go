@@ -316,7 +316,7 @@ func fixedRate(ctx context.Context, b *bench, p peer, proc *process, o opts, r *
 		slices.Sort(gaps)
 		r.markInterval, r.markIntervalHi = gaps[len(gaps)/2], gaps[len(gaps)-1]
 	}
-	log("%s: %d events at %.0f/s, commit to fetch p50 %s p99 %s max %s", p.Name(), r.offered, r.achieved,
-		r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), r.max.Round(100*time.Microsecond))
+	log("%s: %d events at %.0f/s, commit to fetch p50 %s p99 %s max %s; CPU %.3f of a core, the broker's %.3f", p.Name(), r.offered, r.achieved,
+		r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), r.max.Round(100*time.Microsecond), r.rateCPU, r.brokerCPU)
 	return nil
 }

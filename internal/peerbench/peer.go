@@ -61,6 +61,7 @@ type bench struct {
 	payload       int
 	partitions    int32
 	relayBin      string
+	relayArgs     []string // more flags of the relay's run command
 	java          string
 	debeziumLib   string
 	debeziumLog4j string
