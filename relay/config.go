@@ -192,8 +192,9 @@ type Config struct {
 	QuarantineOrder QuarantineOrder
 
 	// KafkaOpts configure the franz-go producer: seed brokers, TLS, SASL.
-	// The relay adds its own producer settings after them. Required unless
-	// Sink is set.
+	// The relay adds its own producer settings after them. Batches go
+	// uncompressed unless they choose a codec (kgo.ProducerBatchCompression;
+	// `relay run --kafka-compression`). Required unless Sink is set.
 	KafkaOpts []kgo.Opt
 
 	// RabbitMQ makes the relay publish to RabbitMQ instead of Kafka (see

@@ -276,3 +276,36 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A relay whose KafkaOpts choose no codec sends its batches uncompressed
+// (franz-go's own default would be snappy), and one that chooses a codec
+// gets it: the relay's default comes before the caller's options.
+func TestBatchesGoUncompressedUnlessKafkaOptsChooseACodec(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		opts []kgo.Opt
+		want uint8 // the record batch's compression attribute
+	}{{"default", nil, 0}, {"lz4", []kgo.Opt{kgo.ProducerBatchCompression(kgo.Lz4Compression())}, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			topic := b.topic(t, "order", 1)
+			cfg := b.cfg
+			cfg.KafkaOpts = append(append([]kgo.Opt{}, cfg.KafkaOpts...), c.opts...)
+			b.start(t, cfg)
+			// A payload a codec shrinks: franz-go sends a batch compressed
+			// only when that makes it smaller.
+			ev := evt("order", "a", 1)
+			ev.Payload = bytes.Repeat([]byte(`{"ferry":1}`), 200)
+			ids := b.write(t, ev)
+			got := consume(t, []string{topic}, ids, 30*time.Second, 0)
+			if n := len(got.records); n != 1 {
+				t.Fatalf("fetched %d records, want 1", n)
+			}
+			if a := got.records[0].Attrs.CompressionType(); a != c.want {
+				t.Errorf("the batch arrived with codec %d, want %d", a, c.want)
+			}
+		})
+	}
+}

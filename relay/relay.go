@@ -325,9 +325,13 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 
 // producerOpts are the caller's Kafka options plus the relay's own:
 // idempotent acks=all production (franz-go's default) that retries forever,
-// into a buffer that never blocks.
+// into a buffer that never blocks. Before them, no compression, which the
+// caller's options may replace: franz-go's own default is snappy, which at
+// a few records per batch costs the broker more than it saves (see
+// cli.CompressionDefault).
 func (r *Relay) producerOpts() []kgo.Opt {
-	return append(append([]kgo.Opt{}, r.cfg.KafkaOpts...), r.producerOptsOwn()...)
+	opts := []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}
+	return append(append(opts, r.cfg.KafkaOpts...), r.producerOptsOwn()...)
 }
 
 // producerOptsOwn are the relay's own producer options, for every channel

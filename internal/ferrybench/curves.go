@@ -182,7 +182,7 @@ func newRelayCurves(ctx context.Context, e *env) (*relayCurves, error) {
 
 // backlog is the shape of the events a relay point drains: events in
 // transactions of perTx, payload random bytes each (neither TOAST's pglz
-// nor the producer's snappy can shrink them), spread over topics topics of
+// nor a producer's codec can shrink them), spread over topics topics of
 // partitions partitions (aggregate type t0, t1, ...), on 1,000 aggregates.
 type backlog struct {
 	events, perTx, payload, topics, partitions int

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ferryhq/ferry/internal/cli"
 )
 
 // debeziumPeer is Debezium's PostgreSQL connector with its outbox
@@ -36,7 +38,7 @@ var (
 		{"offset.flush.interval.ms", "1000"},
 		{"producer.linger.ms", "5"},
 		{"producer.batch.size", "262144"},
-		{"producer.compression.type", "snappy"},
+		{"producer.compression.type", cli.CompressionDefault}, // Ferry's (and Connect's own): the broker's CPU is compared
 	}
 )
 

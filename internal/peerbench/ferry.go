@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryhq/ferry/internal/cli"
 	"github.com/ferryhq/ferry/outbox"
 	"github.com/ferryhq/ferry/relay"
 )
@@ -51,7 +52,7 @@ func (f *ferryPeer) Start(ctx context.Context) (*process, error) {
 	} else {
 		env = append(env, "FERRY_KAFKA_BROKERS="+strings.Join(f.b.brokers, ","))
 	}
-	return startProcess(filepath.Join(f.b.dir, "ferry-relay.log"), env, f.b.relayBin, args...)
+	return startProcess(filepath.Join(f.b.dir, "ferry-relay.log"), env, f.b.relayBin, append(args, f.b.relayArgs...)...)
 }
 
 // Ready is the relay's readiness probe: it streams and Kafka takes the topic.
@@ -83,8 +84,8 @@ func (f *ferryPeer) Settings() string {
 			relay.RabbitMQShardsDefault, relay.RabbitMQChannelsDefault, relay.MaxInFlightRecordsDefault)
 	}
 	return fmt.Sprintf("relay run --slot %s --topic-template %s --http-addr ADDR --log-format json\n"+
-		"every other setting at its default: --max-in-flight %d, --status-interval %s, --read-window %s, GOMAXPROCS 1; producer: acks=all, no linger, "+
-		"franz-go's default compression (snappy)\n", f.db.slot, f.topicTemplate(), relay.MaxInFlightRecordsDefault, relay.StatusIntervalDefault, relay.ReadWindowDefault)
+		"every other setting at its default: --max-in-flight %d, --status-interval %s, --read-window %s, --kafka-compression %s, GOMAXPROCS 1; producer: acks=all, no linger\n",
+		f.db.slot, f.topicTemplate(), relay.MaxInFlightRecordsDefault, relay.StatusIntervalDefault, relay.ReadWindowDefault, cli.CompressionDefault)
 }
 
 func (f *ferryPeer) Marks() string {
