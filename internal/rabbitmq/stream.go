@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -33,15 +34,18 @@ const streamCloseWait = 2 * time.Second
 // a stream others write to is best read on a connection of its own,
 // closed with a deadline.
 func ReadStreamFrom(ctx context.Context, conn *amqp.Connection, stream string, offset any, idle time.Duration, fn func(*amqp.Delivery) bool) error {
-	// The consume of a stream was once answered with INTERNAL_ERROR (541)
-	// in make test's race run (a controller reading the report stream
-	// that parallel tests' workers write), and not again alone: the
-	// broker closes the channel then, before any delivery, so the read
-	// starts again on a new one, a few times.
+	// The consume of a stream was answered, in make test's race runs (a
+	// controller reading the report stream that parallel tests' workers
+	// write), with INTERNAL_ERROR (541) once, and once with
+	// PRECONDITION_FAILED (406) "does not have a replica on the local
+	// node": the broker had no running member of the stream on the node
+	// at that moment (its coordinator starts and restarts members apart
+	// from the declare). Neither came again alone. The broker closes the
+	// channel then, before any delivery, so the read starts again on a new
+	// one, a few times.
 	for attempt := 1; ; attempt++ {
 		err := readStreamFrom(ctx, conn, stream, offset, idle, fn)
-		var ae *amqp.Error
-		if !errors.As(err, &ae) || ae.Code != amqp.InternalError || attempt == streamConsumeAttempts || ctx.Err() != nil {
+		if !streamConsumeTransient(err) || attempt == streamConsumeAttempts || ctx.Err() != nil {
 			return err
 		}
 		select {
@@ -53,8 +57,22 @@ func ReadStreamFrom(ctx context.Context, conn *amqp.Connection, stream string, o
 }
 
 // streamConsumeAttempts bounds the reads of a stream whose consume the
-// broker answered with INTERNAL_ERROR.
-const streamConsumeAttempts = 4
+// broker refused for a moment (streamConsumeTransient): about 5 s of
+// waits in all.
+const streamConsumeAttempts = 7
+
+// streamConsumeTransient reports whether err is a refusal of a stream's
+// consume that a new channel may not meet: INTERNAL_ERROR, or no member of
+// the stream running on the node for now. On a cluster whose stream has
+// no replica on the node at all, the last attempt's error says so.
+func streamConsumeTransient(err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.Code == amqp.InternalError ||
+		ae.Code == amqp.PreconditionFailed && strings.Contains(ae.Reason, "does not have a replica on the local node")
+}
 
 // readStreamFrom is one read of ReadStreamFrom. Its only *amqp.Error
 // returns come before any delivery (the qos and the consume).
