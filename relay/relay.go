@@ -325,13 +325,17 @@ func (r *Relay) connect(ctx context.Context, log *slog.Logger) (*pgxpool.Pool, e
 
 // producerOpts are the caller's Kafka options plus the relay's own:
 // idempotent acks=all production (franz-go's default) that retries forever,
-// into a buffer that never blocks. Before them, no compression, which the
-// caller's options may replace: franz-go's own default is snappy, which at
-// a few records per batch costs the broker more than it saves (see
-// cli.CompressionDefault).
+// into a buffer that never blocks.
 func (r *Relay) producerOpts() []kgo.Opt {
-	opts := []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}
-	return append(append(opts, r.cfg.KafkaOpts...), r.producerOptsOwn()...)
+	return append(uncompressedUnlessChosen(r.cfg.KafkaOpts), r.producerOptsOwn()...)
+}
+
+// uncompressedUnlessChosen is opts after no compression, which opts may
+// replace with a codec: franz-go's own default is snappy, which at a few
+// records per batch costs the broker more than it saves (see
+// cli.CompressionDefault). Every Kafka channel the relay writes gets it.
+func uncompressedUnlessChosen(opts []kgo.Opt) []kgo.Opt {
+	return append([]kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}, opts...)
 }
 
 // producerOptsOwn are the relay's own producer options, for every channel

@@ -371,9 +371,7 @@ func (r *Relay) newChannelSink(p migration.Plan, log *slog.Logger) (closingSink,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrFatal, err)
 	}
-	// Uncompressed, as the relay's own channel by default (producerOpts).
-	opts = append([]kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}, opts...)
-	ks, err := newKafkaSink(append(opts, r.producerOptsOwn()...), r.cfg.TopicConfigRefresh, log)
+	ks, err := newKafkaSink(append(uncompressedUnlessChosen(opts), r.producerOptsOwn()...), r.cfg.TopicConfigRefresh, log)
 	if err != nil {
 		return nil, fmt.Errorf("relay: kafka client of the new channel of plan %q: %w", p.Name, err)
 	}
