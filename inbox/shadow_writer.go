@@ -1,8 +1,10 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,11 +30,14 @@ type shadowItem struct {
 	row dbsqlc.InboxCopyInsertParams
 }
 
-// shadowBatch bounds one transaction; shadowQueue the shadows waiting,
-// beyond which lanes wait (back-pressure).
+// shadowWriters record shadows side by side (one alone fell behind the
+// lanes applying messages: a backend among theirs, one transaction at a
+// time), shadowBatch bounds one transaction; shadowQueue the shadows
+// waiting, beyond which lanes wait (back-pressure).
 const (
-	shadowBatch = 500
-	shadowQueue = 4 * shadowBatch
+	shadowWriters = 2
+	shadowBatch   = 500
+	shadowQueue   = 4 * shadowBatch
 )
 
 func newShadowWriter(w *Worker) *shadowWriter {
@@ -80,24 +85,8 @@ func (s *shadowWriter) run(ctx context.Context) {
 // write records batch in one transaction, retrying until it commits;
 // false when ctx ended first.
 func (s *shadowWriter) write(ctx context.Context, batch []shadowItem) bool {
+	rows := shadowRows(batch)
 	for failures := 1; ; failures++ {
-		var rows dbsqlc.InboxShadowInsertManyParams
-		for _, it := range batch {
-			r := &it.row
-			rows.Consumers = append(rows.Consumers, r.Consumer)
-			rows.MessageIds = append(rows.MessageIds, r.MessageID)
-			rows.Plans = append(rows.Plans, r.Plan)
-			rows.Sides = append(rows.Sides, r.Side)
-			rows.Epochs = append(rows.Epochs, r.Epoch)
-			rows.Digests = append(rows.Digests, r.Digest)
-			rows.ReceivedAts = append(rows.ReceivedAts, r.ReceivedAt)
-			rows.Topics = append(rows.Topics, r.Topic.String)
-			rows.Partitions = append(rows.Partitions, r.Partition.Int32)
-			rows.RecordOffsets = append(rows.RecordOffsets, r.RecordOffset.Int64)
-			rows.RecordKeys = append(rows.RecordKeys, r.RecordKey)
-			rows.RecordValues = append(rows.RecordValues, r.RecordValue)
-			rows.RecordHeaders = append(rows.RecordHeaders, r.RecordHeaders)
-		}
 		err := pgx.BeginFunc(ctx, s.w.cfg.DB, func(tx pgx.Tx) error {
 			return s.w.queries.InboxShadowInsertMany(ctx, tx, rows)
 		})
@@ -114,4 +103,34 @@ func (s *shadowWriter) write(ctx context.Context, batch []shadowItem) bool {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// shadowRows is batch as InboxShadowInsertMany's arrays, in the order of
+// the copies' keys: the writers' transactions then lock the keys they share
+// (a shadow brought again while its first delivery waits in the queue) in
+// one order, and never wait on each other in a cycle.
+func shadowRows(batch []shadowItem) dbsqlc.InboxShadowInsertManyParams {
+	batch = slices.Clone(batch)
+	slices.SortFunc(batch, func(a, b shadowItem) int {
+		return cmp.Or(cmp.Compare(a.row.Consumer, b.row.Consumer), cmp.Compare(a.row.MessageID, b.row.MessageID),
+			cmp.Compare(a.row.Side, b.row.Side))
+	})
+	var rows dbsqlc.InboxShadowInsertManyParams
+	for _, it := range batch {
+		r := &it.row
+		rows.Consumers = append(rows.Consumers, r.Consumer)
+		rows.MessageIds = append(rows.MessageIds, r.MessageID)
+		rows.Plans = append(rows.Plans, r.Plan)
+		rows.Sides = append(rows.Sides, r.Side)
+		rows.Epochs = append(rows.Epochs, r.Epoch)
+		rows.Digests = append(rows.Digests, r.Digest)
+		rows.ReceivedAts = append(rows.ReceivedAts, r.ReceivedAt)
+		rows.Topics = append(rows.Topics, r.Topic.String)
+		rows.Partitions = append(rows.Partitions, r.Partition.Int32)
+		rows.RecordOffsets = append(rows.RecordOffsets, r.RecordOffset.Int64)
+		rows.RecordKeys = append(rows.RecordKeys, r.RecordKey)
+		rows.RecordValues = append(rows.RecordValues, r.RecordValue)
+		rows.RecordHeaders = append(rows.RecordHeaders, r.RecordHeaders)
+	}
+	return rows
 }

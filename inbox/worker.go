@@ -385,7 +385,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Before the groups start: their first fetch may hold shadow copies,
 	// which the partitions hand to w.shadows.
 	w.shadows = newShadowWriter(w)
-	wg.Go(func() { w.shadows.run(ctx) })
+	for range shadowWriters {
+		wg.Go(func() { w.shadows.run(ctx) })
+	}
 	wg.Go(func() { w.reachability(ctx) })
 	for _, g := range groups {
 		wg.Go(func() { g.run(ctx) })

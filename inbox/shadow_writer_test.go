@@ -1,0 +1,87 @@
+package inbox
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/ferrytest"
+)
+
+// Two shadow writers record batches that share copies (a shadow brought
+// again, after a revoke, while its first delivery still waits in the
+// queue) without waiting on each other in a cycle: each transaction takes
+// the copies' keys in one order, so neither is chosen as a deadlock's
+// victim and retried, and every copy is recorded once.
+func TestShadowWritersSharingCopiesNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	db := ferrytest.NewMigratedDB(t)
+	ctx := ferrytest.Context(t, 2*time.Minute)
+	var logs syncBuffer
+	w := &Worker{queries: dbsqlc.New()}
+	w.cfg.DB = db.Pool
+	w.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	w.cfg.RetryBackoff, w.cfg.RetryBackoffMax = time.Millisecond, 10*time.Millisecond
+	s := newShadowWriter(w)
+	const n = shadowBatch
+	for round := range 10 {
+		var batch []shadowItem
+		for i := range n {
+			batch = append(batch, shadowItem{row: dbsqlc.InboxCopyInsertParams{Consumer: "c", MessageID: fmt.Sprintf("r%d-m%04d", round, i),
+				Plan: "move", Side: "new", Role: "shadow", Epoch: 1, Digest: []byte{1}, ReceivedAt: time.Now(),
+				Topic: pgtype.Text{String: "t", Valid: true}, Partition: pgtype.Int4{Valid: true}, RecordOffset: pgtype.Int8{Int64: int64(i), Valid: true},
+				RecordValue: []byte("v"), RecordHeaders: []byte("[]")}})
+		}
+		reversed := slices.Clone(batch)
+		slices.Reverse(reversed)
+		var wg sync.WaitGroup
+		for _, b := range [][]shadowItem{batch, reversed} {
+			wg.Go(func() {
+				if !s.write(ctx, b) {
+					t.Error("a shadow writer stopped before its batch was recorded")
+				}
+			})
+		}
+		wg.Wait()
+	}
+	var recorded int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ferry_inbox_copy WHERE consumer = 'c' AND role = 'shadow'`).Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if recorded != 10*n {
+		t.Fatalf("%d shadow copies recorded, want %d", recorded, 10*n)
+	}
+	if logs.Len() > 0 {
+		t.Fatalf("a shadow writer had to retry:\n%s", logs.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
