@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -24,7 +23,7 @@ func TestShadowWritersSharingCopiesNeverDeadlock(t *testing.T) {
 	t.Parallel()
 	db := ferrytest.NewMigratedDB(t)
 	ctx := ferrytest.Context(t, 2*time.Minute)
-	var logs syncBuffer
+	var logs ferrytest.Buffer
 	w := &Worker{queries: dbsqlc.New()}
 	w.cfg.DB = db.Pool
 	w.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -58,30 +57,7 @@ func TestShadowWritersSharingCopiesNeverDeadlock(t *testing.T) {
 	if recorded != 10*n {
 		t.Fatalf("%d shadow copies recorded, want %d", recorded, 10*n)
 	}
-	if logs.Len() > 0 {
+	if logs.String() != "" {
 		t.Fatalf("a shadow writer had to retry:\n%s", logs.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
