@@ -105,12 +105,12 @@ func (s *shadowWriter) write(ctx context.Context, batch []shadowItem) bool {
 	}
 }
 
-// shadowRows is batch as InboxShadowInsertMany's arrays, in the order of
-// the copies' keys: the writers' transactions then lock the keys they share
-// (a shadow brought again while its first delivery waits in the queue) in
-// one order, and never wait on each other in a cycle.
+// shadowRows sorts batch by the copies' keys (what order its caller holds
+// them in does not matter) and returns it as InboxShadowInsertMany's
+// arrays: the writers' transactions then lock the keys they share (a shadow
+// brought again while its first delivery waits in the queue) in one order,
+// and never wait on each other in a cycle.
 func shadowRows(batch []shadowItem) dbsqlc.InboxShadowInsertManyParams {
-	batch = slices.Clone(batch)
 	slices.SortFunc(batch, func(a, b shadowItem) int {
 		return cmp.Or(cmp.Compare(a.row.Consumer, b.row.Consumer), cmp.Compare(a.row.MessageID, b.row.MessageID),
 			cmp.Compare(a.row.Side, b.row.Side))
