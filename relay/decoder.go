@@ -395,3 +395,46 @@ func simpleString(d []byte, p int) (s []byte, next int, ok bool) {
 	}
 	return s, p + 2 + end, true
 }
+
+// pgEpochMicros is PostgreSQL's epoch, 2000-01-01 UTC, in microseconds
+// since the Unix epoch: its timestamps count from it.
+const pgEpochMicros = 946684800 * 1_000_000
+
+var (
+	errShortXLogData = errors.New("truncated XLogData message")
+	errShortBegin    = errors.New("truncated pgoutput Begin message")
+	errShortCommit   = errors.New("truncated pgoutput Commit message")
+)
+
+// decodeXLogData decodes an XLogData message (after its 'w': WAL start,
+// server WAL end, server time, WAL data) in place: the WAL data is msg's,
+// and the server's clock is not read.
+func decodeXLogData(msg []byte) (start pglogrepl.LSN, wal []byte, err error) {
+	if len(msg) < 24 {
+		return 0, nil, errShortXLogData
+	}
+	return pglogrepl.LSN(binary.BigEndian.Uint64(msg[0:8])), msg[24:], nil
+}
+
+// decodeBegin decodes a pgoutput Begin message ('B', final LSN, commit
+// time, xid) without allocating, as pglogrepl.Parse would.
+func decodeBegin(msg []byte) (final pglogrepl.LSN, commit time.Time, err error) {
+	if len(msg) < 21 {
+		return 0, time.Time{}, errShortBegin
+	}
+	return pglogrepl.LSN(binary.BigEndian.Uint64(msg[1:9])), pgTime(msg[9:17]), nil
+}
+
+// decodeCommit decodes a pgoutput Commit message ('C', flags, commit LSN,
+// transaction end LSN, commit time) without allocating.
+func decodeCommit(msg []byte) (end pglogrepl.LSN, commit time.Time, err error) {
+	if len(msg) < 26 {
+		return 0, time.Time{}, errShortCommit
+	}
+	return pglogrepl.LSN(binary.BigEndian.Uint64(msg[10:18])), pgTime(msg[18:26]), nil
+}
+
+// pgTime reads a PostgreSQL timestamp (microseconds since its epoch).
+func pgTime(b []byte) time.Time {
+	return time.UnixMicro(int64(binary.BigEndian.Uint64(b)) + pgEpochMicros)
+}

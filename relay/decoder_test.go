@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"testing"
@@ -138,5 +139,62 @@ func TestRelationWithoutRequiredColumnIsFatal(t *testing.T) {
 		Columns: []*pglogrepl.RelationMessageColumn{{Name: "id"}}})
 	if !errors.Is(err, ErrFatal) {
 		t.Fatalf("add = %v, want a fatal error naming the missing column", err)
+	}
+}
+
+// The in-place decoders of the messages every transaction brings read what
+// pglogrepl's parsers read, and refuse what is cut short.
+func TestDecodeBeginCommitXLogDataMatchPglogrepl(t *testing.T) {
+	for _, us := range []int64{0, 1, -1, 818_000_000_123_456, -946_684_800_000_000, 1 << 50} {
+		lsn := uint64(0x16_B374_D848 + us&0xffff)
+		begin := binary.BigEndian.AppendUint64([]byte{'B'}, lsn)
+		begin = binary.BigEndian.AppendUint64(begin, uint64(us))
+		begin = binary.BigEndian.AppendUint32(begin, 7421)
+		want, err := pglogrepl.Parse(begin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		final, commit, err := decodeBegin(begin)
+		if b := want.(*pglogrepl.BeginMessage); err != nil || final != b.FinalLSN || !commit.Equal(b.CommitTime) {
+			t.Errorf("Begin at %d µs: %s %s %v, pglogrepl %s %s", us, final, commit, err, b.FinalLSN, b.CommitTime)
+		}
+
+		cm := binary.BigEndian.AppendUint64([]byte{'C', 0}, lsn-40)
+		cm = binary.BigEndian.AppendUint64(cm, lsn)
+		cm = binary.BigEndian.AppendUint64(cm, uint64(us))
+		want, err = pglogrepl.Parse(cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, commit, err := decodeCommit(cm)
+		if c := want.(*pglogrepl.CommitMessage); err != nil || end != c.TransactionEndLSN || !commit.Equal(c.CommitTime) {
+			t.Errorf("Commit at %d µs: %s %s %v, pglogrepl %s %s", us, end, commit, err, c.TransactionEndLSN, c.CommitTime)
+		}
+
+		xld := binary.BigEndian.AppendUint64(nil, lsn)
+		xld = binary.BigEndian.AppendUint64(xld, lsn+100)
+		xld = binary.BigEndian.AppendUint64(xld, uint64(us))
+		xld = append(xld, begin...)
+		wantX, err := pglogrepl.ParseXLogData(xld)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start, wal, err := decodeXLogData(xld)
+		if err != nil || start != wantX.WALStart || !bytes.Equal(wal, wantX.WALData) {
+			t.Errorf("XLogData: %s %x %v, pglogrepl %s %x", start, wal, err, wantX.WALStart, wantX.WALData)
+		}
+
+		for _, c := range []struct {
+			msg    []byte
+			decode func([]byte) error
+		}{
+			{begin, func(b []byte) error { _, _, err := decodeBegin(b); return err }},
+			{cm, func(b []byte) error { _, _, err := decodeCommit(b); return err }},
+			{xld[:24], func(b []byte) error { _, _, err := decodeXLogData(b); return err }},
+		} {
+			if err := c.decode(c.msg[:len(c.msg)-1]); err == nil {
+				t.Errorf("%q cut short by a byte decoded without an error", c.msg[0])
+			}
+		}
 	}
 }

@@ -68,7 +68,10 @@ type Relay struct {
 const connectTimeoutDefault = 10 * time.Second
 
 // heartbeat records that Run's loops are making progress (see Healthy).
-func (r *Relay) heartbeat() { r.beat.Store(time.Now().UnixNano()) }
+func (r *Relay) heartbeat() { r.heartbeatAt(time.Now()) }
+
+// heartbeatAt is heartbeat with the time its caller just read.
+func (r *Relay) heartbeatAt(now time.Time) { r.beat.Store(now.UnixNano()) }
 
 // Healthy returns nil unless Run's loops are wedged: no heartbeat for
 // Config.HealthTimeout. Every loop beats at least once per StatusInterval,

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,19 @@ import (
 // bounds what a crash publishes twice to the records in flight plus this
 // much throughput.
 const promptReport = 10 * time.Millisecond
+
+// deadlineSlack is how early the stream's read deadline may fall against
+// the one the loop asks for (see replsock.Conn.ReadDeadlineBy): a read ends
+// that much sooner at most, and the loop goes round once more.
+const deadlineSlack = time.Millisecond
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
 
 // errSlotBusy means another process streams from the slot: this relay is a
 // standby.
@@ -245,17 +259,23 @@ func (s *session) stream(ctx context.Context) error {
 	// path to it is gone.
 	heard := time.Now()
 	defer s.abandonPending()
+	// The socket beneath the stream, when it is one of replsock's (a
+	// library user's DialFunc may give another): the loop runs once per
+	// message, and takes the time of a message's arrival from the read that
+	// brought it rather than from the clock, and moves the read deadline
+	// once per deadlineSlack rather than per message.
+	sock := replsock.Of(s.conn.Conn())
 
 	for {
-		if s.pending == nil {
-			s.r.heartbeat() // a pending call beats as it goes (see pendingCall)
-		}
 		select {
 		case <-s.failed:
 			return s.failErr
 		default:
 		}
 		now := time.Now()
+		if s.pending == nil {
+			s.r.heartbeatAt(now) // a pending call beats as it goes (see pendingCall)
+		}
 		if ctx.Err() != nil && stopBy.IsZero() {
 			stopBy = now.Add(s.cfg.ShutdownTimeout)
 			s.log.Info("stopping: finishing the current transaction and waiting for " + s.r.broker() + "'s acknowledgements")
@@ -339,7 +359,11 @@ func (s *session) stream(ctx context.Context) error {
 		if silentUntil.Before(deadline) {
 			deadline = silentUntil
 		}
-		_ = s.conn.Conn().SetReadDeadline(deadline)
+		if sock != nil {
+			_ = sock.ReadDeadlineBy(deadline, deadlineSlack)
+		} else {
+			_ = s.conn.Conn().SetReadDeadline(deadline)
+		}
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) {
@@ -351,7 +375,13 @@ func (s *session) stream(ctx context.Context) error {
 			}
 			return fmt.Errorf("receive replication message: %w", err)
 		}
-		heard = time.Now()
+		if sock != nil {
+			// Not before a wait that set heard (a message read before
+			// it, taken after it, is no evidence of silence during it).
+			heard = later(heard, sock.ReadAt())
+		} else {
+			heard = time.Now()
+		}
 		s.heard = heard
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
@@ -399,27 +429,57 @@ func (s *session) handleCopyData(data []byte) (replyNow bool, err error) {
 		return ka.ReplyRequested, nil
 	case pglogrepl.XLogDataByteID:
 		s.r.metrics.walMessages.Inc()
-		// pgproto3 reuses the buffer on the next receive; decoded values
-		// must outlive it while their records are in flight.
-		buf := append([]byte(nil), data[1:]...)
-		xld, err := pglogrepl.ParseXLogData(buf)
+		start, wal, err := decodeXLogData(data[1:])
 		if err != nil {
-			return false, fmt.Errorf("parse XLogData: %w", err)
+			return false, err
 		}
-		if end := xld.WALStart + pglogrepl.LSN(len(xld.WALData)); end > s.received {
+		if end := start + pglogrepl.LSN(len(wal)); end > s.received {
 			s.received = end
 		}
-		return false, s.handleWAL(xld.WALData)
+		return false, s.handleWAL(wal)
 	}
 	return false, nil
 }
 
+// handleWAL processes one pgoutput message. data is pgproto3's buffer,
+// which the next receive reuses: what outlives this call (an insert's
+// values, in flight until acknowledged) is copied out of it.
 func (s *session) handleWAL(data []byte) error {
-	if len(data) > 0 && data[0] == byte(pglogrepl.MessageTypeInsert) {
+	if len(data) == 0 {
+		return errors.New("empty pgoutput message")
+	}
+	switch data[0] {
+	case byte(pglogrepl.MessageTypeBegin):
+		// Begin and Commit come with every transaction: decoded in place,
+		// without pglogrepl's allocations.
+		final, commit, err := decodeBegin(data)
+		if err != nil {
+			return err
+		}
+		s.open = s.tracker.begin()
+		s.openLSN, s.openCommit = final, commit
+		return nil
+	case byte(pglogrepl.MessageTypeCommit):
+		if s.open == nil {
+			return errors.New("commit without begin")
+		}
+		end, commit, err := decodeCommit(data)
+		if err != nil {
+			return err
+		}
+		s.r.metrics.commitToReceive.Observe(s.heard.Sub(commit).Seconds())
+		s.tracker.commit(s.open, end, commit)
+		if s.step != nil && s.step.tx == s.open {
+			s.step.end = end // reads no further until it applies
+		}
+		s.open = nil
+		return nil
+	case byte(pglogrepl.MessageTypeInsert):
 		// The hot path: decoded in place, without pglogrepl's allocations.
 		if s.open == nil {
 			return errors.New("insert outside a transaction")
 		}
+		data = bytes.Clone(data)
 		p := &inflight{Context: s.sctx}
 		ok, err := s.rels.decodeInsert(data, &p.row)
 		if err != nil {
@@ -435,27 +495,12 @@ func (s *session) handleWAL(data []byte) error {
 		}
 		return err
 	}
-	msg, err := pglogrepl.Parse(data)
+	msg, err := pglogrepl.Parse(bytes.Clone(data))
 	if err != nil {
 		return fmt.Errorf("parse pgoutput message: %w", err)
 	}
-	switch m := msg.(type) {
-	case *pglogrepl.RelationMessage:
+	if m, ok := msg.(*pglogrepl.RelationMessage); ok {
 		return s.rels.add(m)
-	case *pglogrepl.BeginMessage:
-		s.open = s.tracker.begin()
-		s.openLSN = m.FinalLSN
-		s.openCommit = m.CommitTime
-	case *pglogrepl.CommitMessage:
-		if s.open == nil {
-			return errors.New("commit without begin")
-		}
-		s.r.metrics.commitToReceive.Observe(s.heard.Sub(m.CommitTime).Seconds())
-		s.tracker.commit(s.open, m.TransactionEndLSN, m.CommitTime)
-		if s.step != nil && s.step.tx == s.open {
-			s.step.end = m.TransactionEndLSN // reads no further until it applies
-		}
-		s.open = nil
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ package replsock
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"runtime"
 	"sync/atomic"
@@ -98,6 +99,7 @@ type Conn struct {
 	since    time.Time     // when the socket was emptied before, for the rate
 	gathered int           // bytes read since then
 	deadline atomic.Int64  // the read deadline last set, in Unix nanoseconds; 0: none
+	readAt   atomic.Int64  // when a read last brought data, in Unix nanoseconds; 0: never
 	buf      []byte        // read from the socket, not yet taken: buf[next:filled]
 	next     int
 	filled   int
@@ -136,6 +138,40 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	return c.Conn.SetDeadline(t)
 }
 
+// Of returns the Conn beneath c: c itself, or the socket of its TLS; nil
+// when there is none.
+func Of(c net.Conn) *Conn {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	rc, _ := c.(*Conn)
+	return rc
+}
+
+// ReadAt is when the last read of the socket brought data: when everything
+// it brought arrived (the zero Time before the first). A reader taking
+// message after message from one read asks it instead of the clock.
+func (c *Conn) ReadAt() time.Time {
+	if ns := c.readAt.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// ReadDeadlineBy makes the read deadline t, or leaves the one set when it
+// falls at most slack before t: a deadline somewhat early only ends a read
+// sooner, and a reader that moves its deadline with every message (now plus
+// a constant) then updates the runtime's timer once per slack, not per
+// message. Concurrent SetDeadline and SetReadDeadline calls are seen.
+func (c *Conn) ReadDeadlineBy(t time.Time, slack time.Duration) error {
+	if set := c.deadline.Load(); set != 0 && !t.IsZero() {
+		if early := t.UnixNano() - set; early >= 0 && early <= int64(slack) {
+			return nil
+		}
+	}
+	return c.SetReadDeadline(t)
+}
+
 func (c *Conn) Read(b []byte) (int, error) {
 	if c.next < c.filled {
 		n := copy(b, c.buf[c.next:c.filled])
@@ -164,12 +200,14 @@ func (c *Conn) Read(b []byte) (int, error) {
 	runtime.Gosched()
 	n, err := c.Conn.Read(c.buf)
 	if n > 0 {
+		now := time.Now()
+		c.readAt.Store(now.UnixNano())
 		if c.read != nil {
 			c.read()
 		}
 		c.gathered += n
 		if n < len(c.buf) {
-			c.emptied = time.Now()
+			c.emptied = now
 			c.wait = c.nextWait(c.emptied)
 			c.since, c.gathered = c.emptied, 0
 		} else {
