@@ -33,6 +33,9 @@ func Dial(dial pgconn.DialFunc, window time.Duration, read func()) pgconn.DialFu
 			return nil, err
 		}
 		conn := &Conn{Conn: rawsock.Wrap(c), read: read, window: max(window, 0)}
+		if window > 0 {
+			conn.timer, _ = rawsock.NewTimer() // without one, time.Sleep
+		}
 		if sc, ok := c.(syscall.Conn); ok && window > 0 {
 			if raw, err := sc.SyscallConn(); err == nil {
 				conn.raw = raw
@@ -104,6 +107,7 @@ type Conn struct {
 	next     int
 	filled   int
 	raw      syscall.RawConn // the socket's descriptor, for its low-water mark; nil when it has none
+	timer    *rawsock.Timer  // what the wait after an emptying read sleeps on; nil: time.Sleep
 }
 
 // gatherBytes is what a wait lets the stream bring at most, at its rate;
@@ -185,7 +189,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 		if d := time.Until(until); d > 0 {
 			c.lowat(quietLowat)
-			time.Sleep(d)
+			c.sleep(d)
 			c.lowat(1)
 		}
 	}
@@ -221,6 +225,22 @@ func (c *Conn) Read(b []byte) (int, error) {
 // lowat sets the socket's receive low-water mark: below it, what arrives
 // wakes no reader nor poller. Best effort: a socket that has none (a Unix
 // socket ignores it) reads as before.
+// sleep waits d on the connection's timer: one wake-up, when it is due (a
+// Go timer's is two, the first early; see rawsock.Timer).
+func (c *Conn) sleep(d time.Duration) {
+	if c.timer == nil || c.timer.Sleep(d) != nil {
+		time.Sleep(d)
+	}
+}
+
+// Close closes the connection and its timer.
+func (c *Conn) Close() error {
+	if c.timer != nil {
+		c.timer.Close()
+	}
+	return c.Conn.Close()
+}
+
 func (c *Conn) lowat(n int) {
 	if c.raw == nil {
 		return
