@@ -188,20 +188,9 @@ func TestReadsAndWritesEnterNoSchedulerSystemCall(t *testing.T) {
 // the server's goroutine is the test's own and is not counted.
 func syscallsOfConnGoroutine(t *testing.T, r io.Reader) int {
 	t.Helper()
-	tr, err := xtrace.NewReader(r)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g xtrace.GoID = xtrace.NoGoroutine
 	n := 0
-	for {
-		ev, err := tr.ReadEvent()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachTraceEvent(t, r, func(ev xtrace.Event) {
 		switch ev.Kind() {
 		case xtrace.EventLog:
 			if l := ev.Log(); l.Category == "rawsock" && l.Message == "conn goroutine" {
@@ -210,17 +199,36 @@ func syscallsOfConnGoroutine(t *testing.T, r io.Reader) int {
 		case xtrace.EventStateTransition:
 			st := ev.StateTransition()
 			if g == xtrace.NoGoroutine || st.Resource.Kind != xtrace.ResourceGoroutine || st.Resource.Goroutine() != g {
-				continue
+				return
 			}
 			if _, to := st.Goroutine(); to == xtrace.GoSyscall {
 				n++
 			}
 		}
-	}
+	})
 	if g == xtrace.NoGoroutine {
 		t.Fatal("the trace has no marker of the connection's goroutine")
 	}
 	return n
+}
+
+// eachTraceEvent calls fn with each event of the runtime trace r.
+func eachTraceEvent(t *testing.T, r io.Reader, fn func(xtrace.Event)) {
+	t.Helper()
+	tr, err := xtrace.NewReader(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := tr.ReadEvent()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(ev)
+	}
 }
 
 // TLS dialed by Dialer runs above the raw socket: a handshake against a

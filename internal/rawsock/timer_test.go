@@ -97,19 +97,8 @@ func TestClosingATimerEndsItsSleep(t *testing.T) {
 // from idle to running between the markers "conn goroutine" and "slept".
 func procWakesWhileSleeping(t *testing.T, r io.Reader) int {
 	t.Helper()
-	tr, err := xtrace.NewReader(r)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counting, n := false, 0
-	for {
-		ev, err := tr.ReadEvent()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachTraceEvent(t, r, func(ev xtrace.Event) {
 		switch ev.Kind() {
 		case xtrace.EventLog:
 			if l := ev.Log(); l.Category == "rawsock" {
@@ -118,12 +107,12 @@ func procWakesWhileSleeping(t *testing.T, r io.Reader) int {
 		case xtrace.EventStateTransition:
 			st := ev.StateTransition()
 			if !counting || st.Resource.Kind != xtrace.ResourceProc {
-				continue
+				return
 			}
 			if from, to := st.Proc(); from == xtrace.ProcIdle && to == xtrace.ProcRunning {
 				n++
 			}
 		}
-	}
+	})
 	return n
 }
