@@ -31,14 +31,6 @@ const promptReport = 10 * time.Millisecond
 // that much sooner at most, and the loop goes round once more.
 const deadlineSlack = time.Millisecond
 
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // errSlotBusy means another process streams from the slot: this relay is a
 // standby.
 var errSlotBusy = errors.New("replication slot is active")
@@ -375,12 +367,12 @@ func (s *session) stream(ctx context.Context) error {
 			}
 			return fmt.Errorf("receive replication message: %w", err)
 		}
-		if sock != nil {
+		if sock == nil {
+			heard = time.Now()
+		} else if at := sock.ReadAt(); at.After(heard) {
 			// Not before a wait that set heard (a message read before
 			// it, taken after it, is no evidence of silence during it).
-			heard = later(heard, sock.ReadAt())
-		} else {
-			heard = time.Now()
+			heard = at
 		}
 		s.heard = heard
 		switch msg := msg.(type) {
