@@ -56,7 +56,7 @@ type kafkaSink struct {
 	opts   []kgo.Opt
 	log    *slog.Logger
 	ttl    time.Duration // how long a learnt limit is trusted
-	limits sync.Map      // topic -> topicLimit
+	limits sync.Map      // topic -> *topicLimit, deleted once ttl passed
 
 	mu      sync.Mutex
 	cl      *kgo.Client
@@ -99,10 +99,7 @@ type queuedRecord struct {
 	promise func(*kgo.Record, error)
 }
 
-type topicLimit struct {
-	bytes   int32
-	learned time.Time
-}
+type topicLimit struct{ bytes int32 }
 
 func newKafkaSink(opts []kgo.Opt, ttl time.Duration, log *slog.Logger) (*kafkaSink, error) {
 	s := &kafkaSink{opts: opts, ttl: ttl, log: log, strikes: map[string]int{},
@@ -127,7 +124,7 @@ func (s *kafkaSink) limit(topic string) int32 {
 // maxMessageBytes is a topic's max.message.bytes as last learnt.
 func (s *kafkaSink) maxMessageBytes(topic string) int32 {
 	if v, ok := s.limits.Load(topic); ok {
-		return v.(topicLimit).bytes
+		return v.(*topicLimit).bytes
 	}
 	return defaultMaxMessageBytes
 }
@@ -161,7 +158,11 @@ func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) (ex
 			}
 		}
 	}
-	s.limits.Store(topic, topicLimit{bytes: limit, learned: time.Now()})
+	// Past ttl the limit is gone and the next record learns it again: a
+	// timer rather than a clock read per record.
+	l := &topicLimit{bytes: limit}
+	s.limits.Store(topic, l)
+	time.AfterFunc(s.ttl, func() { s.limits.CompareAndDelete(topic, l) })
 	return true
 }
 
@@ -177,7 +178,7 @@ func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*
 		s.learnMu.Unlock()
 		return
 	}
-	if v, ok := s.limits.Load(rec.Topic); !ok || time.Since(v.(topicLimit).learned) > s.ttl {
+	if _, ok := s.limits.Load(rec.Topic); !ok {
 		l := &learningTopic{queue: []queuedRecord{{ctx, rec, promise}}}
 		s.learning[rec.Topic] = l
 		s.learnMu.Unlock()
