@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,41 @@ type inflight struct {
 	copy    bool               // a further copy of an event (a migration's second): outside the window's record count
 	copies  prometheus.Counter // a migration's copy: its counter of ferry_relay_migration_copies_total
 	span    trace.Span         // its producer span with Config.TraceEvents (tracing.go); nil otherwise
+}
+
+// inflights holds the inflights of records the broker acknowledged, for
+// the next events: an event's inflight was most of what the relay
+// allocated per event, and the garbage collector runs as often as the
+// bytes allocated fill the heap's goal.
+var inflights = sync.Pool{New: func() any { return new(inflight) }}
+
+// newInflight returns a zeroed inflight with ctx as its Context.
+func newInflight(ctx context.Context) *inflight {
+	p := inflights.Get().(*inflight)
+	p.Context = ctx
+	return p
+}
+
+// recycle gives p back for a later event. Only the end of a record's life
+// may call it: the broker acknowledged it and nothing holds it any more
+// (not the sink, which never touches a record after its promise; not an
+// aggregate's hold, a topic's gate or a channel's pending copies), and
+// whoever sent it reads it no more (routeCopies builds every copy of an
+// event before it sends the first).
+func (p *inflight) recycle() {
+	*p = inflight{}
+	inflights.Put(p)
+}
+
+// recycles reports whether sink never touches a record after its promise:
+// the relay's own sinks and franz-go's client do not; a Config.Sink of
+// another kind may keep what it was given.
+func recycles(sink Sink) bool {
+	switch sink.(type) {
+	case *kafkaSink, *rabbitmqSink, *kgo.Client:
+		return true
+	}
+	return false
 }
 
 // fill builds the record from the row: key = aggregate id, value = payload

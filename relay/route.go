@@ -62,6 +62,9 @@ type channelOut struct {
 	// layout counts the fences of a topic; nil for a Config.Sink, which
 	// no migration uses.
 	layout channelLayout
+	// recycles: the sink lets go of a record once its promise is called,
+	// so an acknowledged record's inflight serves a later event.
+	recycles bool
 
 	// A new channel given up by an abandon (releaseNew): its pending
 	// copies and fences, counted by the tracker until answered, and
@@ -340,7 +343,8 @@ func (r *Relay) newChannel(s *session, p migration.Plan) (*channelOut, error) {
 		}
 		r.outs[p.Name] = sink
 	}
-	out := &channelOut{side: migration.NewSide, sink: sink, namer: newTopicNamer(p.New.TopicTemplate), layout: layoutOf(sink)}
+	out := &channelOut{side: migration.NewSide, sink: sink, namer: newTopicNamer(p.New.TopicTemplate), layout: layoutOf(sink),
+		recycles: recycles(sink)}
 	out.gate = newTopicGate(s, out.sink)
 	return out, nil
 }
@@ -573,22 +577,31 @@ func (s *session) publishRouted(p *inflight) {
 }
 
 // routeCopies sends p's copies, each after its topic's fence when one is
-// due.
+// due. Every copy is built before the first is sent: a copy may be
+// acknowledged, and its inflight recycled, as soon as it is sent.
 func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 	rt := s.route
 	st := rt.step()
 	slice := route.Slice(p.row.AggregateID)
+	type built struct {
+		q     *inflight
+		topic namedTopic
+		peer  string
+	}
+	var buf [2]built // a copy per channel
+	out := buf[:0]
 	for i, c := range copies {
 		q := p
 		if i > 0 {
-			q = &inflight{Context: s.sctx, row: p.row, tx: p.tx, commit: p.commit, heard: p.heard, lsn: p.lsn, seq: p.seq}
+			q = newInflight(s.sctx)
+			q.row, q.tx, q.commit, q.heard, q.lsn, q.seq = p.row, p.tx, p.commit, p.heard, p.lsn, p.seq
 		}
-		out := rt.outs[c.Side]
-		topic := out.namer.topic(&q.row)
+		ch := rt.outs[c.Side]
+		topic := ch.namer.topic(&q.row)
 		peer := rt.outs[other(c.Side)].namer.topic(&q.row).name
 		q.fill(topic.name, s.cfg.CloudEvents)
 		s.r.tracing.start(q)
-		q.out, q.shadow = out, c.Role == route.Shadow
+		q.out, q.shadow, q.copy = ch, c.Role == route.Shadow, i > 0
 		q.copies = rt.copiesOf(s.r.metrics.copies, c)
 		stamp := route.Stamp{Plan: rt.plan.Name, Epoch: st.Epoch, Slice: slice, Side: c.Side, Role: c.Role}
 		if c.Role == route.Authoritative && st.Phase != migration.OldRetired && rt.since[slice] > 0 {
@@ -597,19 +610,22 @@ func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 		}
 		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: stamp.Bytes()})
 		q.size = recordSize(&q.rec)
-		if topic.problem == "" && st.Phase != migration.OldRetired {
-			s.fence(out, topic.name, peer, p.tx)
+		out = append(out, built{q, topic, peer})
+	}
+	for i, b := range out {
+		q := b.q
+		if b.topic.problem == "" && st.Phase != migration.OldRetired {
+			s.fence(q.out, b.topic.name, b.peer, q.tx)
 		}
 		if i == 0 {
 			s.tracker.produce(q.tx, q.size)
 		} else {
-			q.copy = true
 			s.tracker.produceCopy(q.tx, q.size)
 		}
 		if i == 0 && s.hold != nil && !s.hold.admit(s.sctx, q) {
 			continue // behind an earlier event of its aggregate; its shadow copy goes on
 		}
-		s.send(q, topic.problem)
+		s.send(q, b.topic.problem)
 	}
 }
 

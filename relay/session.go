@@ -155,7 +155,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	}
 	s.promise = s.acknowledged
 	s.gate = newTopicGate(s, sink)
-	s.own = &channelOut{side: migration.OldSide, sink: sink, namer: r.namer, gate: s.gate}
+	s.own = &channelOut{side: migration.OldSide, sink: sink, namer: r.namer, gate: s.gate, recycles: recycles(sink)}
 	s.own.layout = layoutOf(sink)
 	r.lastAck.Store(time.Now().UnixNano())
 	r.gate.Store(s.gate)
@@ -472,7 +472,7 @@ func (s *session) handleWAL(data []byte) error {
 			return errors.New("insert outside a transaction")
 		}
 		data = bytes.Clone(data)
-		p := &inflight{Context: s.sctx}
+		p := newInflight(s.sctx)
 		ok, err := s.rels.decodeInsert(data, &p.row)
 		if err != nil {
 			return err
@@ -575,6 +575,9 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		}
 		if s.hold != nil && !p.shadow {
 			s.hold.acknowledged(p)
+		}
+		if p.out.recycles {
+			p.recycle()
 		}
 		return
 	}
