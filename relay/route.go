@@ -141,6 +141,28 @@ type router struct {
 	// copies are the counters of ferry_relay_migration_copies_total by
 	// side and role, looked up once: every copy counts in one.
 	copies [4]prometheus.Counter
+
+	// stamps are route headers' values rendered once and shared by every
+	// copy with the same stamp (a record's headers are read, never
+	// written); at most maxStamps, then rendered anew.
+	stamps map[route.Stamp][]byte
+}
+
+// maxStamps bounds router.stamps: a stamp per slice, side, role and topic
+// of a step.
+const maxStamps = 4096
+
+// stampValue returns st rendered, from stamps when it was before.
+func (rt *router) stampValue(st route.Stamp) []byte {
+	if v, ok := rt.stamps[st]; ok {
+		return v
+	}
+	if len(rt.stamps) >= maxStamps {
+		clear(rt.stamps)
+	}
+	v := st.Bytes()
+	rt.stamps[st] = v
+	return v
 }
 
 // copiesOf is the counter of c's side and role, from vec.
@@ -276,7 +298,8 @@ func (s *session) activate(ctx context.Context, pool *pgxpool.Pool, name string,
 		return err
 	}
 	rt := &router{plan: p, outs: map[migration.Side]*channelOut{migration.OldSide: s.own, migration.NewSide: newOut},
-		fenced: map[fenceKey]int{}, unknown: map[fenceKey]time.Time{}, partitions: map[fenceKey]int{}}
+		fenced: map[fenceKey]int{}, unknown: map[fenceKey]time.Time{}, partitions: map[fenceKey]int{},
+		stamps: map[route.Stamp][]byte{}}
 	rt.setHistory(h)
 	s.route = rt
 	s.r.newGate.Store(newOut.gate)
@@ -608,7 +631,7 @@ func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 			stamp.Since = rt.since[slice]
 			stamp.Peer = peer
 		}
-		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: stamp.Bytes()})
+		q.rec.Headers = append(q.rec.Headers, kgo.RecordHeader{Key: route.HeaderRoute, Value: rt.stampValue(stamp)})
 		q.size = recordSize(&q.rec)
 		out = append(out, built{q, topic, peer})
 	}
