@@ -46,7 +46,7 @@ func newHoldHarness() *holdHarness {
 // event makes a record of aggregate agg named name (its id is new unless
 // given), committed at lsn.
 func (x *holdHarness) event(agg, name string, lsn pglogrepl.LSN, id ...uuid.UUID) *inflight {
-	p := &inflight{lsn: lsn}
+	p := &inflight{event: event{lsn: lsn}}
 	p.row.ID = uuid.New()
 	if len(id) > 0 {
 		p.row.ID = id[0]

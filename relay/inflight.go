@@ -20,7 +20,17 @@ import (
 // record), embedding the session's context, which is how the session's one
 // promise function finds it without a closure per record.
 type inflight struct {
+	// Context is the session's, set once: franz-go may read it (a
+	// record's Done, while it waits for an unknown topic's partitions)
+	// from a goroutine of its own until after the promise, so a recycled
+	// inflight keeps it and serves the same session only.
 	context.Context
+	event
+}
+
+// event is what an inflight holds besides its Context: all of it is the
+// record's own, cleared when the inflight serves a later event.
+type event struct {
 	row     row
 	rec     kgo.Record
 	headers [6]kgo.RecordHeader // Ferry's four and room for two of the row's own
@@ -39,28 +49,30 @@ type inflight struct {
 	span    trace.Span         // its producer span with Config.TraceEvents (tracing.go); nil otherwise
 }
 
-// inflights holds the inflights of records the broker acknowledged, for
-// the next events: an event's inflight was most of what the relay
-// allocated per event, and the garbage collector runs as often as the
-// bytes allocated fill the heap's goal.
-var inflights = sync.Pool{New: func() any { return new(inflight) }}
-
-// newInflight returns a zeroed inflight with ctx as its Context.
-func newInflight(ctx context.Context) *inflight {
-	p := inflights.Get().(*inflight)
-	p.Context = ctx
-	return p
+// inflights holds a session's inflights of records the broker
+// acknowledged, for its next events: an event's inflight was most of what
+// the relay allocated per event, and the garbage collector runs as often as
+// the bytes allocated fill the heap's goal.
+type inflights struct {
+	pool sync.Pool
 }
 
-// recycle gives p back for a later event. Only the end of a record's life
-// may call it: the broker acknowledged it and nothing holds it any more
-// (not the sink, which never touches a record after its promise; not an
+func newInflights(ctx context.Context) *inflights {
+	return &inflights{pool: sync.Pool{New: func() any { return &inflight{Context: ctx} }}}
+}
+
+// get returns an inflight with an empty event.
+func (f *inflights) get() *inflight { return f.pool.Get().(*inflight) }
+
+// put gives p back for a later event. Only the end of a record's life may
+// call it: the broker acknowledged it and nothing holds it any more (not
+// the sink, which never touches a record after its promise; not an
 // aggregate's hold, a topic's gate or a channel's pending copies), and
 // whoever sent it reads it no more (routeCopies builds every copy of an
 // event before it sends the first).
-func (p *inflight) recycle() {
-	*p = inflight{}
-	inflights.Put(p)
+func (f *inflights) put(p *inflight) {
+	p.event = event{}
+	f.pool.Put(p)
 }
 
 // recycles reports whether sink never touches a record after its promise:

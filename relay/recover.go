@@ -344,10 +344,10 @@ func (r *Relay) republish(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, si
 		}
 		for _, id := range batch {
 			o := byID[id]
-			p := &inflight{Context: ctx, row: row{
+			p := &inflight{Context: ctx, event: event{row: row{
 				ID: o.ID, AggregateType: []byte(o.AggregateType), AggregateID: []byte(o.AggregateID),
 				EventType: []byte(o.EventType), Payload: o.Payload, CreatedAt: o.CreatedAt,
-			}}
+			}}}
 			if p.row.Headers, err = parseHeaders(o.Headers); err != nil {
 				return fmt.Errorf("outbox row %s: headers: %w", o.ID, err)
 			}

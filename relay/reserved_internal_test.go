@@ -10,7 +10,7 @@ func TestReservedHeaderCheck(t *testing.T) {
 		"id": true, "event_type": true, "aggregate_type": true, "aggregate_id": true, "ferry.dlq.reason": true, "ferry.": true,
 		"traceparent": false, "ferry": false, "Event_Type": false, "seq": false, "idx": false,
 	} {
-		p := &inflight{row: row{Headers: []header{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte(name), Value: []byte("v")}}}}
+		p := &inflight{event: event{row: row{Headers: []header{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte(name), Value: []byte("v")}}}}}
 		got, ok := p.reservedHeader(nil)
 		if ok != want || (ok && got != name) {
 			t.Errorf("reservedHeader with %q = %q, %t; want %t", name, got, ok, want)
@@ -23,7 +23,7 @@ func TestReservedHeaderCheck(t *testing.T) {
 		"ce_id": true, "ce_type": true, "ce_source": true, "ce_specversion": true, "ce_time": true, "ce_subject": true,
 		"ce_tenant": false, "content-type": false, "id": true,
 	} {
-		p := &inflight{row: row{Headers: []header{{Key: []byte(name), Value: []byte("v")}}}}
+		p := &inflight{event: event{row: row{Headers: []header{{Key: []byte(name), Value: []byte("v")}}}}}
 		if _, ok := p.reservedHeader(ce); ok != want {
 			t.Errorf("reservedHeader(CloudEvents) with %q = %t, want %t", name, ok, want)
 		}
@@ -31,7 +31,7 @@ func TestReservedHeaderCheck(t *testing.T) {
 			t.Errorf("reservedHeader(nil) with %q: reserved without the CloudEvents mapping", name)
 		}
 	}
-	p := &inflight{row: row{Headers: []header{{Key: []byte("traceparent"), Value: []byte("00-x")}, {Key: []byte("seq"), Value: []byte("1")}}}}
+	p := &inflight{event: event{row: row{Headers: []header{{Key: []byte("traceparent"), Value: []byte("00-x")}, {Key: []byte("seq"), Value: []byte("1")}}}}}
 	if n := testing.AllocsPerRun(100, func() { p.reservedHeader(nil); p.reservedHeader(ce) }); n != 0 {
 		t.Errorf("reservedHeader allocates %.0f times per record with ordinary headers, want 0", n)
 	}

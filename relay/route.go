@@ -616,7 +616,7 @@ func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 	for i, c := range copies {
 		q := p
 		if i > 0 {
-			q = newInflight(s.sctx)
+			q = s.inflights.get()
 			q.row, q.tx, q.commit, q.heard, q.lsn, q.seq = p.row, p.tx, p.commit, p.heard, p.lsn, p.seq
 		}
 		ch := rt.outs[c.Side]

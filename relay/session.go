@@ -65,6 +65,8 @@ type session struct {
 	failed   chan struct{}
 	failErr  error
 	promise  func(*kgo.Record, error) // s.acknowledged, bound once
+	// inflights are this session's, for reuse (their Context is sctx)
+	inflights *inflights
 
 	received     pglogrepl.LSN // end of the newest WAL data received
 	lastReported pglogrepl.LSN
@@ -149,6 +151,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 		tracker:      newLSNTracker(start),
 		rels:         newRelations(),
 		sctx:         sctx,
+		inflights:    newInflights(sctx),
 		failed:       make(chan struct{}),
 		received:     start,
 		lastReported: 0,
@@ -472,7 +475,7 @@ func (s *session) handleWAL(data []byte) error {
 			return errors.New("insert outside a transaction")
 		}
 		data = bytes.Clone(data)
-		p := newInflight(s.sctx)
+		p := s.inflights.get()
 		ok, err := s.rels.decodeInsert(data, &p.row)
 		if err != nil {
 			return err
@@ -577,7 +580,7 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 			s.hold.acknowledged(p)
 		}
 		if p.out.recycles {
-			p.recycle()
+			s.inflights.put(p)
 		}
 		return
 	}
