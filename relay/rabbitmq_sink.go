@@ -380,6 +380,16 @@ func (rc *rabbitConn) wait(ctx context.Context) (*amqp.Connection, error) {
 	return rc.conn, nil
 }
 
+// gone reports whether the connection failed (fail).
+func (rc *rabbitConn) gone() bool {
+	select {
+	case <-rc.dead:
+		return true
+	default:
+		return false
+	}
+}
+
 // fail gives the connection up: every record queued or unconfirmed on it
 // fails with err (wrapped as transient), and the connection is closed.
 func (rc *rabbitConn) fail(err error) {

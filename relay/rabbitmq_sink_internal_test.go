@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -183,5 +184,27 @@ func TestRabbitErrorsAreClassified(t *testing.T) {
 		if _, ok := permanentReason(err); ok {
 			t.Errorf("%v is permanent, want a session failure", err)
 		}
+	}
+}
+
+// A fence's metadata asked of a RabbitMQ connection that failed is
+// refused for good (errLayoutGone), so that the session ends and the next
+// one dials anew, instead of asking the dead connection again forever;
+// while the connection is still being dialed it is an ordinary error,
+// asked again in place.
+func TestRabbitLayoutOnAFailedConnectionEndsTheSession(t *testing.T) {
+	s := &rabbitmqSink{shards: 8}
+	rc := &rabbitConn{s: s, ready: make(chan struct{}), dead: make(chan struct{}), known: map[string]time.Time{}}
+	s.cur = rc
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := (rabbitLayout{s}).counts(ctx, "orders"); err == nil || errors.Is(err, errLayoutGone) {
+		t.Fatalf("counts while dialing = %v, want a timeout to ask again, not errLayoutGone", err)
+	}
+	rc.failErr = fmt.Errorf("%w: the connection: CONNECTION_FORCED", errRabbitClosed)
+	close(rc.ready)
+	close(rc.dead)
+	if _, err := (rabbitLayout{s}).counts(context.Background(), "orders"); !errors.Is(err, errLayoutGone) || !errors.Is(err, errRabbitClosed) {
+		t.Fatalf("counts on a failed connection = %v, want errLayoutGone wrapping the connection's error", err)
 	}
 }

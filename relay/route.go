@@ -873,6 +873,12 @@ func (s *session) metadata(ctx context.Context, out *channelOut, topics ...strin
 		if err == nil {
 			return counts, nil
 		}
+		if errors.Is(err, errLayoutGone) {
+			// As a publish on it would: the session ends, and the next
+			// one starts from the confirmed position on a new connection.
+			s.fail(fmt.Errorf("%s channel: cannot fence %s: %w", out.side, what, err))
+			return nil, s.failErr
+		}
 		why := fmt.Sprintf("the %s channel does not answer a metadata request for %s, needed to fence it: %v", out.side, what, err)
 		if s.r.fenceWait.Swap(&why) == nil {
 			s.log.Warn("cannot fence for the live migration: waiting for the channel; nothing is confirmed past it",

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -74,8 +75,17 @@ func (l rabbitLayout) counts(ctx context.Context, topics ...string) (map[string]
 		case errors.Is(err, rabbitmq.ErrExchangeMissing), errors.Is(err, rabbitmq.ErrAccessRefused),
 			errors.Is(err, rabbitmq.ErrConsumerQueuesMissing):
 		default:
+			if rc.gone() {
+				return nil, fmt.Errorf("%w: %w", errLayoutGone, err)
+			}
 			return nil, err
 		}
 	}
 	return out, nil
 }
+
+// errLayoutGone is a channel's metadata refused for good on the session's
+// connection: a RabbitMQ connection that failed stays failed until the
+// session ends and the sink dials anew (AbortBufferedRecords), so asking
+// it again would wait forever.
+var errLayoutGone = errors.New("the channel's connection failed; the session starts over on a new one")
