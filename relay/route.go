@@ -62,9 +62,6 @@ type channelOut struct {
 	// layout counts the fences of a topic; nil for a Config.Sink, which
 	// no migration uses.
 	layout channelLayout
-	// recycles: the sink lets go of a record once its promise is called,
-	// so an acknowledged record's inflight serves a later event.
-	recycles bool
 
 	// A new channel given up by an abandon (releaseNew): its pending
 	// copies and fences, counted by the tracker until answered, and
@@ -366,8 +363,7 @@ func (r *Relay) newChannel(s *session, p migration.Plan) (*channelOut, error) {
 		}
 		r.outs[p.Name] = sink
 	}
-	out := &channelOut{side: migration.NewSide, sink: sink, namer: newTopicNamer(p.New.TopicTemplate), layout: layoutOf(sink),
-		recycles: recycles(sink)}
+	out := &channelOut{side: migration.NewSide, sink: sink, namer: newTopicNamer(p.New.TopicTemplate), layout: layoutOf(sink)}
 	out.gate = newTopicGate(s, out.sink)
 	return out, nil
 }

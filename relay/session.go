@@ -158,7 +158,7 @@ func (r *Relay) session(ctx context.Context, pool *pgxpool.Pool, sink Sink, log 
 	}
 	s.promise = s.acknowledged
 	s.gate = newTopicGate(s, sink)
-	s.own = &channelOut{side: migration.OldSide, sink: sink, namer: r.namer, gate: s.gate, recycles: recycles(sink)}
+	s.own = &channelOut{side: migration.OldSide, sink: sink, namer: r.namer, gate: s.gate}
 	s.own.layout = layoutOf(sink)
 	r.lastAck.Store(time.Now().UnixNano())
 	r.gate.Store(s.gate)
@@ -579,7 +579,7 @@ func (s *session) acknowledged(rec *kgo.Record, err error) {
 		if s.hold != nil && !p.shadow {
 			s.hold.acknowledged(p)
 		}
-		if p.out.recycles {
+		if recycles(p.out.sink) {
 			s.inflights.put(p)
 		}
 		return
