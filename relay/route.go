@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,8 +142,71 @@ type router struct {
 
 	// stamps are route headers' values rendered once and shared by every
 	// copy with the same stamp (a record's headers are read, never
-	// written); at most maxStamps, then rendered anew.
-	stamps map[route.Stamp][]byte
+	// written); at most maxStamps, then rendered anew. lastStamps holds
+	// the last stamp of each slice, side and role before it: comparing a
+	// stamp costs less than hashing one.
+	stamps     map[route.Stamp][]byte
+	lastStamps [migration.Slices * 4]renderedStamp
+
+	// last is what the last event's types named (memo).
+	last routeMemo
+}
+
+type renderedStamp struct {
+	stamp route.Stamp
+	value []byte
+}
+
+// routeMemo keeps what the last event's aggregate and event types named:
+// its topic on each channel and, once found, the step whose fences this
+// session wrote on each. The next event of the same types looks up
+// neither (about ten map lookups for its two copies); one of other types
+// fills it again, at about the cost of those lookups.
+type routeMemo struct {
+	aggregateType, eventType []byte // the memo's own copies, once set
+	set                      bool
+	topics                   [2]namedTopic // by sideIndex
+	fencedAt                 [2]int        // the epoch of rt.fenced of each topic, once found; -1: not found
+}
+
+func sideIndex(side migration.Side) int {
+	if side == migration.NewSide {
+		return 1
+	}
+	return 0
+}
+
+// memo returns the topics of r's types on both channels.
+func (rt *router) memo(r *row) *routeMemo {
+	m := &rt.last
+	if m.set && bytes.Equal(m.aggregateType, r.AggregateType) && bytes.Equal(m.eventType, r.EventType) {
+		return m
+	}
+	m.aggregateType = append(m.aggregateType[:0], r.AggregateType...)
+	m.eventType = append(m.eventType[:0], r.EventType...)
+	for side, out := range rt.outs {
+		m.topics[sideIndex(side)] = out.namer.topic(r)
+	}
+	m.fencedAt, m.set = [2]int{-1, -1}, true
+	return m
+}
+
+// fencedAll reports whether this session wrote the fences of the step in
+// effect on the topic of each of copies (named by m): none is due. A
+// topic's fences, once written, stay written until the next step.
+func (rt *router) fencedAll(m *routeMemo, copies []route.Copy) bool {
+	epoch := rt.step().Epoch
+	for _, c := range copies {
+		i := sideIndex(c.Side)
+		if m.fencedAt[i] == epoch {
+			continue
+		}
+		if e, ok := rt.fenced[fenceKey{c.Side, m.topics[i].name}]; !ok || e != epoch {
+			return false
+		}
+		m.fencedAt[i] = epoch
+	}
+	return true
 }
 
 // maxStamps bounds router.stamps: a stamp per slice, side, role and topic
@@ -151,26 +215,39 @@ const maxStamps = 4096
 
 // stampValue returns st rendered, from stamps when it was before.
 func (rt *router) stampValue(st route.Stamp) []byte {
-	if v, ok := rt.stamps[st]; ok {
-		return v
+	var last *renderedStamp
+	if st.Slice >= 0 && st.Slice < migration.Slices {
+		last = &rt.lastStamps[st.Slice*4+copyIndex(route.Copy{Side: st.Side, Role: st.Role})]
+		if last.value != nil && last.stamp == st {
+			return last.value
+		}
 	}
-	if len(rt.stamps) >= maxStamps {
-		clear(rt.stamps)
+	v, ok := rt.stamps[st]
+	if !ok {
+		if len(rt.stamps) >= maxStamps {
+			clear(rt.stamps)
+		}
+		v = st.Bytes()
+		rt.stamps[st] = v
 	}
-	v := st.Bytes()
-	rt.stamps[st] = v
+	if last != nil {
+		last.stamp, last.value = st, v
+	}
 	return v
+}
+
+// copyIndex numbers c's side and role from 0 to 3.
+func copyIndex(c route.Copy) int {
+	i := 2 * sideIndex(c.Side)
+	if c.Role == route.Shadow {
+		i++
+	}
+	return i
 }
 
 // copiesOf is the counter of c's side and role, from vec.
 func (rt *router) copiesOf(vec *prometheus.CounterVec, c route.Copy) prometheus.Counter {
-	i := 0
-	if c.Side == migration.NewSide {
-		i += 2
-	}
-	if c.Role == route.Shadow {
-		i++
-	}
+	i := copyIndex(c)
 	if rt.copies[i] == nil {
 		rt.copies[i] = vec.WithLabelValues(string(c.Side), string(c.Role))
 	}
@@ -585,7 +662,7 @@ func (s *session) publishRouted(p *inflight) {
 	rt := s.route
 	st := rt.step()
 	copies := st.Route(p.row.AggregateID)
-	if st.Phase != migration.OldRetired {
+	if st.Phase != migration.OldRetired && !rt.fencedAll(rt.memo(&p.row), copies) {
 		if keys := s.fenceLookups(&p.row, copies); len(keys) > 0 {
 			s.await(func(ctx context.Context) error { return s.lookUpFences(ctx, keys) },
 				func() error { s.routeCopies(p, copies); return nil })
@@ -602,6 +679,8 @@ func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 	rt := s.route
 	st := rt.step()
 	slice := route.Slice(p.row.AggregateID)
+	m := rt.memo(&p.row)
+	fenced := st.Phase == migration.OldRetired || rt.fencedAll(m, copies)
 	type built struct {
 		q     *inflight
 		topic namedTopic
@@ -616,8 +695,8 @@ func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 			q.row, q.tx, q.commit, q.heard, q.lsn, q.seq = p.row, p.tx, p.commit, p.heard, p.lsn, p.seq
 		}
 		ch := rt.outs[c.Side]
-		topic := ch.namer.topic(&q.row)
-		peer := rt.outs[other(c.Side)].namer.topic(&q.row).name
+		topic := m.topics[sideIndex(c.Side)]
+		peer := m.topics[sideIndex(other(c.Side))].name
 		q.fill(topic.name, s.cfg.CloudEvents)
 		s.r.tracing.start(q)
 		q.out, q.shadow, q.copy = ch, c.Role == route.Shadow, i > 0
@@ -633,7 +712,7 @@ func (s *session) routeCopies(p *inflight, copies []route.Copy) {
 	}
 	for i, b := range out {
 		q := b.q
-		if b.topic.problem == "" && st.Phase != migration.OldRetired {
+		if b.topic.problem == "" && !fenced {
 			s.fence(q.out, b.topic.name, b.peer, q.tx)
 		}
 		if i == 0 {
