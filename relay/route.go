@@ -662,25 +662,27 @@ func (s *session) publishRouted(p *inflight) {
 	rt := s.route
 	st := rt.step()
 	copies := st.Route(p.row.AggregateID)
-	if st.Phase != migration.OldRetired && !rt.fencedAll(rt.memo(&p.row), copies) {
+	fenced := st.Phase == migration.OldRetired || rt.fencedAll(rt.memo(&p.row), copies)
+	if !fenced {
 		if keys := s.fenceLookups(&p.row, copies); len(keys) > 0 {
 			s.await(func(ctx context.Context) error { return s.lookUpFences(ctx, keys) },
-				func() error { s.routeCopies(p, copies); return nil })
+				func() error { s.routeCopies(p, copies, false); return nil })
 			return
 		}
 	}
-	s.routeCopies(p, copies)
+	s.routeCopies(p, copies, fenced)
 }
 
 // routeCopies sends p's copies, each after its topic's fence when one is
-// due. Every copy is built before the first is sent: a copy may be
+// due; fenced says none is (every copy's topic was fenced at the step in
+// effect, and a fence, once written, stays written until the next step).
+// Every copy is built before the first is sent: a copy may be
 // acknowledged, and its inflight recycled, as soon as it is sent.
-func (s *session) routeCopies(p *inflight, copies []route.Copy) {
+func (s *session) routeCopies(p *inflight, copies []route.Copy, fenced bool) {
 	rt := s.route
 	st := rt.step()
 	slice := route.Slice(p.row.AggregateID)
 	m := rt.memo(&p.row)
-	fenced := st.Phase == migration.OldRetired || rt.fencedAll(m, copies)
 	type built struct {
 		q     *inflight
 		topic namedTopic
