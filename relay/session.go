@@ -635,7 +635,9 @@ func (s *session) report(periodic bool) error {
 		}
 		s.r.metrics.confirmedLSN.Set(float64(confirmed))
 		s.r.metrics.lastConfirmed.Store(uint64(confirmed))
-		s.log.Debug("confirmed", slog.String("lsn", confirmed.String()), slog.Int("in_flight", n))
+		if s.log.Enabled(context.Background(), slog.LevelDebug) { // the LSN's text costs a Sprintf
+			s.log.Debug("confirmed", slog.String("lsn", confirmed.String()), slog.Int("in_flight", n))
+		}
 	}
 	return nil
 }
