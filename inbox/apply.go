@@ -54,6 +54,9 @@ const (
 	savepointFirst    = "SAVEPOINT ferry_message"
 	savepointNext     = "RELEASE SAVEPOINT ferry_message; SAVEPOINT ferry_message"
 	savepointRollback = "ROLLBACK TO SAVEPOINT ferry_message"
+
+	savepointCopies         = "SAVEPOINT ferry_copies"
+	savepointCopiesRollback = "ROLLBACK TO SAVEPOINT ferry_copies"
 )
 
 // apply takes a lane's records to a final state, in order. It returns false
@@ -585,6 +588,20 @@ func (p *partition) recordCopies(ctx context.Context, tx pgx.Tx, ds []*delivery)
 	}
 	if len(many.MessageIds) == 0 {
 		return nil
+	}
+	// Taken for new first (InboxAuthoritativeCopyInsertManyNew) in a
+	// savepoint, which the commit releases: a copy recorded already (the
+	// batch brought again, a dead letter redriven) rolls back to it and
+	// the batch's copies are recorded skipping what is there.
+	if _, err := tx.Exec(ctx, savepointCopies); err != nil {
+		return err
+	}
+	err := q.InboxAuthoritativeCopyInsertManyNew(ctx, tx, dbsqlc.InboxAuthoritativeCopyInsertManyNewParams(many))
+	if !pgerr.Is(err, pgerrcode.UniqueViolation) {
+		return err
+	}
+	if _, err := tx.Exec(ctx, savepointCopiesRollback); err != nil {
+		return err
 	}
 	return q.InboxAuthoritativeCopyInsertMany(ctx, tx, many)
 }

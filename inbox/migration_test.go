@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"slices"
@@ -712,7 +713,9 @@ func (b *bundle) stamped(id string, side migration.Side, role route.Role) *kgo.R
 // ferry_inbox_copy, with its plan, side, epoch and payload digest, whether
 // it is applied in a batch (its copies in one statement) or alone (its copy
 // in the statement that claims it); a copy brought again is neither applied
-// nor recorded twice. The shadow gate counts these rows.
+// nor recorded twice, and a batch that brings copies again is applied whole,
+// not message by message after a failed batch transaction. The shadow gate
+// counts these rows.
 func TestAppliedAuthoritativeCopiesAreRecordedOnce(t *testing.T) {
 	t.Parallel()
 	for _, batch := range []int{1, 16} {
@@ -724,14 +727,21 @@ func TestAppliedAuthoritativeCopiesAreRecordedOnce(t *testing.T) {
 			for i := range n {
 				recs = append(recs, b.stamped(fmt.Sprintf("m-%d", i), migration.OldSide, route.Authoritative))
 			}
-			recs = append(recs, b.stamped("m-3", migration.OldSide, route.Authoritative)) // brought again
+			for _, id := range []string{"m-3", "m-7", "m-11"} { // brought again, in one batch
+				recs = append(recs, b.stamped(id, migration.OldSide, route.Authoritative))
+			}
 			b.produce(recs...)
 			cfg := b.config()
 			cfg.BatchSize = batch
+			var warnings ferrytest.Buffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			b.start(b.newWorker(cfg, effectHandler))
 			b.waitCommitted(b.consumer, 0, int64(len(recs)))
 			if got := b.count(`SELECT count(*) FROM effects`); got != n {
 				t.Fatalf("%d effects, want %d", got, n)
+			}
+			if warnings.String() != "" {
+				t.Fatalf("the worker warned (a batch bringing copies again fails, and its messages are applied one by one):\n%s", warnings.String())
 			}
 			rows := b.count(`SELECT count(*) FROM ferry_inbox_copy`)
 			good := b.count(`SELECT count(DISTINCT c.message_id) FROM ferry_inbox_copy c JOIN inbox i USING (consumer, message_id)

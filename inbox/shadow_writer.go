@@ -7,11 +7,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/backoff"
 	"github.com/ferryhq/ferry/internal/dbsqlc"
+	"github.com/ferryhq/ferry/internal/pgerr"
 )
 
 // shadowWriter records a live migration's shadow copies in
@@ -83,16 +85,27 @@ func (s *shadowWriter) run(ctx context.Context) {
 }
 
 // write records batch in one transaction, retrying until it commits;
-// false when ctx ended first.
+// false when ctx ended first. It first takes every copy for new (no ON
+// CONFLICT): a copy recorded already (brought again after a revoke or a
+// crash, or twice in one batch) fails that statement, and the batch is
+// recorded again skipping what is there.
 func (s *shadowWriter) write(ctx context.Context, batch []shadowItem) bool {
 	rows := shadowRows(batch)
+	fresh := true
 	for failures := 1; ; failures++ {
 		err := pgx.BeginFunc(ctx, s.w.cfg.DB, func(tx pgx.Tx) error {
+			if fresh {
+				return s.w.queries.InboxShadowInsertManyNew(ctx, tx, dbsqlc.InboxShadowInsertManyNewParams(rows))
+			}
 			return s.w.queries.InboxShadowInsertMany(ctx, tx, rows)
 		})
 		if err == nil {
 			s.w.dbAnswered()
 			return true
+		}
+		if fresh && pgerr.Is(err, pgerrcode.UniqueViolation) {
+			fresh, failures = false, 0
+			continue
 		}
 		wait := backoff.Delay(failures, s.w.cfg.RetryBackoff, s.w.cfg.RetryBackoffMax)
 		s.w.cfg.Logger.Warn("live migration: cannot record shadow copies; retrying", slog.Int("copies", len(batch)),

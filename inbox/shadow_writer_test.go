@@ -61,3 +61,53 @@ func TestShadowWritersSharingCopiesNeverDeadlock(t *testing.T) {
 		t.Fatalf("a shadow writer had to retry:\n%s", logs.String())
 	}
 }
+
+// A batch whose copies are partly recorded already (brought again after a
+// revoke or a crash), one of them twice in the batch, records the others,
+// each once, keeps what was recorded first, and logs nothing: a writer
+// takes a batch for new first, and a copy already there sends it the way
+// that skips recorded copies, not into the retry loop.
+func TestShadowWriterRecordsABatchHoldingRecordedCopiesOnce(t *testing.T) {
+	t.Parallel()
+	db := ferrytest.NewMigratedDB(t)
+	ctx := ferrytest.Context(t, time.Minute)
+	var logs ferrytest.Buffer
+	w := &Worker{queries: dbsqlc.New()}
+	w.cfg.DB = db.Pool
+	w.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	w.cfg.RetryBackoff, w.cfg.RetryBackoffMax = time.Millisecond, 10*time.Millisecond
+	s := newShadowWriter(w)
+	first := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	item := func(i int, at time.Time) shadowItem {
+		return shadowItem{row: dbsqlc.InboxCopyInsertParams{Consumer: "c", MessageID: fmt.Sprintf("m%03d", i),
+			Plan: "move", Side: "new", Role: "shadow", Epoch: 1, Digest: []byte{1}, ReceivedAt: at,
+			Topic: pgtype.Text{String: "t", Valid: true}, Partition: pgtype.Int4{Valid: true}, RecordOffset: pgtype.Int8{Int64: int64(i), Valid: true},
+			RecordValue: []byte("v"), RecordHeaders: []byte("[]")}}
+	}
+	var before []shadowItem
+	for i := 0; i < 100; i += 10 {
+		before = append(before, item(i, first))
+	}
+	if !s.write(ctx, before) {
+		t.Fatal("the first batch was not recorded")
+	}
+	var batch []shadowItem
+	for i := range 100 {
+		batch = append(batch, item(i, time.Now()))
+	}
+	batch = append(batch, item(55, time.Now()))
+	if !s.write(ctx, batch) {
+		t.Fatal("the batch holding recorded copies was not recorded")
+	}
+	var recorded, kept int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE received_at = $1)
+		FROM ferry_inbox_copy WHERE consumer = 'c' AND role = 'shadow'`, first).Scan(&recorded, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if recorded != 100 || kept != len(before) {
+		t.Fatalf("%d shadow copies recorded (want 100), %d of them as first recorded (want %d)", recorded, kept, len(before))
+	}
+	if logs.String() != "" {
+		t.Fatalf("the shadow writer had to retry:\n%s", logs.String())
+	}
+}

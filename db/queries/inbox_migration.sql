@@ -55,6 +55,14 @@ SELECT @consumer, unnest(@message_ids::text[]), unnest(@plans::text[]), unnest(@
        unnest(@alones::boolean[])
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
 
+-- name: InboxAuthoritativeCopyInsertManyNew :exec
+-- InboxAuthoritativeCopyInsertMany for copies none of which is recorded
+-- yet (see InboxShadowInsertManyNew): a unique_violation when one is.
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone)
+SELECT @consumer, unnest(@message_ids::text[]), unnest(@plans::text[]), unnest(@sides::text[]),
+       'authoritative', unnest(@epochs::int[]), unnest(@digests::bytea[]), unnest(@received_ats::timestamptz[]),
+       unnest(@alones::boolean[]);
+
 -- name: InboxShadowInsertMany :exec
 -- Records many shadow copies in one statement (the worker's shadow writer).
 INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
@@ -64,6 +72,20 @@ SELECT unnest(@consumers::text[]), unnest(@message_ids::text[]), unnest(@plans::
        unnest(@topics::text[]), unnest(@partitions::int[]), unnest(@record_offsets::bigint[]),
        unnest(@record_keys::bytea[]), unnest(@record_values::bytea[]), unnest(@record_headers::jsonb[])
 ON CONFLICT (consumer, message_id, side) DO NOTHING;
+
+-- name: InboxShadowInsertManyNew :exec
+-- InboxShadowInsertMany for copies none of which is recorded yet, as
+-- almost every batch's are: without ON CONFLICT, whose speculative
+-- insertion costs each row a second look into the primary key and a WAL
+-- record of its own. A copy recorded already fails the statement
+-- (unique_violation), and the writer records the batch with
+-- InboxShadowInsertMany instead.
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+    topic, partition, record_offset, record_key, record_value, record_headers)
+SELECT unnest(@consumers::text[]), unnest(@message_ids::text[]), unnest(@plans::text[]), unnest(@sides::text[]),
+       'shadow', unnest(@epochs::int[]), unnest(@digests::bytea[]), unnest(@received_ats::timestamptz[]),
+       unnest(@topics::text[]), unnest(@partitions::int[]), unnest(@record_offsets::bigint[]),
+       unnest(@record_keys::bytea[]), unnest(@record_values::bytea[]), unnest(@record_headers::jsonb[]);
 
 -- name: InboxCopySince :one
 -- When a consumer received its first copy of a plan: the migration began

@@ -47,6 +47,40 @@ func (q *Queries) InboxAuthoritativeCopyInsertMany(ctx context.Context, db DBTX,
 	return err
 }
 
+const inboxAuthoritativeCopyInsertManyNew = `-- name: InboxAuthoritativeCopyInsertManyNew :exec
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone)
+SELECT $1, unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),
+       'authoritative', unnest($5::int[]), unnest($6::bytea[]), unnest($7::timestamptz[]),
+       unnest($8::boolean[])
+`
+
+type InboxAuthoritativeCopyInsertManyNewParams struct {
+	Consumer    string
+	MessageIds  []string
+	Plans       []string
+	Sides       []string
+	Epochs      []int32
+	Digests     [][]byte
+	ReceivedAts []time.Time
+	Alones      []bool
+}
+
+// InboxAuthoritativeCopyInsertMany for copies none of which is recorded
+// yet (see InboxShadowInsertManyNew): a unique_violation when one is.
+func (q *Queries) InboxAuthoritativeCopyInsertManyNew(ctx context.Context, db DBTX, arg InboxAuthoritativeCopyInsertManyNewParams) error {
+	_, err := db.Exec(ctx, inboxAuthoritativeCopyInsertManyNew,
+		arg.Consumer,
+		arg.MessageIds,
+		arg.Plans,
+		arg.Sides,
+		arg.Epochs,
+		arg.Digests,
+		arg.ReceivedAts,
+		arg.Alones,
+	)
+	return err
+}
+
 const inboxChannelLearn = `-- name: InboxChannelLearn :execrows
 INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -804,6 +838,56 @@ type InboxShadowInsertManyParams struct {
 // Records many shadow copies in one statement (the worker's shadow writer).
 func (q *Queries) InboxShadowInsertMany(ctx context.Context, db DBTX, arg InboxShadowInsertManyParams) error {
 	_, err := db.Exec(ctx, inboxShadowInsertMany,
+		arg.Consumers,
+		arg.MessageIds,
+		arg.Plans,
+		arg.Sides,
+		arg.Epochs,
+		arg.Digests,
+		arg.ReceivedAts,
+		arg.Topics,
+		arg.Partitions,
+		arg.RecordOffsets,
+		arg.RecordKeys,
+		arg.RecordValues,
+		arg.RecordHeaders,
+	)
+	return err
+}
+
+const inboxShadowInsertManyNew = `-- name: InboxShadowInsertManyNew :exec
+INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
+    topic, partition, record_offset, record_key, record_value, record_headers)
+SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),
+       'shadow', unnest($5::int[]), unnest($6::bytea[]), unnest($7::timestamptz[]),
+       unnest($8::text[]), unnest($9::int[]), unnest($10::bigint[]),
+       unnest($11::bytea[]), unnest($12::bytea[]), unnest($13::jsonb[])
+`
+
+type InboxShadowInsertManyNewParams struct {
+	Consumers     []string
+	MessageIds    []string
+	Plans         []string
+	Sides         []string
+	Epochs        []int32
+	Digests       [][]byte
+	ReceivedAts   []time.Time
+	Topics        []string
+	Partitions    []int32
+	RecordOffsets []int64
+	RecordKeys    [][]byte
+	RecordValues  [][]byte
+	RecordHeaders []json.RawMessage
+}
+
+// InboxShadowInsertMany for copies none of which is recorded yet, as
+// almost every batch's are: without ON CONFLICT, whose speculative
+// insertion costs each row a second look into the primary key and a WAL
+// record of its own. A copy recorded already fails the statement
+// (unique_violation), and the writer records the batch with
+// InboxShadowInsertMany instead.
+func (q *Queries) InboxShadowInsertManyNew(ctx context.Context, db DBTX, arg InboxShadowInsertManyNewParams) error {
+	_, err := db.Exec(ctx, inboxShadowInsertManyNew,
 		arg.Consumers,
 		arg.MessageIds,
 		arg.Plans,
