@@ -24,19 +24,12 @@ func TestShadowWritersSharingCopiesNeverDeadlock(t *testing.T) {
 	db := ferrytest.NewMigratedDB(t)
 	ctx := ferrytest.Context(t, 2*time.Minute)
 	var logs ferrytest.Buffer
-	w := &Worker{queries: dbsqlc.New()}
-	w.cfg.DB = db.Pool
-	w.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	w.cfg.RetryBackoff, w.cfg.RetryBackoffMax = time.Millisecond, 10*time.Millisecond
-	s := newShadowWriter(w)
+	s := testShadowWriter(db, &logs)
 	const n = shadowBatch
 	for round := range 10 {
 		var batch []shadowItem
 		for i := range n {
-			batch = append(batch, shadowItem{row: dbsqlc.InboxCopyInsertParams{Consumer: "c", MessageID: fmt.Sprintf("r%d-m%04d", round, i),
-				Plan: "move", Side: "new", Role: "shadow", Epoch: 1, Digest: []byte{1}, ReceivedAt: time.Now(),
-				Topic: pgtype.Text{String: "t", Valid: true}, Partition: pgtype.Int4{Valid: true}, RecordOffset: pgtype.Int8{Int64: int64(i), Valid: true},
-				RecordValue: []byte("v"), RecordHeaders: []byte("[]")}})
+			batch = append(batch, testShadow(fmt.Sprintf("r%d-m%04d", round, i), i, time.Now()))
 		}
 		reversed := slices.Clone(batch)
 		slices.Reverse(reversed)
@@ -72,18 +65,9 @@ func TestShadowWriterRecordsABatchHoldingRecordedCopiesOnce(t *testing.T) {
 	db := ferrytest.NewMigratedDB(t)
 	ctx := ferrytest.Context(t, time.Minute)
 	var logs ferrytest.Buffer
-	w := &Worker{queries: dbsqlc.New()}
-	w.cfg.DB = db.Pool
-	w.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	w.cfg.RetryBackoff, w.cfg.RetryBackoffMax = time.Millisecond, 10*time.Millisecond
-	s := newShadowWriter(w)
+	s := testShadowWriter(db, &logs)
 	first := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
-	item := func(i int, at time.Time) shadowItem {
-		return shadowItem{row: dbsqlc.InboxCopyInsertParams{Consumer: "c", MessageID: fmt.Sprintf("m%03d", i),
-			Plan: "move", Side: "new", Role: "shadow", Epoch: 1, Digest: []byte{1}, ReceivedAt: at,
-			Topic: pgtype.Text{String: "t", Valid: true}, Partition: pgtype.Int4{Valid: true}, RecordOffset: pgtype.Int8{Int64: int64(i), Valid: true},
-			RecordValue: []byte("v"), RecordHeaders: []byte("[]")}}
-	}
+	item := func(i int, at time.Time) shadowItem { return testShadow(fmt.Sprintf("m%03d", i), i, at) }
 	var before []shadowItem
 	for i := 0; i < 100; i += 10 {
 		before = append(before, item(i, first))
@@ -110,4 +94,23 @@ func TestShadowWriterRecordsABatchHoldingRecordedCopiesOnce(t *testing.T) {
 	if logs.String() != "" {
 		t.Fatalf("the shadow writer had to retry:\n%s", logs.String())
 	}
+}
+
+// testShadowWriter is a shadow writer on db whose worker logs to logs and
+// retries within milliseconds.
+func testShadowWriter(db *ferrytest.DB, logs *ferrytest.Buffer) *shadowWriter {
+	w := &Worker{queries: dbsqlc.New()}
+	w.cfg.DB = db.Pool
+	w.cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	w.cfg.RetryBackoff, w.cfg.RetryBackoffMax = time.Millisecond, 10*time.Millisecond
+	return newShadowWriter(w)
+}
+
+// testShadow is consumer c's shadow copy of id on the new side of plan
+// "move", at offset off of topic t, received at at.
+func testShadow(id string, off int, at time.Time) shadowItem {
+	return shadowItem{row: dbsqlc.InboxCopyInsertParams{Consumer: "c", MessageID: id,
+		Plan: "move", Side: "new", Role: "shadow", Epoch: 1, Digest: []byte{1}, ReceivedAt: at,
+		Topic: pgtype.Text{String: "t", Valid: true}, Partition: pgtype.Int4{Valid: true}, RecordOffset: pgtype.Int8{Int64: int64(off), Valid: true},
+		RecordValue: []byte("v"), RecordHeaders: []byte("[]")}}
 }
