@@ -56,7 +56,7 @@ type kafkaSink struct {
 	opts   []kgo.Opt
 	log    *slog.Logger
 	ttl    time.Duration // how long a learnt limit is trusted
-	limits sync.Map      // topic -> *topicLimit, deleted once ttl passed
+	limits sync.Map      // topic -> *topicLimit
 
 	mu      sync.Mutex
 	cl      *kgo.Client
@@ -70,7 +70,8 @@ type kafkaSink struct {
 	learning map[string]*learningTopic
 
 	strikesMu sync.Mutex
-	strikes   map[string]int // record id -> broker "too large" refusals
+	strikes   map[string]bool // record ids refused once in a batch too large
+	struck    atomic.Int64    // len(strikes), read without strikesMu
 }
 
 // learningTopic holds, in order, the records of a topic whose limit is
@@ -99,10 +100,18 @@ type queuedRecord struct {
 	promise func(*kgo.Record, error)
 }
 
-type topicLimit struct{ bytes int32 }
+// topicLimit is a topic's max.message.bytes as learnt. Once ttl passed it
+// is stale: the next record of the topic reads it again, and until then it
+// is still the best known, the one the client's batches and tooLargeAlone
+// go by (not Kafka's default, which a topic's smaller limit would make the
+// broker refuse whole batches under).
+type topicLimit struct {
+	bytes int32
+	stale atomic.Bool
+}
 
 func newKafkaSink(opts []kgo.Opt, ttl time.Duration, log *slog.Logger) (*kafkaSink, error) {
-	s := &kafkaSink{opts: opts, ttl: ttl, log: log, strikes: map[string]int{},
+	s := &kafkaSink{opts: opts, ttl: ttl, log: log, strikes: map[string]bool{},
 		learning: map[string]*learningTopic{}}
 	cl, err := s.newClient()
 	if err != nil {
@@ -121,7 +130,8 @@ func (s *kafkaSink) limit(topic string) int32 {
 	return s.maxMessageBytes(topic) + franzBatchPrefix
 }
 
-// maxMessageBytes is a topic's max.message.bytes as last learnt.
+// maxMessageBytes is a topic's max.message.bytes as last learnt, stale or
+// not.
 func (s *kafkaSink) maxMessageBytes(topic string) int32 {
 	if v, ok := s.limits.Load(topic); ok {
 		return v.(*topicLimit).bytes
@@ -158,11 +168,11 @@ func (s *kafkaSink) learn(ctx context.Context, cl *kgo.Client, topic string) (ex
 			}
 		}
 	}
-	// Past ttl the limit is gone and the next record learns it again: a
+	// Past ttl the limit is stale and the next record learns it again: a
 	// timer rather than a clock read per record.
 	l := &topicLimit{bytes: limit}
 	s.limits.Store(topic, l)
-	time.AfterFunc(s.ttl, func() { s.limits.CompareAndDelete(topic, l) })
+	time.AfterFunc(s.ttl, func() { l.stale.Store(true) })
 	return true
 }
 
@@ -178,7 +188,7 @@ func (s *kafkaSink) Produce(ctx context.Context, rec *kgo.Record, promise func(*
 		s.learnMu.Unlock()
 		return
 	}
-	if _, ok := s.limits.Load(rec.Topic); !ok {
+	if v, ok := s.limits.Load(rec.Topic); !ok || v.(*topicLimit).stale.Load() {
 		l := &learningTopic{queue: []queuedRecord{{ctx, rec, promise}}}
 		s.learning[rec.Topic] = l
 		s.learnMu.Unlock()
@@ -222,6 +232,8 @@ func (s *kafkaSink) produce(ctx context.Context, rec *kgo.Record, promise func(*
 		if err != nil && errors.Is(err, kerr.MessageTooLarge) && !s.tooLargeAlone(r) {
 			err = fmt.Errorf("%w: %w", errBatchTooLarge, err)
 			s.rebuild.Store(true)
+		} else if err == nil && s.struck.Load() != 0 {
+			s.forgive(r)
 		}
 		if faultHoldAck != nil && faultHoldAck(r, err, promise) {
 			return
@@ -249,21 +261,43 @@ func (s *kafkaSink) autoCreate(cl *kgo.Client) bool {
 
 // tooLargeAlone decides whether a record refused as too large is the
 // culprit: its own bytes exceed the topic's limit, or the broker refused it
-// a second time, after a rebuild put it in a batch of its own.
+// a second time, after a rebuild put it in a batch of its own. A record
+// judged so forgets its strike: requeued later, it is judged afresh.
 func (s *kafkaSink) tooLargeAlone(r *kgo.Record) bool {
-	if userSize(r) > int(s.maxMessageBytes(r.Topic)) {
-		return true
-	}
-	id := ""
-	for _, h := range r.Headers {
-		if h.Key == outbox.HeaderID {
-			id = string(h.Value)
-		}
-	}
+	id := recordID(r)
 	s.strikesMu.Lock()
 	defer s.strikesMu.Unlock()
-	s.strikes[id]++
-	return s.strikes[id] > 1
+	if userSize(r) > int(s.maxMessageBytes(r.Topic)) || s.strikes[id] {
+		if s.strikes[id] {
+			delete(s.strikes, id)
+			s.struck.Add(-1)
+		}
+		return true
+	}
+	s.strikes[id] = true
+	s.struck.Add(1)
+	return false
+}
+
+// forgive forgets the strike of a record the broker took.
+func (s *kafkaSink) forgive(r *kgo.Record) {
+	id := recordID(r)
+	s.strikesMu.Lock()
+	defer s.strikesMu.Unlock()
+	if s.strikes[id] {
+		delete(s.strikes, id)
+		s.struck.Add(-1)
+	}
+}
+
+// recordID is the outbox id a record carries in its id header.
+func recordID(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == outbox.HeaderID {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
 
 func userSize(r *kgo.Record) int {

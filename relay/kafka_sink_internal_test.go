@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/outbox"
 )
 
 // produceWrites counts the Produce requests a client wrote.
@@ -100,5 +101,54 @@ func produceSync(ctx context.Context, s Sink, r *kgo.Record) error {
 		return err
 	case <-ctx.Done():
 		return errors.New("no acknowledgement")
+	}
+}
+
+// A record is quarantined as too large on its second refusal in a batch,
+// or at once when its own bytes exceed the topic's limit; a verdict clears
+// its strike, and so does the broker taking it, so the same event requeued
+// after the limit was raised, or refused again in another batch, is judged
+// afresh: a refusal in a batch first costs a rebuild, not the quarantine.
+func TestTooLargeVerdictForgetsEarlierRefusals(t *testing.T) {
+	s, err := newKafkaSink(nil, time.Minute, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const topic = "t"
+	setLimit := func(n int32) { s.limits.Store(topic, &topicLimit{bytes: n}) }
+	rec := func(id string, size int) *kgo.Record {
+		return &kgo.Record{Topic: topic, Value: make([]byte, size), Headers: []kgo.RecordHeader{{Key: outbox.HeaderID, Value: []byte(id)}}}
+	}
+	big, small := rec("big", 10_000), rec("small", 100)
+
+	// The limit was lowered at runtime: the broker refuses a batch the
+	// client built to the old limit, then the client learns the new one.
+	setLimit(1 << 20)
+	for _, r := range []*kgo.Record{big, small} {
+		if s.tooLargeAlone(r) {
+			t.Fatalf("%s quarantined on its first refusal in a batch", recordID(r))
+		}
+	}
+	setLimit(2048)
+	if !s.tooLargeAlone(big) {
+		t.Fatal("a record above the topic's limit was not judged too large")
+	}
+	s.forgive(small) // the broker took it after the rebuild
+
+	// The limit raised, the event requeued: the client's old batch limit
+	// refuses it once, which must cost a rebuild, not a second quarantine.
+	setLimit(1 << 20)
+	if s.tooLargeAlone(big) {
+		t.Fatal("a requeued event was quarantined again for a refusal before its first verdict")
+	}
+	if s.tooLargeAlone(small) {
+		t.Fatal("a record the broker took was quarantined on its next refusal in a batch")
+	}
+	if !s.tooLargeAlone(small) {
+		t.Fatal("a record refused twice in a batch was not judged too large")
+	}
+	if n := s.struck.Load(); n != 1 {
+		t.Fatalf("%d strikes remembered, want 1 (the requeued event's)", n)
 	}
 }
