@@ -46,6 +46,9 @@ type migrationWorkerResult struct {
 	oldOnly, dual      samples // msg/s
 	ratio              samples // dual / oldOnly, paired per sample
 	shadowsBehindApply samples // s the shadows' recording ended after the last apply
+	// per message (workerCost): one channel, then two
+	oldWorker, oldPostgres, oldWAL    samples
+	dualWorker, dualPostgres, dualWAL samples
 }
 
 // brokersB are the stack's cluster B seed brokers.
@@ -332,17 +335,20 @@ func workerDualWriteRounds(ctx context.Context, e *env, bin string, brokersB []s
 	for _, s := range shapes {
 		r := migrationWorkerResult{batch: s.batch, n: s.n}
 		for i := range o.runs {
-			single, _, err := migrationWorkerOnce(ctx, e, m, topicName(m.oldTemplate, s.name+"-plain"), fmt.Sprintf("bench_plain_%s_%d", s.name, i), s.n, s.batch, false)
+			single, _, sc, err := migrationWorkerOnce(ctx, e, m, topicName(m.oldTemplate, s.name+"-plain"), fmt.Sprintf("bench_plain_%s_%d", s.name, i), s.n, s.batch, false)
 			if err != nil {
 				return err
 			}
-			dual, behind, err := migrationWorkerOnce(ctx, e, m, topicName(m.oldTemplate, s.name), fmt.Sprintf("bench_dual_%s_%d", s.name, i), s.n, s.batch, true)
+			dual, behind, dc, err := migrationWorkerOnce(ctx, e, m, topicName(m.oldTemplate, s.name), fmt.Sprintf("bench_dual_%s_%d", s.name, i), s.n, s.batch, true)
 			if err != nil {
 				return err
 			}
 			r.oldOnly, r.dual, r.ratio = append(r.oldOnly, single), append(r.dual, dual), append(r.ratio, dual/single)
 			r.shadowsBehindApply = append(r.shadowsBehindApply, behind.Seconds())
-			log("migration, worker batch %d, sample %d: OLD_ONLY %.0f msg/s, DUAL_WRITE %.0f (%.2f)", s.batch, i+1, single, dual, dual/single)
+			r.oldWorker, r.oldPostgres, r.oldWAL = append(r.oldWorker, sc.worker), append(r.oldPostgres, sc.postgres), append(r.oldWAL, sc.wal)
+			r.dualWorker, r.dualPostgres, r.dualWAL = append(r.dualWorker, dc.worker), append(r.dualPostgres, dc.postgres), append(r.dualWAL, dc.wal)
+			log("migration, worker batch %d, sample %d: OLD_ONLY %.0f msg/s, DUAL_WRITE %.0f (%.2f); per message worker %.0f/%.0f µs CPU, PostgreSQL %.0f/%.0f µs, WAL %.0f/%.0f B",
+				s.batch, i+1, single, dual, dual/single, sc.worker, dc.worker, sc.postgres, dc.postgres, sc.wal, dc.wal)
 		}
 		res.workers = append(res.workers, r)
 	}
@@ -350,12 +356,13 @@ func workerDualWriteRounds(ctx context.Context, e *env, bin string, brokersB []s
 }
 
 // migrationWorkerOnce runs a worker of the benchmark's shape over topic's
-// n messages from freshly reset tables and returns its rate. With shadows,
-// the run ends when the worker also recorded the n shadow copies of the
-// new channel; behind is how long after the last apply that was.
-func migrationWorkerOnce(ctx context.Context, e *env, m *migrationSetup, topic, consumer string, n, batch int, shadows bool) (rate float64, behind time.Duration, err error) {
+// n messages from freshly reset tables and returns its rate and what each
+// message cost over the same time. With shadows, the run ends when the
+// worker also recorded the n shadow copies of the new channel; behind is
+// how long after the last apply that was.
+func migrationWorkerOnce(ctx context.Context, e *env, m *migrationSetup, topic, consumer string, n, batch int, shadows bool) (rate float64, behind time.Duration, cost workerCost, err error) {
 	if err := resetWorkerTables(ctx, m.pool, "ferry_inbox_copy", "ferry_inbox_fence", "ferry_inbox_channel", "ferry_inbox_quarantine"); err != nil {
-		return 0, 0, err
+		return 0, 0, cost, err
 	}
 	s := shapeOf(batch)
 	cfg := &inbox.Config{DB: m.pool, KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}, Concurrency: s.concurrency,
@@ -381,8 +388,8 @@ func migrationWorkerOnce(ctx context.Context, e *env, m *migrationSetup, topic, 
 			}
 		}
 	}
-	rate, err = runWorkerUntil(ctx, cfg, topic, consumer, n, settle)
-	return rate, behind, err
+	rate, err = runWorkerUntil(ctx, cfg, topic, consumer, n, settle, &cost)
+	return rate, behind, cost, err
 }
 
 func (r *migrationResult) markdown() string {
@@ -405,6 +412,20 @@ func (r *migrationResult) markdown() string {
 		}
 		fmt.Fprintf(&b, "| worker, %s, %d messages, msg/s | %s | %s (shadows recorded %s s after the last apply) | **%s** | >= 0.85 |\n",
 			shape, w.n, w.oldOnly.Format("%.0f"), w.dual.Format("%.0f"), w.shadowsBehindApply.Format("%.2f"), w.ratio.Format("%.2f"))
+	}
+	if len(r.workers) == 0 {
+		return b.String()
+	}
+	b.WriteString("\nWhat each message cost the worker's run, over the same time as its rate: µs of CPU of the worker's process (the in-process `inbox.Worker` with its Kafka clients), " +
+		"µs of CPU of the machine's PostgreSQL processes (backends, WAL writer, checkpointer, autovacuum) and bytes of WAL written (`pg_current_wal_lsn()`):\n\n" +
+		"| worker, per message | worker CPU, µs | PostgreSQL CPU, µs | WAL, bytes |\n|---|---|---|---|\n")
+	for _, w := range r.workers {
+		shape := "one message per transaction"
+		if w.batch > 1 {
+			shape = fmt.Sprintf("batches of %d messages", w.batch)
+		}
+		fmt.Fprintf(&b, "| %s, OLD_ONLY | %s | %s | %s |\n", shape, w.oldWorker.Format("%.0f"), w.oldPostgres.Format("%.0f"), w.oldWAL.Format("%.0f"))
+		fmt.Fprintf(&b, "| %s, DUAL_WRITE | %s | %s | %s |\n", shape, w.dualWorker.Format("%.0f"), w.dualPostgres.Format("%.0f"), w.dualWAL.Format("%.0f"))
 	}
 	return b.String()
 }

@@ -224,12 +224,12 @@ func workerOnce(ctx context.Context, e *env, pool *pgxpool.Pool, topic, consumer
 // handler as consumer over topic's n messages and returns messages/s from
 // the moment it is ready to the last commit.
 func runWorker(ctx context.Context, cfg *inbox.Config, topic, consumer string, n int) (float64, error) {
-	return runWorkerUntil(ctx, cfg, topic, consumer, n, nil)
+	return runWorkerUntil(ctx, cfg, topic, consumer, n, nil, nil)
 }
 
 // runWorkerUntil is runWorker whose run, when settle is not nil, ends
 // only once settle returns after the last commit.
-func runWorkerUntil(ctx context.Context, cfg *inbox.Config, topic, consumer string, n int, settle func(context.Context) error) (float64, error) {
+func runWorkerUntil(ctx context.Context, cfg *inbox.Config, topic, consumer string, n int, settle func(context.Context) error, cost *workerCost) (float64, error) {
 	w, err := inbox.New(cfg)
 	if err != nil {
 		return 0, err
@@ -254,6 +254,12 @@ func runWorkerUntil(ctx context.Context, cfg *inbox.Config, topic, consumer stri
 		}
 	}
 	start := time.Now()
+	var mark costMark
+	if cost != nil {
+		if mark, err = markCost(ctx, cfg.DB); err != nil {
+			return 0, err
+		}
+	}
 	for w.Stats().Processed < int64(n) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
@@ -266,6 +272,11 @@ func runWorkerUntil(ctx context.Context, cfg *inbox.Config, topic, consumer stri
 		}
 	}
 	elapsed := time.Since(start)
+	if cost != nil {
+		if *cost, err = mark.per(ctx, cfg.DB, n); err != nil {
+			return 0, err
+		}
+	}
 	stop()
 	if err := <-done; err != nil {
 		return 0, err
