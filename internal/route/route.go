@@ -178,7 +178,130 @@ func (st Stamp) Bytes() []byte {
 // ParseStamp reads a HeaderRoute value. It is strict: every field once, in
 // order, with a valid value, then ";origin=bridge" or nothing; anything
 // else is an error that names the problem, since a consumer acts on it.
+//
+// A consumer reads one per message of a migration: a valid stamp is read
+// without a regular expression or an allocation (parseStampFast), and
+// anything it does not take is read again by parseStamp, which names the
+// problem.
 func ParseStamp(v string) (Stamp, error) {
+	if st, ok := parseStampFast(v); ok {
+		return st, nil
+	}
+	return parseStamp(v)
+}
+
+// parseStampFast reads a valid stamp, and reports false for anything else:
+// it takes nothing parseStamp refuses, and reads what it takes as
+// parseStamp does (FuzzParseStamp holds it to that).
+func parseStampFast(v string) (st Stamp, ok bool) {
+	rest, bridged := strings.CutSuffix(v, bridgedSuffix)
+	st.Bridged = bridged
+	var val string
+	if val, rest, ok = cutField(rest, "plan", false); !ok || !validPlanName(val) {
+		return st, false
+	}
+	st.Plan = val
+	if val, rest, ok = cutField(rest, "epoch", false); !ok {
+		return st, false
+	}
+	if st.Epoch, ok = countFast(val, -1); !ok {
+		return st, false
+	}
+	if val, rest, ok = cutField(rest, "slice", false); !ok {
+		return st, false
+	}
+	if st.Slice, ok = countFast(val, Slices); !ok {
+		return st, false
+	}
+	if val, rest, ok = cutField(rest, "side", false); !ok || (Side(val) != OldSide && Side(val) != NewSide) {
+		return st, false
+	}
+	st.Side = Side(val)
+	if val, rest, ok = cutField(rest, "role", false); !ok || (Role(val) != Authoritative && Role(val) != Shadow) {
+		return st, false
+	}
+	st.Role = Role(val)
+	if val, rest, ok = cutField(rest, "since", false); !ok {
+		return st, false
+	}
+	if st.Since, ok = countFast(val, -1); !ok {
+		return st, false
+	}
+	if val, _, ok = cutField(rest, "peer", true); !ok || (val != "" && !validTopicName(val)) {
+		return st, false
+	}
+	st.Peer = val
+	if st.Since > st.Epoch || (st.Since > 0) != (st.Peer != "") ||
+		(st.Bridged && (st.Side != NewSide || st.Role != Authoritative || st.Since == 0)) {
+		return st, false
+	}
+	return st, true
+}
+
+// cutField reads "key=value" at the start of s, up to the next ';' (which
+// must follow, unless last: then no ';' may).
+func cutField(s, key string, last bool) (val, rest string, ok bool) {
+	if len(s) <= len(key) || s[:len(key)] != key || s[len(key)] != '=' {
+		return "", "", false
+	}
+	s = s[len(key)+1:]
+	i := strings.IndexByte(s, ';')
+	if last {
+		return s, "", i < 0
+	}
+	if i < 0 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// countFast is parseCount for what it takes: a canonical non-negative
+// integer below limit (no limit when limit < 0), of at most 9 digits.
+func countFast(s string, limit int) (int, bool) {
+	if s == "" || len(s) > 9 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, limit < 0 || n < limit
+}
+
+// validPlanName is PlanName.MatchString without the regular expression.
+func validPlanName(s string) bool {
+	if s == "" || len(s) > 63 || !isLowerOrDigit(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isLowerOrDigit(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validTopicName is topicName.MatchString without the regular expression.
+func validTopicName(s string) bool {
+	if s == "" || len(s) > 249 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isLowerOrDigit(c) && (c < 'A' || c > 'Z') && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLowerOrDigit(c byte) bool { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') }
+
+// parseStamp is ParseStamp's careful reading, which names what is wrong.
+func parseStamp(v string) (Stamp, error) {
 	var st Stamp
 	fields, bridged := strings.CutSuffix(v, bridgedSuffix)
 	st.Bridged = bridged

@@ -227,8 +227,19 @@ func FuzzParseStamp(f *testing.F) {
 	f.Add("plan=a;epoch=0;slice=0;side=old;role=shadow;since=0;peer=")
 	f.Add("plan=;epoch=;slice=;side=;role=;since=;peer=")
 	f.Add("plan=move-1;epoch=3;slice=17;side=new;role=authoritative;since=3;peer=orders;origin=bridge")
+	f.Add("plan=a;epoch=10;slice=127;side=old;role=shadow;since=0;peer=")
+	f.Add("plan=a;epoch=01;slice=128;side=old;role=shadow;since=0;peer=")
 	f.Fuzz(func(t *testing.T, v string) {
 		st, err := route.ParseStamp(v)
+		careful, cerr := route.ParseStampCareful(v)
+		if st != careful || fmt.Sprint(err) != fmt.Sprint(cerr) {
+			t.Fatalf("ParseStamp(%q) = %+v, %v; its careful reading %+v, %v", v, st, err, careful, cerr)
+		}
+		for _, s := range []string{st.Plan, st.Peer, v} {
+			if route.ValidPlanName(s) != route.PlanName.MatchString(s) || route.ValidTopicName(s) != route.TopicName.MatchString(s) {
+				t.Fatalf("%q: the names' checks disagree with their regular expressions", s)
+			}
+		}
 		if err != nil {
 			return
 		}
