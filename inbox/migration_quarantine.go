@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,7 +56,52 @@ type storedHeader struct {
 	Value []byte `json:"v"`
 }
 
+// encodeHeaders is hs as json.Marshal writes []storedHeader. A shadow copy
+// stores one per message, so the usual header, whose key needs no escape,
+// is written by hand, byte for byte as json.Marshal would
+// (TestEncodeHeadersIsJSONMarshal); any other goes through json.Marshal.
 func encodeHeaders(hs []kgo.RecordHeader) []byte {
+	n := 2
+	for _, h := range hs {
+		if !plainJSONString(h.Key) {
+			return marshalHeaders(hs)
+		}
+		n += len(`{"k":"","v":""},`) + len(h.Key) + base64.StdEncoding.EncodedLen(len(h.Value))
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, h := range hs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"k":"`...)
+		b = append(b, h.Key...)
+		b = append(b, `","v":`...)
+		if h.Value == nil {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, '"')
+			b = base64.StdEncoding.AppendEncode(b, h.Value)
+			b = append(b, '"')
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// plainJSONString reports whether json.Marshal writes s as it is, between
+// quotes: printable ASCII without a quote, a backslash or what it escapes
+// for HTML (<, >, &).
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+func marshalHeaders(hs []kgo.RecordHeader) []byte {
 	out := make([]storedHeader, len(hs))
 	for i, h := range hs {
 		out[i] = storedHeader{h.Key, h.Value}

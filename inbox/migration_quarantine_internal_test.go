@@ -1,8 +1,12 @@
 package inbox
 
 import (
+	"bytes"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // A partition's position counts for the quarantine at a time when the
@@ -52,4 +56,34 @@ func TestAPositionCountsOnlyOnceItsClusterAnsweredForTheDelay(t *testing.T) {
 	if r, ok := note(11*time.Minute, 40, 40); !ok || !r.Equal(at(11*time.Minute)) {
 		t.Fatalf("a minute after the cluster was back: %v %v, want it counted", r, ok)
 	}
+}
+
+// A shadow's headers are stored exactly as json.Marshal writes them,
+// whichever way encodeHeaders takes, and read back as they were.
+func FuzzEncodeHeadersIsJSONMarshal(f *testing.F) {
+	f.Add("ferry.route", []byte("plan=p;epoch=1"), false, "id", []byte{0, 0xff, '"'}, true)
+	f.Add("a<b", []byte(nil), true, "é\n", []byte(""), false)
+	f.Fuzz(func(t *testing.T, k1 string, v1 []byte, nil1 bool, k2 string, v2 []byte, nil2 bool) {
+		if nil1 {
+			v1 = nil
+		}
+		if nil2 {
+			v2 = nil
+		}
+		for _, hs := range [][]kgo.RecordHeader{nil, {{Key: k1, Value: v1}}, {{Key: k1, Value: v1}, {Key: k2, Value: v2}}} {
+			got, want := encodeHeaders(hs), marshalHeaders(hs)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("encodeHeaders(%q) = %s, json.Marshal writes %s", hs, got, want)
+			}
+			back, err := decodeHeaders(got)
+			if err != nil || len(back) != len(hs) {
+				t.Fatalf("decodeHeaders(%s) = %v, %v", got, back, err)
+			}
+			for i := range hs {
+				if utf8.ValidString(hs[i].Key) && (back[i].Key != hs[i].Key || !bytes.Equal(back[i].Value, hs[i].Value)) {
+					t.Fatalf("header %d read back as %q, stored %q", i, back[i], hs[i])
+				}
+			}
+		}
+	})
 }
