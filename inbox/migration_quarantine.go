@@ -59,7 +59,7 @@ type storedHeader struct {
 // encodeHeaders is hs as json.Marshal writes []storedHeader. A shadow copy
 // stores one per message, so the usual header, whose key needs no escape,
 // is written by hand, byte for byte as json.Marshal would
-// (TestEncodeHeadersIsJSONMarshal); any other goes through json.Marshal.
+// (FuzzEncodeHeadersIsJSONMarshal); any other goes through json.Marshal.
 func encodeHeaders(hs []kgo.RecordHeader) []byte {
 	n := 2
 	for _, h := range hs {

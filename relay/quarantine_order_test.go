@@ -49,8 +49,11 @@ func (b *orderBundle) writeOne(t *testing.T, agg string, seq int, big bool) stri
 
 // raiseLimit fixes the cause: the topic takes large records from now on.
 // It returns once the broker describes the raised limit (the controller
-// answers the change before the broker applies it) and the relay's limit,
-// learnt before, is past TopicConfigRefresh.
+// answers the change before the broker applies it). The relay last learnt
+// the limit when it last sent a record of the topic, before the caller's
+// consume settled (500 ms) and its quarantine was read, many times
+// TopicConfigRefresh ago; the pause after is a margin, not what the test
+// waits on.
 func (b *orderBundle) raiseLimit(t *testing.T) {
 	raised := "1048576"
 	admin := ferrytest.Admin(t)
