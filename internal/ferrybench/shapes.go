@@ -24,6 +24,7 @@ type shapesOpts struct {
 	events    int
 	shapes    []int
 	runs      int
+	onePerTx  int // rounds of the one-event-per-transaction shape: the slow-state check
 	payload   int
 	relayArgs []string
 	relayEnv  []string
@@ -68,6 +69,7 @@ func shapesFlags(fs *flag.FlagSet, o *shapesOpts, prefix string) func() error {
 	fs.IntVar(&o.events, prefix+"events", 100_000, "backlog of each shape, in events")
 	shapes := fs.String(prefix+"shapes", "1,3,10,100,1000", "events per transaction of each backlog")
 	fs.IntVar(&o.runs, prefix+"runs", 3, "rounds of each shape: the discarding client, then the relay, each on a slot of its own made before the backlog")
+	fs.IntVar(&o.onePerTx, prefix+"one-per-tx-runs", 7, "rounds of the one-event-per-transaction shape, in a row: how far the slowest and fastest stray from their median (at least -"+prefix+"runs)")
 	fs.IntVar(&o.payload, prefix+"payload", 200, "payload bytes per event")
 	return func() error {
 		o.shapes = nil
@@ -81,12 +83,15 @@ func shapesFlags(fs *flag.FlagSet, o *shapesOpts, prefix string) func() error {
 		if o.runs < 1 || o.events < 1 {
 			return fmt.Errorf("-%sruns %d, -%sevents %d: want at least 1 of each", prefix, o.runs, prefix, o.events)
 		}
+		if o.onePerTx < 0 {
+			return fmt.Errorf("-%sone-per-tx-runs %d: want 0 or more (fewer than -%sruns means -%sruns)", prefix, o.onePerTx, prefix, prefix)
+		}
 		return nil
 	}
 }
 
-// benchShapes drains each shape's backlog o.runs times and returns its
-// table.
+// benchShapes drains each shape's backlog o.rounds(shape) times and
+// returns its table.
 func benchShapes(ctx context.Context, e *env, o shapesOpts) (string, error) {
 	bin := o.relayBin
 	if bin == "" {
@@ -106,10 +111,20 @@ func benchShapes(ctx context.Context, e *env, o shapesOpts) (string, error) {
 	return shapesMarkdown(o, rs), nil
 }
 
+// rounds is how many times a shape of perTx events per transaction is
+// drained.
+func (o shapesOpts) rounds(perTx int) int {
+	if perTx == 1 {
+		return max(o.runs, o.onePerTx)
+	}
+	return o.runs
+}
+
 // shapeRounds writes a backlog of o.events in transactions of perTx
-// events and drains it o.runs times with each of the walsender's bound and
-// the relay, in turn.
+// events and drains it o.rounds(perTx) times with each of the walsender's
+// bound and the relay, in turn.
 func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx int) (*shapeResult, error) {
+	runs := o.rounds(perTx)
 	ds, err := newDrainSetup(ctx, e, "bench_shapes")
 	if err != nil {
 		return nil, err
@@ -121,7 +136,7 @@ func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx in
 	relaySlot := func(i int) string { return fmt.Sprintf("bench_%s_relay_%d", suffix, i) }
 	topic := func(i int) string { return fmt.Sprintf("bench.%s.%d.shape", suffix, i) }
 	var slotNames []string
-	for i := range o.runs {
+	for i := range runs {
 		slotNames = append(slotNames, wsSlot(i), relaySlot(i))
 		if err := ds.topics(ctx, topic(i)); err != nil {
 			return nil, err
@@ -141,7 +156,7 @@ func shapeRounds(ctx context.Context, e *env, bin string, o shapesOpts, perTx in
 		return nil, err
 	}
 	r := &shapeResult{perTx: perTx}
-	for i := range o.runs {
+	for i := range runs {
 		ws, err := walsenderOnce(ctx, url, pool, wsSlot(i), target)
 		if err != nil {
 			return nil, err
@@ -216,7 +231,11 @@ func shapesMarkdown(o shapesOpts, rs []*shapeResult) string {
 	if o.label != "" {
 		config = o.label + ": " + config
 	}
-	fmt.Fprintf(&b, "#### Drain by transaction shape: %s; %d events of %d-byte payloads per shape, 4 partitions; median (min–max) of %d rounds\n\n", config, o.events, o.payload, o.runs)
+	rounds := fmt.Sprintf("%d rounds", o.runs)
+	if slices.Contains(o.shapes, 1) && o.rounds(1) != o.runs {
+		rounds += fmt.Sprintf(" (%d of one event per transaction)", o.rounds(1))
+	}
+	fmt.Fprintf(&b, "#### Drain by transaction shape: %s; %d events of %d-byte payloads per shape, 4 partitions; median (min–max) of %s\n\n", config, o.events, o.payload, rounds)
 	b.WriteString("Each round drains the same backlog twice, from slots made before it: a client that reads as the relay does (in batches, behind the same read window), discards every change and confirms as the relay does, then the relay into Kafka as a real process. Both are timed from their start until the slot confirmed the backlog's end. " +
 		"The walsender's own bound is what it would have streamed in the relay's drain had it been on a core all the time it streamed, at the CPU per event it spent there: the relay's drain over it is the walsender's share of that time on a core (`/proc/PID/schedstat`), and no client can pass it. " +
 		"The rest of its time it was runnable but waiting for a core (the relay, the broker and the other processes held both), or neither (its socket full: waiting on the relay; or on WAL or I/O). " +

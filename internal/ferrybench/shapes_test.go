@@ -18,8 +18,9 @@ func TestShapesMarkdownPairsTheRatiosAndBoundsTheSpread(t *testing.T) {
 		{perTx: 100, walsender: samples{1000}, relay: samples{950}, ratio: samples{0.95}, own: samples{0.8}, noCore: samples{0.1}, neither: samples{0.1},
 			relayCost: samples{3}, relayBusy: samples{.4}},
 	}
-	md := shapesMarkdown(shapesOpts{events: 1000, payload: 200, runs: 3}, rs)
+	md := shapesMarkdown(shapesOpts{events: 1000, payload: 200, runs: 3, onePerTx: 7, shapes: []int{1, 100}}, rs)
 	for _, want := range []string{
+		"median (min–max) of 3 rounds (7 of one event per transaction)",
 		"| 1 | 90 (80–100) | **0.92 (0.88–0.95)** | 5 (4–10) / 2 (1–3)% | 11.0 (10.0–12.0) µs | 0.50 (0.50–0.50) | 100 (100–200) | 0.80 (0.50–0.90) |",
 		"| 100 | 950 | **0.80** | 10 / 10% | 3.0 µs | 0.40 | 1000 | 0.95 |",
 		"80 to 100 events/s, every round within 11% of the median (90)",
@@ -27,5 +28,24 @@ func TestShapesMarkdownPairsTheRatiosAndBoundsTheSpread(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("no %q in:\n%s", want, md)
 		}
+	}
+}
+
+// One event per transaction is drained at least -one-per-tx-runs times
+// (the slow-state check wants 7 in a row), every other shape -runs times.
+func TestShapesRoundsOfOneEventPerTransaction(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		runs, onePerTx, perTx, want int
+	}{
+		{3, 7, 1, 7}, {3, 7, 10, 3}, {3, 0, 1, 3}, {9, 7, 1, 9},
+	} {
+		if got := (shapesOpts{runs: c.runs, onePerTx: c.onePerTx}).rounds(c.perTx); got != c.want {
+			t.Errorf("runs %d, one-per-tx-runs %d: %d events per transaction drained %d times, want %d", c.runs, c.onePerTx, c.perTx, got, c.want)
+		}
+	}
+	md := shapesMarkdown(shapesOpts{events: 10, payload: 1, runs: 3, onePerTx: 7, shapes: []int{10}}, nil)
+	if !strings.Contains(md, "median (min–max) of 3 rounds\n") {
+		t.Errorf("without one event per transaction the header names 3 rounds only:\n%s", md)
 	}
 }
