@@ -163,20 +163,16 @@ func (w *Worker) quarantinePass(ctx context.Context, g *groupConsumer) error {
 	}
 	consumer, after := g.name, w.cfg.MigrationQuarantineAfter
 	var awaited []*dbsqlc.InboxQuarantineAwaitedRow
+	var since int64
 	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
-		if _, err := w.queries.InboxQuarantineResolved(ctx, tx, consumer); err != nil {
-			return err
-		}
-		if err := w.locateShadows(ctx, tx, consumer); err != nil {
-			return err
-		}
 		var err error
-		awaited, err = w.queries.InboxQuarantineAwaited(ctx, tx, dbsqlc.InboxQuarantineAwaitedParams{Consumer: consumer, AfterSeconds: after.Seconds()})
+		awaited, since, err = w.quarantineScan(ctx, tx, consumer)
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	w.shadowSince[consumer] = since // committed: the shadows it located stay located
 	params := w.reachedPositions(ctx, g, awaited)
 	params.Consumer, params.AfterSeconds = consumer, after.Seconds()
 	if w.cfg.Prune != nil { // past the inbox's retention, an applied event's row may be gone
@@ -201,19 +197,53 @@ func (w *Worker) quarantinePass(ctx context.Context, g *groupConsumer) error {
 	return nil
 }
 
+// quarantineScan drops consumer's quarantined events applied since,
+// locates its shadows whose authoritative copy is late, forgets the
+// located ones applied since, and returns the partitions where the
+// authoritative copies of those still awaited would be, and the horizon
+// the next pass reads the shadows from once tx commits.
+func (w *Worker) quarantineScan(ctx context.Context, tx pgx.Tx, consumer string) ([]*dbsqlc.InboxQuarantineAwaitedRow, int64, error) {
+	if _, err := w.queries.InboxQuarantineResolved(ctx, tx, consumer); err != nil {
+		return nil, 0, err
+	}
+	since, err := w.locateShadows(ctx, tx, consumer, w.shadowSince[consumer])
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := w.queries.InboxShadowsSettled(ctx, tx, consumer); err != nil {
+		return nil, 0, err
+	}
+	awaited, err := w.queries.InboxQuarantineAwaited(ctx, tx, dbsqlc.InboxQuarantineAwaitedParams{Consumer: consumer,
+		AfterSeconds: w.cfg.MigrationQuarantineAfter.Seconds()})
+	return awaited, since, err
+}
+
 // locateShadows records where the authoritative copies of consumer's
-// unlocated shadows, never applied, were written: the other channel's
-// topic of the shadow's, and the partition the record's key goes to there.
-// A shadow whose other topic passed no fence yet (its partition count is
-// not known) waits for a later pass.
-func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string) error {
-	rows, err := w.queries.InboxShadowsUnlocated(ctx, tx, dbsqlc.InboxShadowsUnlocatedParams{Consumer: consumer, MaxRows: locateBatch})
+// shadows recorded from horizon since on, never applied, were written
+// once they are late (MigrationAllowedLateness, or MigrationQuarantineAfter
+// when shorter: the quarantine waits no longer): the other channel's topic
+// of the shadow's, and the partition the record's key goes to there. It
+// returns the horizon of the next pass: every shadow recorded before it is
+// applied, accounted for or located, so that each shadow is read by the
+// passes until then, not by every pass of the migration. A shadow not
+// late yet, or whose other topic passed no fence yet (its partition count
+// is not known), holds the horizon for a later pass.
+func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, since int64) (int64, error) {
+	next, err := w.queries.InboxShadowHorizon(ctx, tx) // before the read: what it misses had not ended
+	if err != nil {
+		return since, err
+	}
+	rows, err := w.queries.InboxShadowsUnlocated(ctx, tx, dbsqlc.InboxShadowsUnlocatedParams{Consumer: consumer, Since: since,
+		LateSeconds: min(w.cfg.MigrationAllowedLateness, w.cfg.MigrationQuarantineAfter).Seconds(), MaxRows: locateBatch})
 	if err != nil || len(rows) == 0 {
-		return err
+		return next, err
+	}
+	if len(rows) == locateBatch {
+		next = min(next, rows[len(rows)-1].Xact)
 	}
 	routes, err := w.queries.InboxChannelRoutes(ctx, tx, consumer)
 	if err != nil {
-		return err
+		return since, err
 	}
 	type shadowTopic struct{ plan, side, topic string }
 	type authority struct {
@@ -229,7 +259,7 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string) 
 	for _, r := range routes {
 		var newChannel migration.Channel
 		if err := json.Unmarshal(r.NewChannel, &newChannel); err != nil {
-			return fmt.Errorf("migration %s: the new channel learned for %s: %w", r.Plan, r.OldTopic, err)
+			return since, fmt.Errorf("migration %s: the new channel learned for %s: %w", r.Plan, r.OldTopic, err)
 		}
 		to[shadowTopic{r.Plan, string(migration.NewSide), r.NewTopic}] = authority{r.OldTopic, r.OldPartitions, own}
 		to[shadowTopic{r.Plan, string(migration.OldSide), r.OldTopic}] = authority{r.NewTopic, r.NewPartitions, newChannel.KindOf()}
@@ -237,7 +267,11 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string) 
 	located := dbsqlc.InboxShadowsLocateParams{Consumer: consumer}
 	for _, s := range rows {
 		a, ok := to[shadowTopic{s.Plan, s.Side, s.Topic}]
-		if !ok || a.partitions <= 0 || len(s.RecordKey) == 0 {
+		switch {
+		case len(s.RecordKey) == 0: // goes to no partition of its own: never located
+			continue
+		case !s.Late || !ok || a.partitions <= 0:
+			next = min(next, s.Xact)
 			continue
 		}
 		located.MessageIds = append(located.MessageIds, s.MessageID)
@@ -246,9 +280,9 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string) 
 		located.Partitions = append(located.Partitions, authPartition(a.kind, s.RecordKey, a.partitions))
 	}
 	if len(located.MessageIds) == 0 {
-		return nil
+		return next, nil
 	}
-	return w.queries.InboxShadowsLocate(ctx, tx, located)
+	return next, w.queries.InboxShadowsLocate(ctx, tx, located)
 }
 
 // authPartition is the partition of a topic of n partitions on a channel

@@ -59,7 +59,10 @@ type Worker struct {
 	// unwatched counts, per consumer and plan, the partitions a quarantine
 	// pass could not read the group's position on (Report.Unwatched).
 	unwatched map[followKey]int64
-	channelUp map[channelKey]time.Time
+	// shadowSince is, per consumer, the horizon a quarantine pass reads
+	// the shadows from (InboxShadowsUnlocated): the quarantine loop's own.
+	shadowSince map[string]int64
+	channelUp   map[channelKey]time.Time
 	// oldWork is when each consumer last had work from its RabbitMQ old
 	// channel (Report.OldWorkedAt).
 	oldWork oldWork
@@ -82,18 +85,19 @@ func New(cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg:       c,
-		metrics:   newMetrics(c.Registerer),
-		queries:   dbsqlc.New(),
-		tracing:   newTracing(&c),
-		slots:     make(chan int, c.Concurrency),
-		since:     make([]atomic.Int64, c.Concurrency),
-		handlers:  make(map[string]map[string]handling),
-		followers: map[followKey]*groupConsumer{},
-		marks:     map[positionKey]positionMark{},
-		unwatched: map[followKey]int64{},
-		channelUp: map[channelKey]time.Time{},
-		passed:    map[fenceWait]int{},
+		cfg:         c,
+		metrics:     newMetrics(c.Registerer),
+		queries:     dbsqlc.New(),
+		tracing:     newTracing(&c),
+		slots:       make(chan int, c.Concurrency),
+		since:       make([]atomic.Int64, c.Concurrency),
+		handlers:    make(map[string]map[string]handling),
+		followers:   map[followKey]*groupConsumer{},
+		marks:       map[positionKey]positionMark{},
+		unwatched:   map[followKey]int64{},
+		shadowSince: map[string]int64{},
+		channelUp:   map[channelKey]time.Time{},
+		passed:      map[fenceWait]int{},
 	}
 	for i := range c.Concurrency {
 		w.slots <- i

@@ -183,18 +183,37 @@ WHERE q.consumer = @consumer
        OR EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = q.consumer AND a.message_id = q.message_id
                   AND a.role = 'authoritative'));
 
+-- name: InboxShadowHorizon :one
+-- The oldest transaction still running: every shadow recorded by a
+-- transaction before it is visible to any statement after this one.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon;
+
 -- name: InboxShadowsUnlocated :many
--- The consumer's shadow copies of events neither applied nor accounted for
--- (an authoritative copy row: applied, or dead-lettered), with a record,
--- whose authoritative copy's partition is not known yet, oldest first.
-SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key
+-- The consumer's shadow copies recorded by transactions from @since on
+-- (InboxShadowHorizon) of events neither applied nor accounted for (an
+-- authoritative copy row: applied, or dead-lettered), with a record, whose
+-- authoritative copy's partition is not known yet, in the order of their
+-- transactions; late when received more than @late_seconds ago.
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact::text::bigint AS xact,
+       (c.received_at < now() - make_interval(secs => @late_seconds::float8))::boolean AS late
 FROM ferry_inbox_copy c
 WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+  AND c.xact >= (@since::bigint)::text::xid8
   AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
-ORDER BY c.received_at
+ORDER BY c.xact
 LIMIT @max_rows;
+
+-- name: InboxShadowsSettled :execrows
+-- Forgets where the located shadows' authoritative copies are once their
+-- event is applied or accounted for: the located shadows are those
+-- awaited.
+UPDATE ferry_inbox_copy c SET auth_topic = NULL, auth_partition = NULL
+WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
+  AND (EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+       OR EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative'));
 
 -- name: InboxShadowsLocate :exec
 -- Records where shadow copies' authoritative copies were written.

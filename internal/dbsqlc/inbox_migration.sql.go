@@ -809,6 +809,19 @@ func (q *Queries) InboxQuarantineShadows(ctx context.Context, db DBTX, arg Inbox
 	return result.RowsAffected(), nil
 }
 
+const inboxShadowHorizon = `-- name: InboxShadowHorizon :one
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon
+`
+
+// The oldest transaction still running: every shadow recorded by a
+// transaction before it is visible to any statement after this one.
+func (q *Queries) InboxShadowHorizon(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, inboxShadowHorizon)
+	var horizon int64
+	err := row.Scan(&horizon)
+	return horizon, err
+}
+
 const inboxShadowInsertMany = `-- name: InboxShadowInsertMany :exec
 INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
     topic, partition, record_offset, record_key, record_value, record_headers)
@@ -935,20 +948,43 @@ func (q *Queries) InboxShadowsLocate(ctx context.Context, db DBTX, arg InboxShad
 	return err
 }
 
+const inboxShadowsSettled = `-- name: InboxShadowsSettled :execrows
+UPDATE ferry_inbox_copy c SET auth_topic = NULL, auth_partition = NULL
+WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NOT NULL
+  AND (EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+       OR EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative'))
+`
+
+// Forgets where the located shadows' authoritative copies are once their
+// event is applied or accounted for: the located shadows are those
+// awaited.
+func (q *Queries) InboxShadowsSettled(ctx context.Context, db DBTX, consumer string) (int64, error) {
+	result, err := db.Exec(ctx, inboxShadowsSettled, consumer)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const inboxShadowsUnlocated = `-- name: InboxShadowsUnlocated :many
-SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact::text::bigint AS xact,
+       (c.received_at < now() - make_interval(secs => $1::float8))::boolean AS late
 FROM ferry_inbox_copy c
-WHERE c.consumer = $1 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+WHERE c.consumer = $2 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+  AND c.xact >= ($3::bigint)::text::xid8
   AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
-ORDER BY c.received_at
-LIMIT $2
+ORDER BY c.xact
+LIMIT $4
 `
 
 type InboxShadowsUnlocatedParams struct {
-	Consumer string
-	MaxRows  int32
+	LateSeconds float64
+	Consumer    string
+	Since       int64
+	MaxRows     int32
 }
 
 type InboxShadowsUnlocatedRow struct {
@@ -957,13 +993,22 @@ type InboxShadowsUnlocatedRow struct {
 	Side      string
 	Topic     string
 	RecordKey []byte
+	Xact      int64
+	Late      bool
 }
 
-// The consumer's shadow copies of events neither applied nor accounted for
-// (an authoritative copy row: applied, or dead-lettered), with a record,
-// whose authoritative copy's partition is not known yet, oldest first.
+// The consumer's shadow copies recorded by transactions from @since on
+// (InboxShadowHorizon) of events neither applied nor accounted for (an
+// authoritative copy row: applied, or dead-lettered), with a record, whose
+// authoritative copy's partition is not known yet, in the order of their
+// transactions; late when received more than @late_seconds ago.
 func (q *Queries) InboxShadowsUnlocated(ctx context.Context, db DBTX, arg InboxShadowsUnlocatedParams) ([]*InboxShadowsUnlocatedRow, error) {
-	rows, err := db.Query(ctx, inboxShadowsUnlocated, arg.Consumer, arg.MaxRows)
+	rows, err := db.Query(ctx, inboxShadowsUnlocated,
+		arg.LateSeconds,
+		arg.Consumer,
+		arg.Since,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -977,6 +1022,8 @@ func (q *Queries) InboxShadowsUnlocated(ctx context.Context, db DBTX, arg InboxS
 			&i.Side,
 			&i.Topic,
 			&i.RecordKey,
+			&i.Xact,
+			&i.Late,
 		); err != nil {
 			return nil, err
 		}

@@ -40,6 +40,7 @@ type FerryInboxCopy struct {
 	Alone         bool
 	AuthTopic     pgtype.Text
 	AuthPartition pgtype.Int4
+	Xact          pgtype.Uint64
 }
 
 type FerryInboxFence struct {
