@@ -2,12 +2,15 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
+	"github.com/ferryhq/ferry/migration"
 )
 
 // A worker runs as a role with only the grants docs/security.md
@@ -19,36 +22,7 @@ func TestLeastPrivilegeRoleApplies(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, 1)
-			role := "ferry_worker_" + ferrytest.Suffix()
-			for _, stmt := range []string{
-				`CREATE ROLE ` + role + ` LOGIN PASSWORD 'worker'`,
-				`GRANT SELECT, INSERT ON inbox TO ` + role,
-				`GRANT INSERT ON inbox_parked TO ` + role,
-				`GRANT SELECT, INSERT ON ferry_inbox_channel TO ` + role,
-				`GRANT SELECT, INSERT, UPDATE ON ferry_inbox_fence TO ` + role,
-				`GRANT SELECT, INSERT ON ferry_inbox_copy TO ` + role,
-				`GRANT SELECT, INSERT, DELETE ON ferry_inbox_quarantine TO ` + role,
-				`GRANT INSERT ON effects TO ` + role, // the handler's own
-				`GRANT USAGE ON SEQUENCE effects_n_seq TO ` + role,
-			} {
-				if _, err := b.db.Pool.Exec(b.ctx, stmt); err != nil {
-					t.Fatalf("%s: %v", stmt, err)
-				}
-			}
-			t.Cleanup(func() {
-				_, _ = b.db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
-				_, _ = b.db.Pool.Exec(context.Background(), `DROP ROLE `+role)
-			})
-			u, err := url.Parse(b.db.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			u.User = url.UserPassword(role, "worker")
-			pool, err := pgxpool.New(b.ctx, u.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
+			pool := leastPrivilegePool(t, b)
 			for i, id := range []string{"m-1", "m-2", "m-1"} {
 				b.produce(b.record(id, "k", 0, i+1))
 			}
@@ -63,5 +37,92 @@ func TestLeastPrivilegeRoleApplies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// leastPrivilegePool connects to b's database as a new role with only the
+// grants docs/security.md lists for a worker, plus its handler's.
+func leastPrivilegePool(t *testing.T, b *bundle) *pgxpool.Pool {
+	t.Helper()
+	role := "ferry_worker_" + ferrytest.Suffix()
+	for _, stmt := range []string{
+		`CREATE ROLE ` + role + ` LOGIN PASSWORD 'worker'`,
+		`GRANT SELECT, INSERT ON inbox TO ` + role,
+		`GRANT INSERT ON inbox_parked TO ` + role,
+		`GRANT SELECT, INSERT ON ferry_inbox_channel TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON ferry_inbox_fence TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON ferry_inbox_copy TO ` + role,
+		`GRANT SELECT, INSERT, DELETE ON ferry_inbox_quarantine TO ` + role,
+		`GRANT INSERT ON effects TO ` + role, // the handler's own
+		`GRANT USAGE ON SEQUENCE effects_n_seq TO ` + role,
+	} {
+		if _, err := b.db.Pool.Exec(b.ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = b.db.Pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = b.db.Pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	u, err := url.Parse(b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "worker")
+	pool, err := pgxpool.New(b.ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// A live migration's quarantine pass runs as the least-privileged role:
+// it locates a shadow whose authoritative copy is late, and forgets where
+// once the event is applied (an UPDATE of ferry_inbox_copy each). Before,
+// docs/security.md granted SELECT and INSERT only on ferry_inbox_copy, and
+// every pass with a shadow to locate failed on "permission denied", logged
+// at WARN: the quarantine never held an event.
+func TestLeastPrivilegeRoleRunsTheQuarantinePass(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	ch, _ := json.Marshal(migration.Channel{Brokers: []string{"b:9092"}, TopicTemplate: "new.{aggregate_type}"})
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
+		VALUES ($1, 'move', 'old', $2, 'new.order', $3)`, b.consumer, b.topic, ch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_fence (consumer, plan, side, topic, partition, epoch, partitions)
+		VALUES ($1, 'move', 'old', $2, 0, 1, 1)`, b.consumer, b.topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest,
+		received_at, topic, partition, record_offset, record_key)
+		VALUES ($1, 'm-late', 'move', 'new', 'shadow', 1, '\x01', now() - interval '1 hour', 'new.order', 0, 0, '\x6b')`,
+		b.consumer); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.DB = leastPrivilegePool(t, b)
+	w := b.newWorker(cfg, effectHandler)
+	scan := func() int {
+		t.Helper()
+		var awaited int
+		if err := pgx.BeginFunc(b.ctx, cfg.DB, func(tx pgx.Tx) error {
+			rows, _, err := w.quarantineScan(b.ctx, tx, b.consumer)
+			awaited = len(rows)
+			return err
+		}); err != nil {
+			t.Fatalf("a quarantine pass as the least-privileged role: %v", err)
+		}
+		return awaited
+	}
+	if n := scan(); n != 1 {
+		t.Fatalf("the pass awaits %d partitions, want m-late's", n)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO inbox (consumer, message_id) VALUES ($1, 'm-late')`, b.consumer); err != nil {
+		t.Fatal(err)
+	}
+	if n := scan(); n != 0 {
+		t.Fatalf("the pass awaits %d partitions once m-late is applied, want none", n)
 	}
 }
