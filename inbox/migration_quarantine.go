@@ -163,16 +163,16 @@ func (w *Worker) quarantinePass(ctx context.Context, g *groupConsumer) error {
 	}
 	consumer, after := g.name, w.cfg.MigrationQuarantineAfter
 	var awaited []*dbsqlc.InboxQuarantineAwaitedRow
-	var since int64
+	var scan shadowScan
 	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
 		var err error
-		awaited, since, err = w.quarantineScan(ctx, tx, consumer)
+		awaited, scan, err = w.quarantineScan(ctx, tx, consumer)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	w.shadowSince[consumer] = since // committed: the shadows it located stay located
+	w.shadowScans[consumer] = scan // committed: the shadows it located stay located
 	params := w.reachedPositions(ctx, g, awaited)
 	params.Consumer, params.AfterSeconds = consumer, after.Seconds()
 	if w.cfg.Prune != nil { // past the inbox's retention, an applied event's row may be gone
@@ -200,50 +200,88 @@ func (w *Worker) quarantinePass(ctx context.Context, g *groupConsumer) error {
 // quarantineScan drops consumer's quarantined events applied since,
 // locates its shadows whose authoritative copy is late, forgets the
 // located ones applied since, and returns the partitions where the
-// authoritative copies of those still awaited would be, and the horizon
-// the next pass reads the shadows from once tx commits.
-func (w *Worker) quarantineScan(ctx context.Context, tx pgx.Tx, consumer string) ([]*dbsqlc.InboxQuarantineAwaitedRow, int64, error) {
+// authoritative copies of those still awaited would be, and where the
+// next pass reads the shadows from once tx commits.
+func (w *Worker) quarantineScan(ctx context.Context, tx pgx.Tx, consumer string) ([]*dbsqlc.InboxQuarantineAwaitedRow, shadowScan, error) {
 	if _, err := w.queries.InboxQuarantineResolved(ctx, tx, consumer); err != nil {
-		return nil, 0, err
+		return nil, shadowScan{}, err
 	}
-	since, err := w.locateShadows(ctx, tx, consumer, w.shadowSince[consumer])
+	next, err := w.locateShadows(ctx, tx, consumer, w.shadowScans[consumer])
 	if err != nil {
-		return nil, 0, err
+		return nil, shadowScan{}, err
 	}
 	if _, err := w.queries.InboxShadowsSettled(ctx, tx, consumer); err != nil {
-		return nil, 0, err
+		return nil, shadowScan{}, err
 	}
 	awaited, err := w.queries.InboxQuarantineAwaited(ctx, tx, dbsqlc.InboxQuarantineAwaitedParams{Consumer: consumer,
 		AfterSeconds: w.cfg.MigrationQuarantineAfter.Seconds()})
-	return awaited, since, err
+	return awaited, next, err
 }
 
+// shadowScan is where a consumer's quarantine passes read its shadows
+// from: the shadows recorded by transactions from since on, and those
+// read before that were neither applied nor late then, or whose other
+// topic passed no fence yet (read again by id once late).
+type shadowScan struct {
+	since   copyHorizon
+	pending map[shadowKey]time.Time // when each came
+}
+
+type shadowKey struct{ messageID, side string }
+
 // locateShadows records where the authoritative copies of consumer's
-// shadows recorded from horizon since on, never applied, were written
-// once they are late (MigrationAllowedLateness, or MigrationQuarantineAfter
-// when shorter: the quarantine waits no longer): the other channel's topic
-// of the shadow's, and the partition the record's key goes to there. It
-// returns the horizon of the next pass: every shadow recorded before it is
-// applied, accounted for or located, so that each shadow is read by the
-// passes until then, not by every pass of the migration. A shadow not
-// late yet, or whose other topic passed no fence yet (its partition count
-// is not known), holds the horizon for a later pass.
-func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, since int64) (int64, error) {
-	next, err := w.queries.InboxShadowHorizon(ctx, tx) // before the read: what it misses had not ended
+// shadows never applied were written once they are late
+// (MigrationAllowedLateness, or MigrationQuarantineAfter when shorter: the
+// quarantine waits no longer): the other channel's topic of the shadow's,
+// and the partition the record's key goes to there. It reads the shadows
+// from scan and returns where the next pass reads from: each shadow is
+// read by one pass, and again by id once late if it was waiting, not by
+// every pass of the migration.
+func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, scan shadowScan) (shadowScan, error) {
+	late := min(w.cfg.MigrationAllowedLateness, w.cfg.MigrationQuarantineAfter)
+	next := shadowScan{pending: map[shadowKey]time.Time{}}
+	if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil { // as reportWindow.update
+		return scan, err
+	}
+	h, err := w.queries.InboxCopyHorizon(ctx, tx) // before the read: what it misses had not ended
 	if err != nil {
-		return since, err
+		return scan, err
 	}
-	rows, err := w.queries.InboxShadowsUnlocated(ctx, tx, dbsqlc.InboxShadowsUnlocatedParams{Consumer: consumer, Since: since,
-		LateSeconds: min(w.cfg.MigrationAllowedLateness, w.cfg.MigrationQuarantineAfter).Seconds(), MaxRows: locateBatch})
-	if err != nil || len(rows) == 0 {
-		return next, err
+	next.since = copyHorizon{h.Xmax, h.Inflight}
+	from := scan.since.xmax
+	from.Valid = true // the first pass: from the first transaction
+	rows, err := w.queries.InboxShadowsUnlocated(ctx, tx, dbsqlc.InboxShadowsUnlocatedParams{Consumer: consumer,
+		Since: from, Inflight: scan.since.inflight, LateSeconds: late.Seconds(), MaxRows: locateBatch})
+	if err != nil {
+		return scan, err
 	}
-	if len(rows) == locateBatch {
-		next = min(next, rows[len(rows)-1].Xact)
+	if len(rows) == locateBatch { // the rest from the last one read on
+		next.since = copyHorizon{rows[len(rows)-1].Xact, append(slices.Clone(scan.since.inflight), h.Inflight...)}
+	}
+	due := dbsqlc.InboxShadowsAwaitingParams{Consumer: consumer, LateSeconds: late.Seconds()}
+	lateAt := time.Now().Add(-late)
+	for k, at := range scan.pending {
+		if at.Before(lateAt) {
+			due.MessageIds, due.Sides = append(due.MessageIds, k.messageID), append(due.Sides, k.side)
+		} else {
+			next.pending[k] = at
+		}
+	}
+	if len(due.MessageIds) > 0 {
+		awaiting, err := w.queries.InboxShadowsAwaiting(ctx, tx, due) // the others were applied, or located
+		if err != nil {
+			return scan, err
+		}
+		for _, r := range awaiting {
+			rows = append(rows, (*dbsqlc.InboxShadowsUnlocatedRow)(r))
+		}
+	}
+	if len(rows) == 0 {
+		return next, nil
 	}
 	routes, err := w.queries.InboxChannelRoutes(ctx, tx, consumer)
 	if err != nil {
-		return since, err
+		return scan, err
 	}
 	type shadowTopic struct{ plan, side, topic string }
 	type authority struct {
@@ -259,7 +297,7 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, 
 	for _, r := range routes {
 		var newChannel migration.Channel
 		if err := json.Unmarshal(r.NewChannel, &newChannel); err != nil {
-			return since, fmt.Errorf("migration %s: the new channel learned for %s: %w", r.Plan, r.OldTopic, err)
+			return scan, fmt.Errorf("migration %s: the new channel learned for %s: %w", r.Plan, r.OldTopic, err)
 		}
 		to[shadowTopic{r.Plan, string(migration.NewSide), r.NewTopic}] = authority{r.OldTopic, r.OldPartitions, own}
 		to[shadowTopic{r.Plan, string(migration.OldSide), r.OldTopic}] = authority{r.NewTopic, r.NewPartitions, newChannel.KindOf()}
@@ -271,9 +309,10 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, 
 		case len(s.RecordKey) == 0: // goes to no partition of its own: never located
 			continue
 		case !s.Late || !ok || a.partitions <= 0:
-			next = min(next, s.Xact)
+			next.pending[shadowKey{s.MessageID, s.Side}] = s.ReceivedAt
 			continue
 		}
+		delete(next.pending, shadowKey{s.MessageID, s.Side})
 		located.MessageIds = append(located.MessageIds, s.MessageID)
 		located.Sides = append(located.Sides, s.Side)
 		located.Topics = append(located.Topics, a.topic)

@@ -53,9 +53,18 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 	var reports []migration.Report
 	var since []time.Time       // of each report: when the migration began at g
 	at := w.reportClock().UTC() // before the snapshot: a report is as old as what it read
+	copies := w.reportWindows[g.name]
+	if copies == nil {
+		copies = &reportWindow{}
+		w.reportWindows[g.name] = copies
+	}
+	defer copies.drop(at.Add(-w.cfg.MigrationReportWindow - w.cfg.MigrationReportInterval))
 	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
 		plans, err := w.queries.InboxCopyPlans(ctx, tx, g.name)
-		if err != nil {
+		if err != nil || len(plans) == 0 {
+			return err
+		}
+		if err := copies.update(ctx, w.queries, tx, g.name, plans, at.Add(-w.cfg.MigrationReportWindow)); err != nil {
 			return err
 		}
 		for _, plan := range plans {
@@ -63,12 +72,7 @@ func (w *Worker) report(ctx context.Context, g *groupConsumer) error {
 			if err != nil {
 				return err
 			}
-			row, err := w.queries.InboxCopyReport(ctx, tx, dbsqlc.InboxCopyReportParams{
-				Consumer: g.name, Plan: plan, ReportAt: at, AllowedSeconds: w.cfg.MigrationAllowedLateness.Seconds(),
-				WindowSeconds: w.cfg.MigrationReportWindow.Seconds(), LateBounds: lateBounds})
-			if err != nil {
-				return err
-			}
+			row := copies.report(plan, at, w.cfg.MigrationReportWindow, w.cfg.MigrationAllowedLateness, lateBounds)
 			floor, err := w.queries.InboxFenceFloor(ctx, tx, dbsqlc.InboxFenceFloorParams{Consumer: g.name, Plan: plan})
 			if err != nil {
 				return err

@@ -1217,7 +1217,7 @@ func TestShadowsAreLocatedOnTheAuthoritativeChannelsPartition(t *testing.T) {
 			}
 			w := b.newWorker(b.config(), effectHandler)
 			if err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error {
-				_, err := w.locateShadows(b.ctx, tx, b.consumer, 0)
+				_, err := w.locateShadows(b.ctx, tx, b.consumer, shadowScan{})
 				return err
 			}); err != nil {
 				t.Fatal(err)
@@ -1299,11 +1299,11 @@ func TestAQuarantinePassReadsOnlyTheShadowsSinceTheLastOne(t *testing.T) {
 			if err := tx.QueryRow(b.ctx, readSQL).Scan(&before); err != nil {
 				return err
 			}
-			rows, since, err := w.quarantineScan(b.ctx, tx, b.consumer)
+			rows, scan, err := w.quarantineScan(b.ctx, tx, b.consumer)
 			if err != nil {
 				return err
 			}
-			defer func() { w.shadowSince[b.consumer] = since }() // as the pass does once committed
+			defer func() { w.shadowScans[b.consumer] = scan }() // as the pass does once committed
 			if err := tx.QueryRow(b.ctx, readSQL).Scan(&after); err != nil {
 				return err
 			}

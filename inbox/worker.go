@@ -59,10 +59,13 @@ type Worker struct {
 	// unwatched counts, per consumer and plan, the partitions a quarantine
 	// pass could not read the group's position on (Report.Unwatched).
 	unwatched map[followKey]int64
-	// shadowSince is, per consumer, the horizon a quarantine pass reads
-	// the shadows from (InboxShadowsUnlocated): the quarantine loop's own.
-	shadowSince map[string]int64
-	channelUp   map[channelKey]time.Time
+	// shadowScans are, per consumer, where a quarantine pass reads the
+	// shadows from (locateShadows): the quarantine loop's own.
+	shadowScans map[string]shadowScan
+	// reportWindows are, per consumer, the copies its shadow reports
+	// count (migration_window.go): the report loop's own.
+	reportWindows map[string]*reportWindow
+	channelUp     map[channelKey]time.Time
 	// oldWork is when each consumer last had work from its RabbitMQ old
 	// channel (Report.OldWorkedAt).
 	oldWork oldWork
@@ -85,19 +88,20 @@ func New(cfg *Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg:         c,
-		metrics:     newMetrics(c.Registerer),
-		queries:     dbsqlc.New(),
-		tracing:     newTracing(&c),
-		slots:       make(chan int, c.Concurrency),
-		since:       make([]atomic.Int64, c.Concurrency),
-		handlers:    make(map[string]map[string]handling),
-		followers:   map[followKey]*groupConsumer{},
-		marks:       map[positionKey]positionMark{},
-		unwatched:   map[followKey]int64{},
-		shadowSince: map[string]int64{},
-		channelUp:   map[channelKey]time.Time{},
-		passed:      map[fenceWait]int{},
+		cfg:           c,
+		metrics:       newMetrics(c.Registerer),
+		queries:       dbsqlc.New(),
+		tracing:       newTracing(&c),
+		slots:         make(chan int, c.Concurrency),
+		since:         make([]atomic.Int64, c.Concurrency),
+		handlers:      make(map[string]map[string]handling),
+		followers:     map[followKey]*groupConsumer{},
+		marks:         map[positionKey]positionMark{},
+		unwatched:     map[followKey]int64{},
+		shadowScans:   map[string]shadowScan{},
+		reportWindows: map[string]*reportWindow{},
+		channelUp:     map[channelKey]time.Time{},
+		passed:        map[fenceWait]int{},
 	}
 	for i := range c.Concurrency {
 		w.slots <- i

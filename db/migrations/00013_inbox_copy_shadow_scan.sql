@@ -1,10 +1,10 @@
--- A live migration's quarantine pass (every MigrationReportInterval) reads
--- the shadow copies recorded since the pass before it, not every shadow
--- the consumer ever recorded: each shadow keeps the transaction that
--- recorded it (xact), and the pass reads from a horizon below which every
--- transaction had ended. The shadows located (awaiting an authoritative
--- copy that is late) have an index of their own, which the pass keeps to
--- those not applied.
+-- A live migration's shadow report and quarantine pass (every
+-- MigrationReportInterval) read the copies recorded since the ones before
+-- them, not every copy of their window or of the migration: each copy
+-- keeps the transaction that recorded it (xact), and they read from a
+-- horizon below which every transaction had ended. The shadows located
+-- (awaiting an authoritative copy that is late) have an index of their
+-- own, which the pass keeps to those not applied.
 
 -- +goose Up
 ALTER TABLE ferry_inbox_copy ADD COLUMN xact xid8;
@@ -18,12 +18,11 @@ WHERE c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative');
 
-CREATE INDEX ferry_inbox_copy_unlocated_idx ON ferry_inbox_copy (consumer, xact)
-    WHERE role = 'shadow' AND topic IS NOT NULL AND auth_partition IS NULL;
+CREATE INDEX ferry_inbox_copy_xact_idx ON ferry_inbox_copy (consumer, xact);
 CREATE INDEX ferry_inbox_copy_located_idx ON ferry_inbox_copy (consumer)
     WHERE role = 'shadow' AND topic IS NOT NULL AND auth_partition IS NOT NULL;
 
 -- +goose Down
 DROP INDEX ferry_inbox_copy_located_idx;
-DROP INDEX ferry_inbox_copy_unlocated_idx;
+DROP INDEX ferry_inbox_copy_xact_idx;
 ALTER TABLE ferry_inbox_copy DROP COLUMN xact;

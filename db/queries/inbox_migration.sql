@@ -102,6 +102,10 @@ WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = @consumer AND i.messa
 SELECT DISTINCT plan FROM ferry_inbox_channel WHERE consumer = @consumer ORDER BY plan;
 
 -- name: InboxCopyReport :one
+-- The definition of a shadow report, which the worker keeps up to date
+-- from the copies recorded since its last one instead of reading its
+-- window whole (inbox/migration_window.go, held to this query by
+-- TestTheKeptReportCountsWhatTheQueryCounts):
 -- A consumer's shadow report of a plan (migration.Report) at report_at, on
 -- the events of which a copy arrived in the @window_seconds before it (what
 -- holds now, not a stall long past), each with both its copies wherever
@@ -183,27 +187,102 @@ WHERE q.consumer = @consumer
        OR EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = q.consumer AND a.message_id = q.message_id
                   AND a.role = 'authoritative'));
 
--- name: InboxShadowHorizon :one
--- The oldest transaction still running: every shadow recorded by a
--- transaction before it is visible to any statement after this one.
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon;
+-- name: InboxCopyHorizon :one
+-- Where a read of the copies recorded from now on starts: every copy
+-- recorded by a transaction from xmax on, or by one of those still running
+-- (inflight), is visible to a statement after this one once its
+-- transaction commits; any other copy already is.
+SELECT pg_snapshot_xmax(s) AS xmax, array(SELECT pg_snapshot_xip(s))::xid8[] AS inflight
+FROM pg_current_snapshot() AS s;
+
+-- name: InboxCopiesSince :many
+-- The consumer's copies recorded by transactions from @since on or of
+-- @inflight (InboxCopyHorizon), each half read through the index on
+-- (consumer, xact); an authoritative copy with when its event was applied
+-- (µs since the epoch; 0: not applied).
+WITH c AS (
+    SELECT * FROM ferry_inbox_copy n WHERE n.consumer = @consumer AND n.xact >= @since::xid8
+    UNION ALL
+    SELECT * FROM ferry_inbox_copy n
+    WHERE cardinality(@inflight::xid8[]) > 0
+      AND n.consumer = @consumer AND n.xact = ANY(@inflight::xid8[]) AND n.xact < @since::xid8
+)
+SELECT c.message_id, c.plan, c.side, c.role, c.received_at, c.digest, c.alone,
+       (CASE WHEN c.role = 'authoritative'
+             THEN coalesce((SELECT (extract(epoch FROM i.processed_at) * 1000000)::bigint FROM inbox i
+                            WHERE i.consumer = @consumer AND i.message_id = c.message_id), 0)
+             ELSE 0 END)::bigint AS processed_micros
+FROM c;
+
+-- name: InboxCopyEventsOf :many
+-- Every copy of the consumer's events @ids, as InboxCopiesSince returns
+-- them, each event's looked up by id (OFFSET 0 keeps the planner from
+-- joining the whole table instead).
+SELECT c.message_id, c.plan, c.side, c.role, c.received_at, c.digest, c.alone,
+       (CASE WHEN c.role = 'authoritative'
+             THEN coalesce((SELECT (extract(epoch FROM i.processed_at) * 1000000)::bigint FROM inbox i
+                            WHERE i.consumer = @consumer AND i.message_id = c.message_id), 0)
+             ELSE 0 END)::bigint AS processed_micros
+FROM unnest(@ids::text[]) AS u(message_id)
+CROSS JOIN LATERAL (SELECT * FROM ferry_inbox_copy c WHERE c.consumer = @consumer AND c.message_id = u.message_id
+                    OFFSET 0) c;
+
+-- name: InboxCopyEventsReceivedAfter :many
+-- Every copy of the consumer's events of @plans of which a copy was
+-- received after @after, with when the event was applied (µs since the
+-- epoch; 0: not applied), each event's looked up by id.
+SELECT c.message_id, c.plan, c.side, c.role, c.received_at, c.digest, c.alone, m.processed_micros
+FROM (SELECT u.message_id,
+             coalesce((SELECT (extract(epoch FROM i.processed_at) * 1000000)::bigint FROM inbox i
+                       WHERE i.consumer = @consumer AND i.message_id = u.message_id), 0)::bigint AS processed_micros
+      FROM (SELECT DISTINCT n.message_id FROM ferry_inbox_copy n
+            WHERE n.consumer = @consumer AND n.plan = ANY(@plans::text[]) AND n.received_at > @after::timestamptz) u
+      OFFSET 0) m
+CROSS JOIN LATERAL (SELECT * FROM ferry_inbox_copy c WHERE c.consumer = @consumer AND c.message_id = m.message_id
+                    OFFSET 0) c;
+
+-- name: InboxProcessedAt :many
+-- When the consumer applied those of @ids it applied.
+SELECT message_id, processed_at FROM inbox WHERE consumer = @consumer AND message_id = ANY(@ids::text[]);
 
 -- name: InboxShadowsUnlocated :many
--- The consumer's shadow copies recorded by transactions from @since on
--- (InboxShadowHorizon) of events neither applied nor accounted for (an
--- authoritative copy row: applied, or dead-lettered), with a record, whose
--- authoritative copy's partition is not known yet, in the order of their
--- transactions; late when received more than @late_seconds ago.
-SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact::text::bigint AS xact,
+-- The consumer's shadow copies recorded by transactions from @since on or
+-- of @inflight (InboxCopyHorizon) of events neither applied nor accounted
+-- for (an authoritative copy row: applied, or dead-lettered), with a
+-- record, whose authoritative copy's partition is not known yet, in the
+-- order of their transactions; late when received more than
+-- @late_seconds ago. Each half reads the index on (consumer, xact).
+WITH c AS (
+    SELECT * FROM ferry_inbox_copy n WHERE n.consumer = @consumer AND n.xact >= @since::xid8
+    UNION ALL
+    SELECT * FROM ferry_inbox_copy n
+    WHERE cardinality(@inflight::xid8[]) > 0
+      AND n.consumer = @consumer AND n.xact = ANY(@inflight::xid8[]) AND n.xact < @since::xid8
+)
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact, c.received_at,
        (c.received_at < now() - make_interval(secs => @late_seconds::float8))::boolean AS late
-FROM ferry_inbox_copy c
-WHERE c.consumer = @consumer AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
-  AND c.xact >= (@since::bigint)::text::xid8
+FROM c
+WHERE c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
   AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
 ORDER BY c.xact
 LIMIT @max_rows;
+
+-- name: InboxShadowsAwaiting :many
+-- InboxShadowsUnlocated of the consumer's shadows @message_ids (of
+-- @sides): those still neither applied, accounted for nor located.
+WITH u AS (
+    SELECT unnest(@message_ids::text[]) AS message_id, unnest(@sides::text[]) AS side
+)
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact, c.received_at,
+       (c.received_at < now() - make_interval(secs => @late_seconds::float8))::boolean AS late
+FROM u
+JOIN ferry_inbox_copy c ON c.consumer = @consumer AND c.message_id = u.message_id AND c.side = u.side
+WHERE c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative');
 
 -- name: InboxShadowsSettled :execrows
 -- Forgets where the located shadows' authoritative copies are once their

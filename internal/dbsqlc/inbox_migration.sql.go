@@ -193,6 +193,72 @@ func (q *Queries) InboxChannels(ctx context.Context, db DBTX, consumer string) (
 	return items, nil
 }
 
+const inboxCopiesSince = `-- name: InboxCopiesSince :many
+WITH c AS (
+    SELECT consumer, message_id, plan, side, role, epoch, digest, received_at, topic, partition, record_offset, record_key, record_value, record_headers, alone, auth_topic, auth_partition, xact FROM ferry_inbox_copy n WHERE n.consumer = $1 AND n.xact >= $2::xid8
+    UNION ALL
+    SELECT consumer, message_id, plan, side, role, epoch, digest, received_at, topic, partition, record_offset, record_key, record_value, record_headers, alone, auth_topic, auth_partition, xact FROM ferry_inbox_copy n
+    WHERE cardinality($3::xid8[]) > 0
+      AND n.consumer = $1 AND n.xact = ANY($3::xid8[]) AND n.xact < $2::xid8
+)
+SELECT c.message_id, c.plan, c.side, c.role, c.received_at, c.digest, c.alone,
+       (CASE WHEN c.role = 'authoritative'
+             THEN coalesce((SELECT (extract(epoch FROM i.processed_at) * 1000000)::bigint FROM inbox i
+                            WHERE i.consumer = $1 AND i.message_id = c.message_id), 0)
+             ELSE 0 END)::bigint AS processed_micros
+FROM c
+`
+
+type InboxCopiesSinceParams struct {
+	Consumer string
+	Since    pgtype.Uint64
+	Inflight []pgtype.Uint64
+}
+
+type InboxCopiesSinceRow struct {
+	MessageID       string
+	Plan            string
+	Side            string
+	Role            string
+	ReceivedAt      time.Time
+	Digest          []byte
+	Alone           bool
+	ProcessedMicros int64
+}
+
+// The consumer's copies recorded by transactions from @since on or of
+// @inflight (InboxCopyHorizon), each half read through the index on
+// (consumer, xact); an authoritative copy with when its event was applied
+// (µs since the epoch; 0: not applied).
+func (q *Queries) InboxCopiesSince(ctx context.Context, db DBTX, arg InboxCopiesSinceParams) ([]*InboxCopiesSinceRow, error) {
+	rows, err := db.Query(ctx, inboxCopiesSince, arg.Consumer, arg.Since, arg.Inflight)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxCopiesSinceRow
+	for rows.Next() {
+		var i InboxCopiesSinceRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.Plan,
+			&i.Side,
+			&i.Role,
+			&i.ReceivedAt,
+			&i.Digest,
+			&i.Alone,
+			&i.ProcessedMicros,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxCopyClaim = `-- name: InboxCopyClaim :execrows
 WITH copy AS (
     INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at, alone)
@@ -234,6 +300,147 @@ func (q *Queries) InboxCopyClaim(ctx context.Context, db DBTX, arg InboxCopyClai
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const inboxCopyEventsOf = `-- name: InboxCopyEventsOf :many
+SELECT c.message_id, c.plan, c.side, c.role, c.received_at, c.digest, c.alone,
+       (CASE WHEN c.role = 'authoritative'
+             THEN coalesce((SELECT (extract(epoch FROM i.processed_at) * 1000000)::bigint FROM inbox i
+                            WHERE i.consumer = $1 AND i.message_id = c.message_id), 0)
+             ELSE 0 END)::bigint AS processed_micros
+FROM unnest($2::text[]) AS u(message_id)
+CROSS JOIN LATERAL (SELECT consumer, message_id, plan, side, role, epoch, digest, received_at, topic, partition, record_offset, record_key, record_value, record_headers, alone, auth_topic, auth_partition, xact FROM ferry_inbox_copy c WHERE c.consumer = $1 AND c.message_id = u.message_id
+                    OFFSET 0) c
+`
+
+type InboxCopyEventsOfParams struct {
+	Consumer string
+	Ids      []string
+}
+
+type InboxCopyEventsOfRow struct {
+	MessageID       string
+	Plan            string
+	Side            string
+	Role            string
+	ReceivedAt      time.Time
+	Digest          []byte
+	Alone           bool
+	ProcessedMicros int64
+}
+
+// Every copy of the consumer's events @ids, as InboxCopiesSince returns
+// them, each event's looked up by id (OFFSET 0 keeps the planner from
+// joining the whole table instead).
+func (q *Queries) InboxCopyEventsOf(ctx context.Context, db DBTX, arg InboxCopyEventsOfParams) ([]*InboxCopyEventsOfRow, error) {
+	rows, err := db.Query(ctx, inboxCopyEventsOf, arg.Consumer, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxCopyEventsOfRow
+	for rows.Next() {
+		var i InboxCopyEventsOfRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.Plan,
+			&i.Side,
+			&i.Role,
+			&i.ReceivedAt,
+			&i.Digest,
+			&i.Alone,
+			&i.ProcessedMicros,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxCopyEventsReceivedAfter = `-- name: InboxCopyEventsReceivedAfter :many
+SELECT c.message_id, c.plan, c.side, c.role, c.received_at, c.digest, c.alone, m.processed_micros
+FROM (SELECT u.message_id,
+             coalesce((SELECT (extract(epoch FROM i.processed_at) * 1000000)::bigint FROM inbox i
+                       WHERE i.consumer = $1 AND i.message_id = u.message_id), 0)::bigint AS processed_micros
+      FROM (SELECT DISTINCT n.message_id FROM ferry_inbox_copy n
+            WHERE n.consumer = $1 AND n.plan = ANY($2::text[]) AND n.received_at > $3::timestamptz) u
+      OFFSET 0) m
+CROSS JOIN LATERAL (SELECT consumer, message_id, plan, side, role, epoch, digest, received_at, topic, partition, record_offset, record_key, record_value, record_headers, alone, auth_topic, auth_partition, xact FROM ferry_inbox_copy c WHERE c.consumer = $1 AND c.message_id = m.message_id
+                    OFFSET 0) c
+`
+
+type InboxCopyEventsReceivedAfterParams struct {
+	Consumer string
+	Plans    []string
+	After    time.Time
+}
+
+type InboxCopyEventsReceivedAfterRow struct {
+	MessageID       string
+	Plan            string
+	Side            string
+	Role            string
+	ReceivedAt      time.Time
+	Digest          []byte
+	Alone           bool
+	ProcessedMicros int64
+}
+
+// Every copy of the consumer's events of @plans of which a copy was
+// received after @after, with when the event was applied (µs since the
+// epoch; 0: not applied), each event's looked up by id.
+func (q *Queries) InboxCopyEventsReceivedAfter(ctx context.Context, db DBTX, arg InboxCopyEventsReceivedAfterParams) ([]*InboxCopyEventsReceivedAfterRow, error) {
+	rows, err := db.Query(ctx, inboxCopyEventsReceivedAfter, arg.Consumer, arg.Plans, arg.After)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxCopyEventsReceivedAfterRow
+	for rows.Next() {
+		var i InboxCopyEventsReceivedAfterRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.Plan,
+			&i.Side,
+			&i.Role,
+			&i.ReceivedAt,
+			&i.Digest,
+			&i.Alone,
+			&i.ProcessedMicros,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxCopyHorizon = `-- name: InboxCopyHorizon :one
+SELECT pg_snapshot_xmax(s) AS xmax, array(SELECT pg_snapshot_xip(s))::xid8[] AS inflight
+FROM pg_current_snapshot() AS s
+`
+
+type InboxCopyHorizonRow struct {
+	Xmax     pgtype.Uint64
+	Inflight []pgtype.Uint64
+}
+
+// Where a read of the copies recorded from now on starts: every copy
+// recorded by a transaction from xmax on, or by one of those still running
+// (inflight), is visible to a statement after this one once its
+// transaction commits; any other copy already is.
+func (q *Queries) InboxCopyHorizon(ctx context.Context, db DBTX) (*InboxCopyHorizonRow, error) {
+	row := db.QueryRow(ctx, inboxCopyHorizon)
+	var i InboxCopyHorizonRow
+	err := row.Scan(&i.Xmax, &i.Inflight)
+	return &i, err
 }
 
 const inboxCopyInsert = `-- name: InboxCopyInsert :exec
@@ -382,6 +589,10 @@ type InboxCopyReportRow struct {
 	DuplicatesNew int64
 }
 
+// The definition of a shadow report, which the worker keeps up to date
+// from the copies recorded since its last one instead of reading its
+// window whole (inbox/migration_window.go, held to this query by
+// TestTheKeptReportCountsWhatTheQueryCounts):
 // A consumer's shadow report of a plan (migration.Report) at report_at, on
 // the events of which a copy arrived in the @window_seconds before it (what
 // holds now, not a stall long past), each with both its copies wherever
@@ -552,6 +763,41 @@ func (q *Queries) InboxNotApplied(ctx context.Context, db DBTX, arg InboxNotAppl
 	var column_1 int64
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const inboxProcessedAt = `-- name: InboxProcessedAt :many
+SELECT message_id, processed_at FROM inbox WHERE consumer = $1 AND message_id = ANY($2::text[])
+`
+
+type InboxProcessedAtParams struct {
+	Consumer string
+	Ids      []string
+}
+
+type InboxProcessedAtRow struct {
+	MessageID   string
+	ProcessedAt time.Time
+}
+
+// When the consumer applied those of @ids it applied.
+func (q *Queries) InboxProcessedAt(ctx context.Context, db DBTX, arg InboxProcessedAtParams) ([]*InboxProcessedAtRow, error) {
+	rows, err := db.Query(ctx, inboxProcessedAt, arg.Consumer, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxProcessedAtRow
+	for rows.Next() {
+		var i InboxProcessedAtRow
+		if err := rows.Scan(&i.MessageID, &i.ProcessedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const inboxQuarantineAwaited = `-- name: InboxQuarantineAwaited :many
@@ -809,19 +1055,6 @@ func (q *Queries) InboxQuarantineShadows(ctx context.Context, db DBTX, arg Inbox
 	return result.RowsAffected(), nil
 }
 
-const inboxShadowHorizon = `-- name: InboxShadowHorizon :one
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon
-`
-
-// The oldest transaction still running: every shadow recorded by a
-// transaction before it is visible to any statement after this one.
-func (q *Queries) InboxShadowHorizon(ctx context.Context, db DBTX) (int64, error) {
-	row := db.QueryRow(ctx, inboxShadowHorizon)
-	var horizon int64
-	err := row.Scan(&horizon)
-	return horizon, err
-}
-
 const inboxShadowInsertMany = `-- name: InboxShadowInsertMany :exec
 INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at,
     topic, partition, record_offset, record_key, record_value, record_headers)
@@ -918,6 +1151,74 @@ func (q *Queries) InboxShadowInsertManyNew(ctx context.Context, db DBTX, arg Inb
 	return err
 }
 
+const inboxShadowsAwaiting = `-- name: InboxShadowsAwaiting :many
+WITH u AS (
+    SELECT unnest($3::text[]) AS message_id, unnest($4::text[]) AS side
+)
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact, c.received_at,
+       (c.received_at < now() - make_interval(secs => $1::float8))::boolean AS late
+FROM u
+JOIN ferry_inbox_copy c ON c.consumer = $2 AND c.message_id = u.message_id AND c.side = u.side
+WHERE c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                  AND a.role = 'authoritative')
+`
+
+type InboxShadowsAwaitingParams struct {
+	LateSeconds float64
+	Consumer    string
+	MessageIds  []string
+	Sides       []string
+}
+
+type InboxShadowsAwaitingRow struct {
+	MessageID  string
+	Plan       string
+	Side       string
+	Topic      string
+	RecordKey  []byte
+	Xact       pgtype.Uint64
+	ReceivedAt time.Time
+	Late       bool
+}
+
+// InboxShadowsUnlocated of the consumer's shadows @message_ids (of
+// @sides): those still neither applied, accounted for nor located.
+func (q *Queries) InboxShadowsAwaiting(ctx context.Context, db DBTX, arg InboxShadowsAwaitingParams) ([]*InboxShadowsAwaitingRow, error) {
+	rows, err := db.Query(ctx, inboxShadowsAwaiting,
+		arg.LateSeconds,
+		arg.Consumer,
+		arg.MessageIds,
+		arg.Sides,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxShadowsAwaitingRow
+	for rows.Next() {
+		var i InboxShadowsAwaitingRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.Plan,
+			&i.Side,
+			&i.Topic,
+			&i.RecordKey,
+			&i.Xact,
+			&i.ReceivedAt,
+			&i.Late,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxShadowsLocate = `-- name: InboxShadowsLocate :exec
 WITH u AS (
     SELECT unnest($2::text[]) AS message_id, unnest($3::text[]) AS side,
@@ -968,46 +1269,56 @@ func (q *Queries) InboxShadowsSettled(ctx context.Context, db DBTX, consumer str
 }
 
 const inboxShadowsUnlocated = `-- name: InboxShadowsUnlocated :many
-SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact::text::bigint AS xact,
+WITH c AS (
+    SELECT consumer, message_id, plan, side, role, epoch, digest, received_at, topic, partition, record_offset, record_key, record_value, record_headers, alone, auth_topic, auth_partition, xact FROM ferry_inbox_copy n WHERE n.consumer = $3 AND n.xact >= $4::xid8
+    UNION ALL
+    SELECT consumer, message_id, plan, side, role, epoch, digest, received_at, topic, partition, record_offset, record_key, record_value, record_headers, alone, auth_topic, auth_partition, xact FROM ferry_inbox_copy n
+    WHERE cardinality($5::xid8[]) > 0
+      AND n.consumer = $3 AND n.xact = ANY($5::xid8[]) AND n.xact < $4::xid8
+)
+SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact, c.received_at,
        (c.received_at < now() - make_interval(secs => $1::float8))::boolean AS late
-FROM ferry_inbox_copy c
-WHERE c.consumer = $2 AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
-  AND c.xact >= ($3::bigint)::text::xid8
+FROM c
+WHERE c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
   AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
                   AND a.role = 'authoritative')
 ORDER BY c.xact
-LIMIT $4
+LIMIT $2
 `
 
 type InboxShadowsUnlocatedParams struct {
 	LateSeconds float64
-	Consumer    string
-	Since       int64
 	MaxRows     int32
+	Consumer    string
+	Since       pgtype.Uint64
+	Inflight    []pgtype.Uint64
 }
 
 type InboxShadowsUnlocatedRow struct {
-	MessageID string
-	Plan      string
-	Side      string
-	Topic     string
-	RecordKey []byte
-	Xact      int64
-	Late      bool
+	MessageID  string
+	Plan       string
+	Side       string
+	Topic      string
+	RecordKey  []byte
+	Xact       pgtype.Uint64
+	ReceivedAt time.Time
+	Late       bool
 }
 
-// The consumer's shadow copies recorded by transactions from @since on
-// (InboxShadowHorizon) of events neither applied nor accounted for (an
-// authoritative copy row: applied, or dead-lettered), with a record, whose
-// authoritative copy's partition is not known yet, in the order of their
-// transactions; late when received more than @late_seconds ago.
+// The consumer's shadow copies recorded by transactions from @since on or
+// of @inflight (InboxCopyHorizon) of events neither applied nor accounted
+// for (an authoritative copy row: applied, or dead-lettered), with a
+// record, whose authoritative copy's partition is not known yet, in the
+// order of their transactions; late when received more than
+// @late_seconds ago. Each half reads the index on (consumer, xact).
 func (q *Queries) InboxShadowsUnlocated(ctx context.Context, db DBTX, arg InboxShadowsUnlocatedParams) ([]*InboxShadowsUnlocatedRow, error) {
 	rows, err := db.Query(ctx, inboxShadowsUnlocated,
 		arg.LateSeconds,
+		arg.MaxRows,
 		arg.Consumer,
 		arg.Since,
-		arg.MaxRows,
+		arg.Inflight,
 	)
 	if err != nil {
 		return nil, err
@@ -1023,6 +1334,7 @@ func (q *Queries) InboxShadowsUnlocated(ctx context.Context, db DBTX, arg InboxS
 			&i.Topic,
 			&i.RecordKey,
 			&i.Xact,
+			&i.ReceivedAt,
 			&i.Late,
 		); err != nil {
 			return nil, err
