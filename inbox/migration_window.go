@@ -170,8 +170,6 @@ func sideIndex(side string) int {
 	return 0
 }
 
-var sideNames = [2]string{"old", "new"}
-
 // drop forgets the events whose copies all came at or before before: no
 // report from then on counts them, but with a copy recorded later, which
 // brings them back with it.
