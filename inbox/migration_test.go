@@ -1248,6 +1248,21 @@ func TestShadowsAreLocatedOnTheAuthoritativeChannelsPartition(t *testing.T) {
 	}
 }
 
+// learnedMove records that b's consumer follows plan "move" from b.topic
+// (on the old channel, one partition: a fence passed there) to new.order.
+func (b *bundle) learnedMove() {
+	b.t.Helper()
+	ch, _ := json.Marshal(migration.Channel{Brokers: []string{"b:9092"}, TopicTemplate: "new.{aggregate_type}"})
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
+		VALUES ($1, 'move', 'old', $2, 'new.order', $3)`, b.consumer, b.topic, ch); err != nil {
+		b.t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_fence (consumer, plan, side, topic, partition, epoch, partitions)
+		VALUES ($1, 'move', 'old', $2, 0, 1, 1)`, b.consumer, b.topic); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
 // A quarantine pass reads the shadows recorded since the pass before it,
 // not every shadow of the migration: a shadow whose event is applied is
 // read by one pass, and the shadows awaiting their authoritative copy are
@@ -1259,15 +1274,7 @@ func TestShadowsAreLocatedOnTheAuthoritativeChannelsPartition(t *testing.T) {
 func TestAQuarantinePassReadsOnlyTheShadowsSinceTheLastOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	ch, _ := json.Marshal(migration.Channel{Brokers: []string{"b:9092"}, TopicTemplate: "new.{aggregate_type}"})
-	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
-		VALUES ($1, 'move', 'old', $2, 'new.order', $3)`, b.consumer, b.topic, ch); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_fence (consumer, plan, side, topic, partition, epoch, partitions)
-		VALUES ($1, 'move', 'old', $2, 0, 1, 1)`, b.consumer, b.topic); err != nil {
-		t.Fatal(err)
-	}
+	b.learnedMove()
 	shadows := func(from, to int, applied bool) {
 		t.Helper()
 		if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest,

@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"net/url"
 	"testing"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryhq/ferry/internal/ferrytest"
-	"github.com/ferryhq/ferry/migration"
 )
 
 // A worker runs as a role with only the grants docs/security.md
@@ -86,15 +84,7 @@ func leastPrivilegePool(t *testing.T, b *bundle) *pgxpool.Pool {
 func TestLeastPrivilegeRoleRunsTheQuarantinePass(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	ch, _ := json.Marshal(migration.Channel{Brokers: []string{"b:9092"}, TopicTemplate: "new.{aggregate_type}"})
-	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_channel (consumer, plan, side, topic, peer, channel)
-		VALUES ($1, 'move', 'old', $2, 'new.order', $3)`, b.consumer, b.topic, ch); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_fence (consumer, plan, side, topic, partition, epoch, partitions)
-		VALUES ($1, 'move', 'old', $2, 0, 1, 1)`, b.consumer, b.topic); err != nil {
-		t.Fatal(err)
-	}
+	b.learnedMove()
 	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest,
 		received_at, topic, partition, record_offset, record_key)
 		VALUES ($1, 'm-late', 'move', 'new', 'shadow', 1, '\x01', now() - interval '1 hour', 'new.order', 0, 0, '\x6b')`,
