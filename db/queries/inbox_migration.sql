@@ -271,18 +271,23 @@ LIMIT @max_rows;
 
 -- name: InboxShadowsAwaiting :many
 -- InboxShadowsUnlocated of the consumer's shadows @message_ids (of
--- @sides): those still neither applied, accounted for nor located.
+-- @sides): those still neither applied, accounted for nor located, each
+-- looked up by its key (OFFSET 0 keeps the planner from hashing the whole
+-- tables instead).
 WITH u AS (
     SELECT unnest(@message_ids::text[]) AS message_id, unnest(@sides::text[]) AS side
 )
 SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact, c.received_at,
        (c.received_at < now() - make_interval(secs => @late_seconds::float8))::boolean AS late
 FROM u
-JOIN ferry_inbox_copy c ON c.consumer = @consumer AND c.message_id = u.message_id AND c.side = u.side
-WHERE c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
-  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
-  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
-                  AND a.role = 'authoritative');
+CROSS JOIN LATERAL (
+    SELECT * FROM ferry_inbox_copy c
+    WHERE c.consumer = @consumer AND c.message_id = u.message_id AND c.side = u.side
+      AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+      AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+      AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                      AND a.role = 'authoritative')
+    OFFSET 0) c;
 
 -- name: InboxShadowsSettled :execrows
 -- Forgets where the located shadows' authoritative copies are once their

@@ -1158,11 +1158,14 @@ WITH u AS (
 SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xact, c.received_at,
        (c.received_at < now() - make_interval(secs => $1::float8))::boolean AS late
 FROM u
-JOIN ferry_inbox_copy c ON c.consumer = $2 AND c.message_id = u.message_id AND c.side = u.side
-WHERE c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
-  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
-  AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
-                  AND a.role = 'authoritative')
+CROSS JOIN LATERAL (
+    SELECT consumer, message_id, plan, side, role, epoch, digest, received_at, topic, partition, record_offset, record_key, record_value, record_headers, alone, auth_topic, auth_partition, xact FROM ferry_inbox_copy c
+    WHERE c.consumer = $2 AND c.message_id = u.message_id AND c.side = u.side
+      AND c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
+      AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+      AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
+                      AND a.role = 'authoritative')
+    OFFSET 0) c
 `
 
 type InboxShadowsAwaitingParams struct {
@@ -1184,7 +1187,9 @@ type InboxShadowsAwaitingRow struct {
 }
 
 // InboxShadowsUnlocated of the consumer's shadows @message_ids (of
-// @sides): those still neither applied, accounted for nor located.
+// @sides): those still neither applied, accounted for nor located, each
+// looked up by its key (OFFSET 0 keeps the planner from hashing the whole
+// tables instead).
 func (q *Queries) InboxShadowsAwaiting(ctx context.Context, db DBTX, arg InboxShadowsAwaitingParams) ([]*InboxShadowsAwaitingRow, error) {
 	rows, err := db.Query(ctx, inboxShadowsAwaiting,
 		arg.LateSeconds,
