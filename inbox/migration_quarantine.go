@@ -240,14 +240,10 @@ type shadowKey struct{ messageID, side string }
 func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, scan shadowScan) (shadowScan, error) {
 	late := min(w.cfg.MigrationAllowedLateness, w.cfg.MigrationQuarantineAfter)
 	next := shadowScan{pending: map[shadowKey]time.Time{}}
-	if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil { // as reportWindow.update
+	var err error
+	if next.since, err = readHorizon(ctx, w.queries, tx); err != nil {
 		return scan, err
 	}
-	h, err := w.queries.InboxCopyHorizon(ctx, tx) // before the read: what it misses had not ended
-	if err != nil {
-		return scan, err
-	}
-	next.since = copyHorizon{h.Xmax, h.Inflight}
 	from := scan.since.xmax
 	from.Valid = true // the first pass: from the first transaction
 	rows, err := w.queries.InboxShadowsUnlocated(ctx, tx, dbsqlc.InboxShadowsUnlocatedParams{Consumer: consumer,
@@ -256,7 +252,7 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, 
 		return scan, err
 	}
 	if len(rows) == locateBatch { // the rest from the last one read on
-		next.since = copyHorizon{rows[len(rows)-1].Xact, append(slices.Clone(scan.since.inflight), h.Inflight...)}
+		next.since = copyHorizon{rows[len(rows)-1].Xact, append(slices.Clone(scan.since.inflight), next.since.inflight...)}
 	}
 	due := dbsqlc.InboxShadowsAwaitingParams{Consumer: consumer, LateSeconds: late.Seconds()}
 	lateAt := time.Now().Add(-late)

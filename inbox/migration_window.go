@@ -59,13 +59,7 @@ func (w *reportWindow) update(ctx context.Context, q *dbsqlc.Queries, tx pgx.Tx,
 	if w.started && !slices.Equal(w.read, plans) { // a plan learned since: read its window too
 		*w = reportWindow{}
 	}
-	// The reads look rows up one by one, whatever the tables hold; a plan
-	// costed for a large table would otherwise be compiled first (JIT),
-	// which costs more than the read.
-	if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
-		return err
-	}
-	next, err := q.InboxCopyHorizon(ctx, tx) // before the read: what it misses had not ended
+	next, err := readHorizon(ctx, q, tx)
 	if err != nil {
 		return err
 	}
@@ -132,7 +126,7 @@ func (w *reportWindow) update(ctx context.Context, q *dbsqlc.Queries, tx pgx.Tx,
 	if !w.started {
 		w.read = slices.Clone(plans)
 	}
-	w.started, w.since = true, copyHorizon{next.Xmax, next.Inflight}
+	w.started, w.since = true, next
 	return nil
 }
 
@@ -161,6 +155,19 @@ func (w *reportWindow) add(r *dbsqlc.InboxCopiesSinceRow) {
 	if r.ProcessedMicros != 0 {
 		e.processed = r.ProcessedMicros
 	}
+}
+
+// readHorizon is where a read of the copies recorded from now on starts,
+// taken before the read in tx: what the read misses had not ended. It
+// turns JIT off for tx: the reads look rows up one by one, whatever the
+// tables hold, and a plan costed for a large table would otherwise be
+// compiled first, which costs more than the read.
+func readHorizon(ctx context.Context, q *dbsqlc.Queries, tx pgx.Tx) (copyHorizon, error) {
+	if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
+		return copyHorizon{}, err
+	}
+	h, err := q.InboxCopyHorizon(ctx, tx)
+	return copyHorizon{h.Xmax, h.Inflight}, err
 }
 
 func sideIndex(side string) int {
