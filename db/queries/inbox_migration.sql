@@ -251,7 +251,10 @@ SELECT message_id, processed_at FROM inbox WHERE consumer = @consumer AND messag
 -- for (an authoritative copy row: applied, or dead-lettered), with a
 -- record, whose authoritative copy's partition is not known yet, in the
 -- order of their transactions; late when received more than
--- @late_seconds ago. Each half reads the index on (consumer, xact).
+-- @late_seconds ago. Each half reads the index on (consumer, xact), and
+-- each shadow is looked up in the inbox and the authoritative copies by
+-- its key (OFFSET 0: a few shadows of a table just analyzed, and the
+-- planner hashed the whole tables instead).
 WITH c AS (
     SELECT * FROM ferry_inbox_copy n WHERE n.consumer = @consumer AND n.xact >= @since::xid8
     UNION ALL
@@ -263,9 +266,9 @@ SELECT c.message_id, c.plan, c.side, c.topic::text AS topic, c.record_key, c.xac
        (c.received_at < now() - make_interval(secs => @late_seconds::float8))::boolean AS late
 FROM c
 WHERE c.role = 'shadow' AND c.topic IS NOT NULL AND c.auth_partition IS NULL
-  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id)
+  AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = c.consumer AND i.message_id = c.message_id OFFSET 0)
   AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = c.consumer AND a.message_id = c.message_id
-                  AND a.role = 'authoritative')
+                  AND a.role = 'authoritative' OFFSET 0)
 ORDER BY c.xact
 LIMIT @max_rows;
 
