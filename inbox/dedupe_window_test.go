@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -296,5 +298,110 @@ func TestTheReportCountsDuplicatesBlockedPerChannel(t *testing.T) {
 	}
 	if row.DuplicatesOld != 2 || row.DuplicatesNew != 1 {
 		t.Fatalf("duplicates blocked: old %d, new %d; want 2 and 1", row.DuplicatesOld, row.DuplicatesNew)
+	}
+}
+
+// copyOf records one copy of message id of plan p as consumer received it
+// ago, in role.
+func (b *dedupeWindowBundle) copyOf(consumer, id, side, role string, ago time.Duration) {
+	b.t.Helper()
+	err := dbsqlc.New().InboxCopyInsert(b.ctx, b.db.Pool, dbsqlc.InboxCopyInsertParams{
+		Consumer: consumer, MessageID: id, Plan: "p", Side: side, Role: role, Epoch: 1,
+		Digest: []byte{1}, ReceivedAt: b.now.Add(-ago),
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// copiesLeft is the ids of consumer's events with copies, and how many.
+func (b *dedupeWindowBundle) copiesLeft(consumer string) map[string]int {
+	b.t.Helper()
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT message_id, count(*)::int FROM ferry_inbox_copy WHERE consumer = $1 GROUP BY message_id`, consumer)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct {
+		id string
+		n  int
+	}, error) {
+		var v struct {
+			id string
+			n  int
+		}
+		return v, r.Scan(&v.id, &v.n)
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, v := range left {
+		out[v.id] = v.n
+	}
+	return out
+}
+
+// A prune pass deletes the copies of live migrations once nothing needs
+// them: every copy of an event settled (its authoritative copy recorded,
+// or its inbox row) whose copies all came longer ago than the dedupe
+// window's lookback, read a batch at a time. It keeps an event awaiting
+// its authoritative copy, one with a copy inside the lookback, the plan's
+// first event (the migration's start, InboxCopySince) and every copy of a
+// consumer whose prune was refused (as an event with one copy past the
+// lookback and the other inside it always is). Before, no copy was ever deleted: two
+// rows per message of every migration, for good.
+func TestPruneDeletesTheCopiesOfSettledEventsPastTheLookback(t *testing.T) {
+	t.Parallel()
+	b := setupDedupeWindow(t)
+	old := DedupeWindowLookback + 2*time.Hour
+	b.copyOf("c", "first", "old", "authoritative", old+3*time.Hour)
+	b.copyOf("c", "first", "new", "shadow", old+3*time.Hour)
+	for _, id := range []string{"settled-1", "settled-2", "settled-3"} {
+		b.copyOf("c", id, "old", "authoritative", old)
+		b.copyOf("c", id, "new", "shadow", old-time.Minute)
+	}
+	b.copyOf("c", "dead-lettered", "old", "authoritative", old) // no inbox row, no shadow
+	b.copyOf("c", "applied", "new", "shadow", old)              // applied from an unstamped copy
+	if _, err := dbsqlc.New().InboxInsert(b.ctx, b.db.Pool, dbsqlc.InboxInsertParams{Consumer: "c", MessageID: "applied"}); err != nil {
+		t.Fatal(err)
+	}
+	b.copyOf("c", "awaiting", "new", "shadow", old) // its authoritative copy never came
+	b.copyOf("c", "recent", "old", "authoritative", time.Hour)
+	b.copyOf("c", "recent", "new", "shadow", time.Hour)
+	// refused: a 3h delay needs a 6h window, over the retention's 1h.
+	b.copyOf("refused", "settled", "old", "authoritative", old)
+	b.copyOf("refused", "settled", "new", "shadow", old)
+	b.copyOf("refused", "late", "old", "authoritative", time.Hour)
+	b.copyOf("refused", "late", "new", "shadow", 4*time.Hour)
+	began, err := dbsqlc.New().InboxCopySince(b.ctx, b.db.Pool, dbsqlc.InboxCopySinceParams{Consumer: "c", Plan: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	res, m, err := b.prune(time.Hour)
+	var dw *DedupeWindowError
+	if !errors.As(err, &dw) || dw.Consumer != "refused" {
+		t.Fatalf("prune at 1h retention: %v, want the refusal of consumer refused only", err)
+	}
+	want := map[string]int{"first": 2, "awaiting": 1, "recent": 2}
+	if left := b.copiesLeft("c"); !maps.Equal(left, want) {
+		t.Errorf("copies left of c: %v, want %v", left, want)
+	}
+	if left := b.copiesLeft("refused"); len(left) != 2 {
+		t.Errorf("copies left of refused: %v, want both events kept", left)
+	}
+	var d dto.Metric
+	if err := m.pruned.WithLabelValues("ferry_inbox_copy").Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if res.CopiesDeleted != 8 || d.GetCounter().GetValue() != 8 {
+		t.Errorf("%d copies reported deleted, %v counted, want 8", res.CopiesDeleted, d.GetCounter().GetValue())
+	}
+	after, err := dbsqlc.New().InboxCopySince(b.ctx, b.db.Pool, dbsqlc.InboxCopySinceParams{Consumer: "c", Plan: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Equal(began) {
+		t.Errorf("the migration began at %s before the pass, at %s after", began, after)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ferryhq/ferry/internal/dbsqlc"
@@ -125,6 +126,11 @@ type PruneResult struct {
 	Deleted int64 // inbox rows
 	Batches int   // DELETE statements run
 
+	// CopiesDeleted: rows of ferry_inbox_copy, the copies of settled
+	// events of live migrations whose copies all came longer ago than
+	// both InboxRetention and DedupeWindowLookback.
+	CopiesDeleted int64
+
 	// Partitioned: the inbox is partitioned (schema.PartitionInbox) and
 	// was pruned by partition. Retention is the window applied: the
 	// longer of InboxRetention and the dedupe window of every consumer
@@ -178,15 +184,21 @@ func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*Pr
 	if err != nil {
 		return res, fmt.Errorf("inbox: prune: %w", err)
 	}
-	if partitioned {
-		return prunePartitioned(ctx, db, c, m, refusals, now)
-	}
 	// Not nil: pgx sends a nil slice as NULL, and "<> ALL(NULL)" keeps
 	// every row.
 	keep := make([]string, 0, len(refusals))
-	var errs []error
 	for _, r := range refusals {
 		keep = append(keep, r.Consumer)
+	}
+	copies, copyErr := pruneCopies(ctx, q, db, c, m, keep, now)
+	if partitioned {
+		res, err := prunePartitioned(ctx, db, c, m, refusals, now)
+		res.CopiesDeleted = copies
+		return res, errors.Join(err, copyErr)
+	}
+	res.CopiesDeleted = copies
+	errs := []error{copyErr}
+	for _, r := range refusals {
 		errs = append(errs, r)
 		if m != nil {
 			m.pruneRefused.WithLabelValues(r.Consumer).Inc()
@@ -212,6 +224,53 @@ func prune(ctx context.Context, db outbox.DBTX, c *PruneConfig, m *metrics) (*Pr
 			return res, refused
 		}
 	}
+}
+
+// pruneCopies deletes the copies of live migrations (ferry_inbox_copy)
+// of every settled event whose copies all came longer ago than both the
+// retention and DedupeWindowLookback (the dedupe window reads the delays
+// of that long), BatchSize copies read per statement, and returns how many
+// it deleted. The consumers in keep (refused a prune: their copies say
+// why) keep theirs, and so does an event nothing settled yet. Before, no
+// copy was ever deleted: each message of a migration left two rows for
+// good, which every prune pass's dedupe window then read.
+func pruneCopies(ctx context.Context, q *dbsqlc.Queries, db outbox.DBTX, c *PruneConfig, m *metrics, keep []string, now time.Time) (int64, error) {
+	plans, err := q.InboxCopyPlansRecorded(ctx, db)
+	if err != nil {
+		return 0, copyPruneError(err)
+	}
+	var deleted int64
+	batch := int32(min(c.BatchSize, 1<<30))
+	for _, p := range plans {
+		if slices.Contains(keep, p.Consumer) {
+			continue
+		}
+		arg := dbsqlc.InboxCopyPruneParams{Consumer: p.Consumer, Plan: p.Plan, MaxRows: batch,
+			Before: now.Add(-max(c.InboxRetention, DedupeWindowLookback))}
+		for {
+			if err := ctx.Err(); err != nil {
+				return deleted, err
+			}
+			r, err := q.InboxCopyPrune(ctx, db, arg)
+			if err != nil {
+				return deleted, copyPruneError(err)
+			}
+			deleted += r.Deleted
+			if m != nil {
+				m.pruned.WithLabelValues("ferry_inbox_copy").Add(float64(r.Deleted))
+			}
+			if r.Read < batch {
+				break
+			}
+			arg.AfterAt, arg.AfterID, arg.AfterSide = r.LastAt, r.LastID, r.LastSide
+		}
+	}
+	return deleted, nil
+}
+
+func copyPruneError(err error) error {
+	return fmt.Errorf("inbox: prune: delete the copies of live migrations past the dedupe window (ferry_inbox_copy; "+
+		"the role needs DELETE on it for retention): %w", err)
 }
 
 // dedupeWindowRefusals returns the consumers whose inbox must be kept

@@ -496,7 +496,8 @@ func (w *Worker) pruneLoop(ctx context.Context) {
 					slog.String("partition", tablepart.Inbox.DefaultName()))
 			}
 		} else if err == nil {
-			w.cfg.Logger.Info("pruned", slog.Int64("inbox_rows", res.Deleted), slog.Int("batches", res.Batches))
+			w.cfg.Logger.Info("pruned", slog.Int64("inbox_rows", res.Deleted), slog.Int("batches", res.Batches),
+				slog.Int64("copy_rows", res.CopiesDeleted))
 		}
 		select {
 		case <-ctx.Done():

@@ -20,5 +20,5 @@ GRANT SELECT, INSERT, DELETE ON inbox TO reserva_worker;          -- DELETE: inb
 GRANT INSERT ON inbox_parked TO reserva_worker;                   -- SELECT, DELETE too for `dlq parked`
 GRANT SELECT, INSERT ON ferry_inbox_channel TO reserva_worker;    -- live broker migrations
 GRANT SELECT, INSERT, UPDATE ON ferry_inbox_fence TO reserva_worker;
-GRANT SELECT, INSERT, UPDATE ON ferry_inbox_copy TO reserva_worker; -- UPDATE: the migration quarantine
+GRANT SELECT, INSERT, UPDATE, DELETE ON ferry_inbox_copy TO reserva_worker; -- UPDATE: the migration quarantine; DELETE: retention
 GRANT SELECT, INSERT, DELETE ON ferry_inbox_quarantine TO reserva_worker;

@@ -66,6 +66,124 @@ func (q *Queries) InboxCopyMaxDelays(ctx context.Context, db DBTX, since time.Ti
 	return items, nil
 }
 
+const inboxCopyPlansRecorded = `-- name: InboxCopyPlansRecorded :many
+WITH RECURSIVE k AS (
+    (SELECT c.consumer, c.plan FROM ferry_inbox_copy c ORDER BY c.consumer, c.plan LIMIT 1)
+    UNION ALL
+    SELECT n.consumer, n.plan FROM k
+    CROSS JOIN LATERAL (SELECT c.consumer, c.plan FROM ferry_inbox_copy c
+                        WHERE (c.consumer, c.plan) > (k.consumer, k.plan)
+                        ORDER BY c.consumer, c.plan LIMIT 1) n
+)
+SELECT k.consumer::text AS consumer, k.plan::text AS plan FROM k
+`
+
+type InboxCopyPlansRecordedRow struct {
+	Consumer string
+	Plan     string
+}
+
+// Every consumer and plan with copies recorded: a loose scan of the index
+// on (consumer, plan, received_at), one lookup per pair.
+func (q *Queries) InboxCopyPlansRecorded(ctx context.Context, db DBTX) ([]*InboxCopyPlansRecordedRow, error) {
+	rows, err := db.Query(ctx, inboxCopyPlansRecorded)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*InboxCopyPlansRecordedRow
+	for rows.Next() {
+		var i InboxCopyPlansRecordedRow
+		if err := rows.Scan(&i.Consumer, &i.Plan); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxCopyPrune = `-- name: InboxCopyPrune :one
+WITH batch AS (
+    SELECT c.message_id, c.side, c.received_at FROM ferry_inbox_copy c
+    WHERE c.consumer = $4 AND c.plan = $5
+      AND c.received_at >= $1::timestamptz AND c.received_at < $6::timestamptz
+      AND (c.received_at, c.message_id, c.side) > ($1::timestamptz, $2::text, $3::text)
+    ORDER BY c.received_at, c.message_id, c.side
+    LIMIT $7::int
+), first AS (
+    SELECT f.message_id FROM ferry_inbox_copy f WHERE f.consumer = $4 AND f.plan = $5
+    ORDER BY f.received_at LIMIT 1
+), settled AS (
+    SELECT DISTINCT b.message_id FROM batch b
+    WHERE b.message_id NOT IN (SELECT first.message_id FROM first)
+      AND (EXISTS (SELECT 1 FROM ferry_inbox_copy a WHERE a.consumer = $4 AND a.message_id = b.message_id
+                   AND a.role = 'authoritative' OFFSET 0)
+           OR EXISTS (SELECT 1 FROM inbox i WHERE i.consumer = $4 AND i.message_id = b.message_id OFFSET 0))
+      AND NOT EXISTS (SELECT 1 FROM ferry_inbox_copy n WHERE n.consumer = $4 AND n.message_id = b.message_id
+                      AND n.received_at >= $6::timestamptz OFFSET 0)
+), gone AS (
+    DELETE FROM ferry_inbox_copy c USING settled s WHERE c.consumer = $4 AND c.message_id = s.message_id
+    RETURNING 1
+), last AS (
+    SELECT b.received_at, b.message_id, b.side FROM batch b
+    ORDER BY b.received_at DESC, b.message_id DESC, b.side DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM gone)::bigint AS deleted, (SELECT count(*) FROM batch)::int AS read,
+       coalesce(l.received_at, $1::timestamptz)::timestamptz AS last_at,
+       coalesce(l.message_id, $2::text)::text AS last_id, coalesce(l.side, $3::text)::text AS last_side
+FROM (SELECT 1) AS one LEFT JOIN last l ON true
+`
+
+type InboxCopyPruneParams struct {
+	AfterAt   time.Time
+	AfterID   string
+	AfterSide string
+	Consumer  string
+	Plan      string
+	Before    time.Time
+	MaxRows   int32
+}
+
+type InboxCopyPruneRow struct {
+	Deleted  int64
+	Read     int32
+	LastAt   time.Time
+	LastID   string
+	LastSide string
+}
+
+// Reads the next @max_rows copies of the consumer's plan received before
+// @before, after (@after_at, @after_id, @after_side) in that order, and
+// deletes every copy of the events among them that are settled: an
+// authoritative copy recorded (applied, or dead-lettered) or an inbox row,
+// and no copy received from @before on. An event with a shadow only
+// (awaiting its authoritative copy, or quarantined) is kept, and so is
+// the plan's first event, which dates the migration's start
+// (InboxCopySince). Returns what it deleted and the last copy it read.
+func (q *Queries) InboxCopyPrune(ctx context.Context, db DBTX, arg InboxCopyPruneParams) (*InboxCopyPruneRow, error) {
+	row := db.QueryRow(ctx, inboxCopyPrune,
+		arg.AfterAt,
+		arg.AfterID,
+		arg.AfterSide,
+		arg.Consumer,
+		arg.Plan,
+		arg.Before,
+		arg.MaxRows,
+	)
+	var i InboxCopyPruneRow
+	err := row.Scan(
+		&i.Deleted,
+		&i.Read,
+		&i.LastAt,
+		&i.LastID,
+		&i.LastSide,
+	)
+	return &i, err
+}
+
 const inboxDeleteBeforeExcept = `-- name: InboxDeleteBeforeExcept :execrows
 DELETE FROM inbox
 WHERE (consumer, message_id) IN (

@@ -98,11 +98,24 @@ func TestLeastPrivilegeRolesRun(t *testing.T) {
 		var rows int
 		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM inbox WHERE consumer = 'roles'`).Scan(&rows)
 		if err == nil && rows == 1 {
-			return
+			break
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("inbox rows of consumer roles: %d, %v; want 1\n%s", rows, err, logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Retention as reserva_worker, with the copies a live migration left
+	// 8 days ago: the plan's first event is kept, the second deleted.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest, received_at)
+		SELECT 'roles', m, 'move', s, CASE s WHEN 'old' THEN 'authoritative' ELSE 'shadow' END, 1, '\x01', now() - interval '8 days' + n * interval '1 second'
+		FROM unnest(ARRAY['first', 'second']) WITH ORDINALITY AS e(m, n), unnest(ARRAY['old', 'new']) AS s`); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if code := workercli.Main(ctx, []string{"prune", "--database-url", as("reserva_worker")}, &out, &logs, &workercli.App{Register: register}); code != 0 ||
+		!strings.Contains(out.String(), "deleted 2 copies") {
+		t.Fatalf("worker prune as reserva_worker: exit %d, printed %q, want 2 copies deleted\n%s", code, out.String(), logs.String())
 	}
 }

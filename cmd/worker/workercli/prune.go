@@ -79,5 +79,8 @@ func runPrune(ctx context.Context, name string, args []string, stdout, stderr io
 	} else {
 		fmt.Fprintf(stdout, "deleted %d inbox rows in %d batches\n", res.Deleted, res.Batches)
 	}
+	if res.CopiesDeleted > 0 {
+		fmt.Fprintf(stdout, "deleted %d copies of live migrations' settled events (ferry_inbox_copy)\n", res.CopiesDeleted)
+	}
 	return err
 }
