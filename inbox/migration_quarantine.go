@@ -162,6 +162,9 @@ func (w *Worker) quarantinePass(ctx context.Context, g *groupConsumer) error {
 		return nil
 	}
 	consumer, after := g.name, w.cfg.MigrationQuarantineAfter
+	if _, ok := w.shadowScans[consumer]; !ok {
+		w.shadowScans[consumer] = w.loadShadowScan(ctx, consumer)
+	}
 	var awaited []*dbsqlc.InboxQuarantineAwaitedRow
 	var scan shadowScan
 	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
@@ -172,7 +175,7 @@ func (w *Worker) quarantinePass(ctx context.Context, g *groupConsumer) error {
 	if err != nil {
 		return err
 	}
-	w.shadowScans[consumer] = scan // committed: the shadows it located stay located
+	w.shadowScans[consumer] = w.saveShadowScan(ctx, consumer, scan) // committed: the shadows it located stay located
 	params := w.reachedPositions(ctx, g, awaited)
 	params.Consumer, params.AfterSeconds = consumer, after.Seconds()
 	if w.cfg.Prune != nil { // past the inbox's retention, an applied event's row may be gone
@@ -218,13 +221,93 @@ func (w *Worker) quarantineScan(ctx context.Context, tx pgx.Tx, consumer string)
 	return awaited, next, err
 }
 
+// loadShadowScan is where the last pass of consumer's, in any worker
+// process, left the next to read the shadows from: a worker's first pass
+// after a start reads the shadows since, not every one of the migration.
+// Without a row, or when it cannot be read, from the first transaction (a
+// role without the grants says so at the first save: a consumer without
+// a migration never saves, nor needs them).
+func (w *Worker) loadShadowScan(ctx context.Context, consumer string) shadowScan {
+	var r *dbsqlc.InboxShadowScanLoadRow
+	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
+		var err error
+		r, err = w.queries.InboxShadowScanLoad(ctx, tx, consumer)
+		return err
+	})
+	if err != nil {
+		return shadowScan{}
+	}
+	return shadowScan{since: copyHorizon{r.Since, r.Inflight}}
+}
+
+// saveShadowScan records where consumer's next pass reads the shadows
+// from, for a worker that does not hold scan (a restart, another
+// instance), once the consumer follows a plan (it learned a channel of
+// one: before, it has no shadow, and a worker without a migration writes
+// nothing). It returns scan, knowing whether it does. Best effort: a row
+// older than the last pass only makes a first pass read more.
+func (w *Worker) saveShadowScan(ctx context.Context, consumer string, scan shadowScan) shadowScan {
+	h := scan.resume()
+	if !h.xmax.Valid {
+		return scan
+	}
+	if h.inflight == nil {
+		h.inflight = []pgtype.Uint64{} // pgx sends a nil slice as NULL
+	}
+	err := pgx.BeginFunc(ctx, w.cfg.DB, func(tx pgx.Tx) error {
+		if !scan.follows {
+			plans, err := w.queries.InboxCopyPlans(ctx, tx, consumer)
+			if err != nil || len(plans) == 0 {
+				return err
+			}
+			scan.follows = true
+		}
+		return w.queries.InboxShadowScanSave(ctx, tx, dbsqlc.InboxShadowScanSaveParams{Consumer: consumer,
+			Since: h.xmax, Inflight: h.inflight})
+	})
+	if err != nil && ctx.Err() == nil {
+		w.shadowScanFailed(consumer, err)
+	}
+	return scan
+}
+
+func (w *Worker) shadowScanFailed(consumer string, err error) {
+	if _, said := w.shadowScanWarned.LoadOrStore(consumer, true); said {
+		return
+	}
+	w.cfg.Logger.Warn("live migration: could not record where the quarantine passes read the shadows from "+
+		"(ferry_inbox_shadow_scan; the role needs SELECT, INSERT, UPDATE on it): a first pass after a start reads "+
+		"every shadow of the migration", "consumer", consumer, "error", err.Error())
+}
+
 // shadowScan is where a consumer's quarantine passes read its shadows
 // from: the shadows recorded by transactions from since on, and those
 // read before that were neither applied nor late then, or whose other
 // topic passed no fence yet (read again by id once late).
 type shadowScan struct {
 	since   copyHorizon
-	pending map[shadowKey]time.Time // when each came
+	pending map[shadowKey]pendingShadow
+	follows bool // the consumer follows a plan (saveShadowScan)
+}
+
+// pendingShadow is a shadow a pass read and reads again by id once late.
+type pendingShadow struct {
+	at   time.Time     // when it came
+	xact pgtype.Uint64 // the transaction that recorded it
+}
+
+// resume is where a pass of a worker that does not hold s reads the
+// shadows from (ferry_inbox_shadow_scan): s's horizon, or the first of
+// its pending shadows' transactions when earlier, so that those are read
+// again with the rest.
+func (s shadowScan) resume() copyHorizon {
+	h := copyHorizon{xmax: s.since.xmax, inflight: slices.Clone(s.since.inflight)}
+	for _, p := range s.pending {
+		if p.xact.Uint64 < h.xmax.Uint64 {
+			h.xmax.Uint64 = p.xact.Uint64
+		}
+	}
+	return h
 }
 
 type shadowKey struct{ messageID, side string }
@@ -239,7 +322,7 @@ type shadowKey struct{ messageID, side string }
 // every pass of the migration.
 func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, scan shadowScan) (shadowScan, error) {
 	late := min(w.cfg.MigrationAllowedLateness, w.cfg.MigrationQuarantineAfter)
-	next := shadowScan{pending: map[shadowKey]time.Time{}}
+	next := shadowScan{pending: map[shadowKey]pendingShadow{}, follows: scan.follows}
 	var err error
 	if next.since, err = readHorizon(ctx, w.queries, tx); err != nil {
 		return scan, err
@@ -256,11 +339,11 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, 
 	}
 	due := dbsqlc.InboxShadowsAwaitingParams{Consumer: consumer, LateSeconds: late.Seconds()}
 	lateAt := time.Now().Add(-late)
-	for k, at := range scan.pending {
-		if at.Before(lateAt) {
+	for k, p := range scan.pending {
+		if p.at.Before(lateAt) {
 			due.MessageIds, due.Sides = append(due.MessageIds, k.messageID), append(due.Sides, k.side)
 		} else {
-			next.pending[k] = at
+			next.pending[k] = p
 		}
 	}
 	if len(due.MessageIds) > 0 {
@@ -305,7 +388,7 @@ func (w *Worker) locateShadows(ctx context.Context, tx pgx.Tx, consumer string, 
 		case len(s.RecordKey) == 0: // goes to no partition of its own: never located
 			continue
 		case !s.Late || !ok || a.partitions <= 0:
-			next.pending[shadowKey{s.MessageID, s.Side}] = s.ReceivedAt
+			next.pending[shadowKey{s.MessageID, s.Side}] = pendingShadow{s.ReceivedAt, s.Xact}
 			continue
 		}
 		delete(next.pending, shadowKey{s.MessageID, s.Side})

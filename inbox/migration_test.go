@@ -1263,6 +1263,42 @@ func (b *bundle) learnedMove() {
 	}
 }
 
+// quarantineScanReads runs w's next quarantine pass's scan, as a pass
+// does (from where its worker's last pass left, or a restarted worker's
+// from ferry_inbox_shadow_scan), and returns how many rows and index
+// entries of ferry_inbox_copy and inbox it read, and the partitions it
+// awaits.
+func (b *bundle) quarantineScanReads(w *Worker) (read int64, awaited int) {
+	b.t.Helper()
+	const readSQL = `SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(c.oid)), 0)::bigint FROM pg_class c
+		WHERE c.oid IN ('ferry_inbox_copy'::regclass, 'inbox'::regclass)
+		   OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN ('ferry_inbox_copy'::regclass, 'inbox'::regclass))`
+	if _, ok := w.shadowScans[b.consumer]; !ok {
+		w.shadowScans[b.consumer] = w.loadShadowScan(b.ctx, b.consumer)
+	}
+	var scan shadowScan
+	if err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error {
+		var before, after int64
+		if err := tx.QueryRow(b.ctx, readSQL).Scan(&before); err != nil {
+			return err
+		}
+		rows, next, err := w.quarantineScan(b.ctx, tx, b.consumer)
+		if err != nil {
+			return err
+		}
+		scan = next
+		if err := tx.QueryRow(b.ctx, readSQL).Scan(&after); err != nil {
+			return err
+		}
+		read, awaited = after-before, len(rows)
+		return nil
+	}); err != nil {
+		b.t.Fatal(err)
+	}
+	w.shadowScans[b.consumer] = w.saveShadowScan(b.ctx, b.consumer, scan) // committed, as the pass does
+	return read, awaited
+}
+
 // A quarantine pass reads the shadows recorded since the pass before it,
 // not every shadow of the migration: a shadow whose event is applied is
 // read by one pass, and the shadows awaiting their authoritative copy are
@@ -1294,33 +1330,7 @@ func TestAQuarantinePassReadsOnlyTheShadowsSinceTheLastOne(t *testing.T) {
 	shadows(1, settled, true)
 	shadows(settled+1, settled+1, false)
 	w := b.newWorker(b.config(), effectHandler)
-	// pass runs a pass's scan and returns how many rows and index entries
-	// of ferry_inbox_copy and inbox it read, and the partitions it awaits.
-	pass := func() (read int64, awaited int) {
-		t.Helper()
-		const readSQL = `SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(c.oid)), 0)::bigint FROM pg_class c
-			WHERE c.oid IN ('ferry_inbox_copy'::regclass, 'inbox'::regclass)
-			   OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN ('ferry_inbox_copy'::regclass, 'inbox'::regclass))`
-		if err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error {
-			var before, after int64
-			if err := tx.QueryRow(b.ctx, readSQL).Scan(&before); err != nil {
-				return err
-			}
-			rows, scan, err := w.quarantineScan(b.ctx, tx, b.consumer)
-			if err != nil {
-				return err
-			}
-			defer func() { w.shadowScans[b.consumer] = scan }() // as the pass does once committed
-			if err := tx.QueryRow(b.ctx, readSQL).Scan(&after); err != nil {
-				return err
-			}
-			read, awaited = after-before, len(rows)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return read, awaited
-	}
+	pass := func() (read int64, awaited int) { return b.quarantineScanReads(w) }
 	// As on a busy database: the tables analyzed (a few rows since the
 	// last pass, in tables this small, and the planner hashed the whole
 	// inbox), and transactions running anywhere at the first pass's
@@ -1358,6 +1368,54 @@ func TestAQuarantinePassReadsOnlyTheShadowsSinceTheLastOne(t *testing.T) {
 	}
 	if located != 2 {
 		t.Fatalf("%d shadows located, want the 2 never applied", located)
+	}
+
+	// A restarted worker (or another instance of the group) reads from
+	// where the last pass left (ferry_inbox_shadow_scan), with the shadows
+	// that pass was waiting for, not from the migration's first shadow.
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO ferry_inbox_copy (consumer, message_id, plan, side, role, epoch, digest,
+		received_at, topic, partition, record_offset, record_key)
+		VALUES ($1, 'waiting', 'move', 'new', 'shadow', 1, '\x01', now(), 'new.order', 0, 0, '\x6b')`, b.consumer); err != nil {
+		t.Fatal(err)
+	}
+	if _, awaited = pass(); awaited != 1 {
+		t.Fatalf("the third pass awaits %d partitions, want 1", awaited)
+	}
+	restarted := b.newWorker(b.config(), effectHandler)
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE ferry_inbox_copy SET received_at = now() - interval '1 hour'
+		WHERE consumer = $1 AND message_id = 'waiting'`, b.consumer); err != nil { // late now
+		t.Fatal(err)
+	}
+	read, _ = b.quarantineScanReads(restarted)
+	t.Logf("a restarted worker's first pass read %d rows and index entries", read)
+	if read > 100 {
+		t.Fatalf("a restarted worker's first pass read %d rows and index entries, want at most 100 "+
+			"(every shadow of the migration read again?)", read)
+	}
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM ferry_inbox_copy WHERE consumer = $1 AND auth_partition IS NOT NULL`,
+		b.consumer).Scan(&located); err != nil {
+		t.Fatal(err)
+	}
+	if located != 3 {
+		t.Fatalf("%d shadows located after the restart, want 3: the one the last pass was waiting for was not read again", located)
+	}
+}
+
+// A consumer that follows no plan has no shadow: its passes record
+// nothing in ferry_inbox_shadow_scan (a worker without a migration
+// writes no row every MigrationReportInterval, nor needs the grants).
+func TestAPassWithoutAMigrationRecordsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1)
+	w := b.newWorker(b.config(), effectHandler)
+	b.quarantineScanReads(w)
+	b.quarantineScanReads(w)
+	var n int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM ferry_inbox_shadow_scan`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d rows in ferry_inbox_shadow_scan for a consumer without a migration, want none", n)
 	}
 }
 

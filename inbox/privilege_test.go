@@ -51,6 +51,7 @@ func leastPrivilegePool(t *testing.T, b *bundle) *pgxpool.Pool {
 		`GRANT SELECT, INSERT, UPDATE ON ferry_inbox_fence TO ` + role,
 		`GRANT SELECT, INSERT, UPDATE ON ferry_inbox_copy TO ` + role,
 		`GRANT SELECT, INSERT, DELETE ON ferry_inbox_quarantine TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON ferry_inbox_shadow_scan TO ` + role,
 		`GRANT INSERT ON effects TO ` + role, // the handler's own
 		`GRANT USAGE ON SEQUENCE effects_n_seq TO ` + role,
 	} {
@@ -80,7 +81,9 @@ func leastPrivilegePool(t *testing.T, b *bundle) *pgxpool.Pool {
 // once the event is applied (an UPDATE of ferry_inbox_copy each). Before,
 // docs/security.md granted SELECT and INSERT only on ferry_inbox_copy, and
 // every pass with a shadow to locate failed on "permission denied", logged
-// at WARN: the quarantine never held an event.
+// at WARN: the quarantine never held an event. It also records where the
+// next pass resumes (ferry_inbox_shadow_scan), which a restarted worker
+// reads back.
 func TestLeastPrivilegeRoleRunsTheQuarantinePass(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
@@ -97,17 +100,23 @@ func TestLeastPrivilegeRoleRunsTheQuarantinePass(t *testing.T) {
 	scan := func() int {
 		t.Helper()
 		var awaited int
+		var next shadowScan
 		if err := pgx.BeginFunc(b.ctx, cfg.DB, func(tx pgx.Tx) error {
-			rows, _, err := w.quarantineScan(b.ctx, tx, b.consumer)
-			awaited = len(rows)
+			rows, scan, err := w.quarantineScan(b.ctx, tx, b.consumer)
+			awaited, next = len(rows), scan
 			return err
 		}); err != nil {
 			t.Fatalf("a quarantine pass as the least-privileged role: %v", err)
 		}
+		w.shadowScans[b.consumer] = w.saveShadowScan(b.ctx, b.consumer, next)
 		return awaited
 	}
 	if n := scan(); n != 1 {
 		t.Fatalf("the pass awaits %d partitions, want m-late's", n)
+	}
+	// Where the next pass resumes, recorded and read back as that role.
+	if s := b.newWorker(cfg, effectHandler).loadShadowScan(b.ctx, b.consumer); !s.since.xmax.Valid {
+		t.Fatalf("a restarted worker found no record of where the last pass left off: %+v", s)
 	}
 	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO inbox (consumer, message_id) VALUES ($1, 'm-late')`, b.consumer); err != nil {
 		t.Fatal(err)

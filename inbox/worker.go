@@ -62,6 +62,9 @@ type Worker struct {
 	// shadowScans are, per consumer, where a quarantine pass reads the
 	// shadows from (locateShadows): the quarantine loop's own.
 	shadowScans map[string]shadowScan
+	// shadowScanWarned: the consumers whose ferry_inbox_shadow_scan row
+	// could not be read or written, said once each.
+	shadowScanWarned sync.Map
 	// reportWindows are, per consumer, the copies its shadow reports
 	// count (migration_window.go): the report loop's own.
 	reportWindows map[string]*reportWindow

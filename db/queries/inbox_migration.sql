@@ -418,3 +418,15 @@ WITH spent AS (
 )
 DELETE FROM ferry_inbox_quarantine d WHERE d.consumer = @consumer AND d.message_id = @message_id
   AND (SELECT count(*) FROM spent) >= 0;
+
+-- name: InboxShadowScanLoad :one
+-- Where the consumer's last quarantine pass left its next one to read
+-- the shadows from; no row before a first pass.
+SELECT since, inflight FROM ferry_inbox_shadow_scan WHERE consumer = @consumer;
+
+-- name: InboxShadowScanSave :exec
+-- Records where the consumer's next quarantine pass reads its shadows
+-- from.
+INSERT INTO ferry_inbox_shadow_scan (consumer, since, inflight)
+VALUES (@consumer, @since, @inflight)
+ON CONFLICT (consumer) DO UPDATE SET since = excluded.since, inflight = excluded.inflight, saved_at = now();

@@ -22,3 +22,4 @@ GRANT SELECT, INSERT ON ferry_inbox_channel TO reserva_worker;    -- live broker
 GRANT SELECT, INSERT, UPDATE ON ferry_inbox_fence TO reserva_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ferry_inbox_copy TO reserva_worker; -- UPDATE: the migration quarantine; DELETE: retention
 GRANT SELECT, INSERT, DELETE ON ferry_inbox_quarantine TO reserva_worker;
+GRANT SELECT, INSERT, UPDATE ON ferry_inbox_shadow_scan TO reserva_worker; -- where the quarantine passes resume

@@ -1151,6 +1151,43 @@ func (q *Queries) InboxShadowInsertManyNew(ctx context.Context, db DBTX, arg Inb
 	return err
 }
 
+const inboxShadowScanLoad = `-- name: InboxShadowScanLoad :one
+SELECT since, inflight FROM ferry_inbox_shadow_scan WHERE consumer = $1
+`
+
+type InboxShadowScanLoadRow struct {
+	Since    pgtype.Uint64
+	Inflight []pgtype.Uint64
+}
+
+// Where the consumer's last quarantine pass left its next one to read
+// the shadows from; no row before a first pass.
+func (q *Queries) InboxShadowScanLoad(ctx context.Context, db DBTX, consumer string) (*InboxShadowScanLoadRow, error) {
+	row := db.QueryRow(ctx, inboxShadowScanLoad, consumer)
+	var i InboxShadowScanLoadRow
+	err := row.Scan(&i.Since, &i.Inflight)
+	return &i, err
+}
+
+const inboxShadowScanSave = `-- name: InboxShadowScanSave :exec
+INSERT INTO ferry_inbox_shadow_scan (consumer, since, inflight)
+VALUES ($1, $2, $3)
+ON CONFLICT (consumer) DO UPDATE SET since = excluded.since, inflight = excluded.inflight, saved_at = now()
+`
+
+type InboxShadowScanSaveParams struct {
+	Consumer string
+	Since    pgtype.Uint64
+	Inflight []pgtype.Uint64
+}
+
+// Records where the consumer's next quarantine pass reads its shadows
+// from.
+func (q *Queries) InboxShadowScanSave(ctx context.Context, db DBTX, arg InboxShadowScanSaveParams) error {
+	_, err := db.Exec(ctx, inboxShadowScanSave, arg.Consumer, arg.Since, arg.Inflight)
+	return err
+}
+
 const inboxShadowsAwaiting = `-- name: InboxShadowsAwaiting :many
 WITH u AS (
     SELECT unnest($3::text[]) AS message_id, unnest($4::text[]) AS side

@@ -70,6 +70,13 @@ type FerryInboxQuarantine struct {
 	QuarantinedAt time.Time
 }
 
+type FerryInboxShadowScan struct {
+	Consumer string
+	Since    pgtype.Uint64
+	Inflight []pgtype.Uint64
+	SavedAt  time.Time
+}
+
 type FerryMigration struct {
 	Name       string
 	OldChannel json.RawMessage
